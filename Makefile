@@ -1,0 +1,40 @@
+# Tollgate. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+GO ?= go
+export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: services
+services: ## make sure Postgres and Redis answer (starts throwaway ones if not)
+	@scripts/services.sh
+
+.PHONY: build
+build: ## build bin/api and bin/worker
+	$(GO) build -o bin/api ./cmd/api
+	$(GO) build -o bin/worker ./cmd/worker
+
+.PHONY: run
+run: services build ## migrate, seed the demo, run api and worker, print the dashboard URL and a demo key
+	@scripts/run.sh
+
+.PHONY: test
+test: services ## run every test against real Postgres, Redis (and Cluster), stripe-mock and Chromium
+	$(GO) build -o bin/stripe-mock github.com/stripe/stripe-mock
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+.PHONY: lint
+lint: ## go vet and gofmt check
+	$(GO) vet ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+.PHONY: bench
+bench: services ## side-by-side benchmarks; writes BENCHMARKS.md sections
+	$(GO) run ./cmd/bench
+
+.PHONY: clean
+clean: ## remove built binaries and throwaway service data
+	rm -rf bin .data

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/riverqueue/river"
+
+	"github.com/tollgatehq/tollgate/internal/config"
+	"github.com/tollgatehq/tollgate/internal/jobs"
+	"github.com/tollgatehq/tollgate/internal/logging"
+	"github.com/tollgatehq/tollgate/internal/postgres"
+)
+
+const usage = `usage: worker
+
+Runs Tollgate's durable jobs (Stripe events, metering flushes, period closing,
+Stripe meter reporting, resync) and periodic jobs until SIGINT or SIGTERM.
+Several workers may run at once; River elects one leader for periodic jobs.
+`
+
+const (
+	exitOK     = 0
+	exitFailed = 1
+	exitConfig = 2
+)
+
+// run is main without the process: tests call it and cancel ctx to stop it.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+			fmt.Fprint(stdout, usage)
+			return exitOK
+		}
+		fmt.Fprintf(stderr, "worker: unexpected argument %q\n%s", args[0], usage)
+		return exitConfig
+	}
+	cfg, err := config.Load(getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitConfig
+	}
+	log := logging.New(stderr, cfg.LogLevel)
+	if err := work(ctx, cfg, log, nil); err != nil {
+		log.Error("worker failed", "err", err)
+		return exitFailed
+	}
+	return exitOK
+}
+
+// work runs the River client until ctx ends, then stops it softly: running
+// jobs finish (or are rescued later), nothing new is fetched.
+func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func()) error {
+	if cfg.MigrateOnStart {
+		if err := postgres.EnsureDatabase(ctx, cfg.DatabaseURL); err != nil {
+			return err
+		}
+		if err := postgres.Migrate(ctx, cfg.DatabaseURL, log); err != nil {
+			return err
+		}
+	}
+	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	rdb, err := cfg.NewRedis()
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &jobs.PruneWorker{DB: pool})
+	periodic := []*river.PeriodicJob{jobs.PrunePeriodic()}
+
+	client, err := jobs.NewWorkerClient(pool, log, jobs.Config{Workers: workers, Periodic: periodic})
+	if err != nil {
+		return err
+	}
+	if err := client.Start(ctx); err != nil {
+		return fmt.Errorf("worker: start river: %w", err)
+	}
+	log.Info("worker started")
+	if started != nil {
+		started()
+	}
+	<-ctx.Done()
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := client.Stop(stopCtx); err != nil {
+		return fmt.Errorf("worker: stop river: %w", err)
+	}
+	log.Info("worker stopped")
+	return nil
+}

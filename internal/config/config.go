@@ -1,0 +1,196 @@
+// Package config reads Tollgate's configuration from the environment, the
+// names fixed by the contract, and validates it once at start so that a bad
+// value stops the process with one line naming the variable.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Config is the whole configuration of api and worker. Every field documents
+// its variable and default.
+type Config struct {
+	// DatabaseURL (DATABASE_URL), default postgres://postgres@127.0.0.1:5432/tollgate?sslmode=disable.
+	DatabaseURL string
+	// RedisURL (REDIS_URL), default redis://127.0.0.1:6379/0.
+	RedisURL string
+	// RedisClusterURL (REDIS_CLUSTER_URL), empty by default; when set it wins over RedisURL.
+	RedisClusterURL string
+	// HTTPAddr (HTTP_ADDR), default 127.0.0.1:8080.
+	HTTPAddr string
+	// PublicURL (PUBLIC_URL): how people reach the api, for printed links;
+	// default http://<HTTP_ADDR>.
+	PublicURL string
+	// AdminToken (ADMIN_TOKEN); when empty api makes a random one and logs it once.
+	AdminToken string
+	// AdminTokenGenerated is true when AdminToken was made up at start.
+	AdminTokenGenerated bool
+	// StripeWebhookSecret (STRIPE_WEBHOOK_SECRET), whsec_…; empty = webhook answers 503.
+	StripeWebhookSecret string
+	// StripeWebhookSecretPrevious (STRIPE_WEBHOOK_SECRET_PREVIOUS): the old
+	// secret, still accepted while a rotation is under way.
+	StripeWebhookSecretPrevious string
+	// StripeSecretKey (STRIPE_SECRET_KEY); when set, plan changes go through Stripe.
+	StripeSecretKey string
+	// StripeAPIBase (STRIPE_API_BASE) overrides Stripe's API URL (stripe-mock in tests).
+	StripeAPIBase string
+	// DefaultPlan (DEFAULT_PLAN), default free: the plan of tenants whose subscription ended.
+	DefaultPlan string
+	// GracePeriod (GRACE_PERIOD, a Go duration), default 168h: how long past_due keeps the plan.
+	GracePeriod time.Duration
+	// LogLevel (LOG_LEVEL): debug, info, warn or error; default info.
+	LogLevel slog.Level
+	// MigrateOnStart (MIGRATE_ON_START), default true.
+	MigrateOnStart bool
+	// LimiterTimeout (LIMITER_TIMEOUT), default 50ms: the longest a decision waits for Redis.
+	LimiterTimeout time.Duration
+	// LimiterFailMode (LIMITER_FAIL_MODE): open, closed or local (default local).
+	LimiterFailMode string
+	// ExpectedInstances (EXPECTED_INSTANCES), default 1: the local fallback
+	// bucket runs at the tenant's rate divided by this.
+	ExpectedInstances int
+	// FlushInterval (FLUSH_INTERVAL), default 1s: how often the worker moves
+	// limiter counters to Postgres; the most limiter usage a Redis loss can take.
+	FlushInterval time.Duration
+	// ShutdownTimeout (SHUTDOWN_TIMEOUT), default 15s: how long draining may take.
+	ShutdownTimeout time.Duration
+}
+
+// Error names the variable whose value is bad.
+type Error struct {
+	Var string
+	Err error
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("config: %s: %v", e.Var, e.Err) }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Load reads and validates the configuration. getenv is os.Getenv in main and
+// a map in tests.
+func Load(getenv func(string) string) (Config, error) {
+	get := func(name, def string) string {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			return v
+		}
+		return def
+	}
+	c := Config{
+		DatabaseURL:                 get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tollgate?sslmode=disable"),
+		RedisURL:                    get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+		RedisClusterURL:             get("REDIS_CLUSTER_URL", ""),
+		HTTPAddr:                    get("HTTP_ADDR", "127.0.0.1:8080"),
+		AdminToken:                  get("ADMIN_TOKEN", ""),
+		StripeWebhookSecret:         get("STRIPE_WEBHOOK_SECRET", ""),
+		StripeWebhookSecretPrevious: get("STRIPE_WEBHOOK_SECRET_PREVIOUS", ""),
+		StripeSecretKey:             get("STRIPE_SECRET_KEY", ""),
+		StripeAPIBase:               get("STRIPE_API_BASE", ""),
+		DefaultPlan:                 get("DEFAULT_PLAN", "free"),
+		LimiterFailMode:             get("LIMITER_FAIL_MODE", "local"),
+	}
+	var errs []error
+	bad := func(name string, err error) { errs = append(errs, &Error{Var: name, Err: err}) }
+
+	if u, err := url.Parse(c.DatabaseURL); err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		bad("DATABASE_URL", errors.New("want postgres://user@host:port/dbname"))
+	} else if strings.Trim(u.Path, "/") == "" {
+		bad("DATABASE_URL", errors.New("names no database"))
+	}
+	if c.RedisClusterURL != "" {
+		if _, err := redis.ParseClusterURL(c.RedisClusterURL); err != nil {
+			bad("REDIS_CLUSTER_URL", err)
+		}
+	} else if _, err := redis.ParseURL(c.RedisURL); err != nil {
+		bad("REDIS_URL", err)
+	}
+	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+		bad("HTTP_ADDR", errors.New("want host:port"))
+	}
+	c.PublicURL = strings.TrimRight(get("PUBLIC_URL", "http://"+c.HTTPAddr), "/")
+	if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("PUBLIC_URL", errors.New("want an http(s) URL"))
+	}
+	for name, v := range map[string]string{"STRIPE_WEBHOOK_SECRET": c.StripeWebhookSecret, "STRIPE_WEBHOOK_SECRET_PREVIOUS": c.StripeWebhookSecretPrevious} {
+		if v != "" && !strings.HasPrefix(v, "whsec_") {
+			bad(name, errors.New("want a whsec_… signing secret"))
+		}
+	}
+	if c.StripeSecretKey != "" && !(strings.HasPrefix(c.StripeSecretKey, "sk_") || strings.HasPrefix(c.StripeSecretKey, "rk_")) {
+		bad("STRIPE_SECRET_KEY", errors.New("want an sk_… or rk_… key"))
+	}
+	if c.StripeAPIBase != "" {
+		if u, err := url.Parse(c.StripeAPIBase); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("STRIPE_API_BASE", errors.New("want an http(s) URL"))
+		}
+	}
+	if !planKey(c.DefaultPlan) {
+		bad("DEFAULT_PLAN", errors.New("want a plan key [a-z0-9_-]{1,64}"))
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(get("LOG_LEVEL", "info"))); err != nil {
+		bad("LOG_LEVEL", errors.New("want debug, info, warn or error"))
+	}
+	var err error
+	if c.MigrateOnStart, err = strconv.ParseBool(get("MIGRATE_ON_START", "true")); err != nil {
+		bad("MIGRATE_ON_START", errors.New("want true or false"))
+	}
+	dur := func(name, def string, min time.Duration) time.Duration {
+		d, err := time.ParseDuration(get(name, def))
+		if err != nil || d < min {
+			bad(name, fmt.Errorf("want a duration of at least %s, like %s", min, def))
+		}
+		return d
+	}
+	c.GracePeriod = dur("GRACE_PERIOD", "168h", 0)
+	c.LimiterTimeout = dur("LIMITER_TIMEOUT", "50ms", time.Millisecond)
+	c.FlushInterval = dur("FLUSH_INTERVAL", "1s", 100*time.Millisecond)
+	c.ShutdownTimeout = dur("SHUTDOWN_TIMEOUT", "15s", 0)
+	switch c.LimiterFailMode {
+	case "open", "closed", "local":
+	default:
+		bad("LIMITER_FAIL_MODE", errors.New("want open, closed or local"))
+	}
+	if c.ExpectedInstances, err = strconv.Atoi(get("EXPECTED_INSTANCES", "1")); err != nil || c.ExpectedInstances < 1 {
+		bad("EXPECTED_INSTANCES", errors.New("want a whole number of at least 1"))
+	}
+	if len(errs) > 0 {
+		return Config{}, errs[0] // one line, naming the first bad variable
+	}
+	return c, nil
+}
+
+func planKey(s string) bool {
+	if len(s) < 1 || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// NewRedis builds the go-redis client the configuration names: a cluster
+// client when REDIS_CLUSTER_URL is set, else a single-node client.
+func (c Config) NewRedis() (redis.UniversalClient, error) {
+	if c.RedisClusterURL != "" {
+		opt, err := redis.ParseClusterURL(c.RedisClusterURL)
+		if err != nil {
+			return nil, &Error{Var: "REDIS_CLUSTER_URL", Err: err}
+		}
+		return redis.NewClusterClient(opt), nil
+	}
+	opt, err := redis.ParseURL(c.RedisURL)
+	if err != nil {
+		return nil, &Error{Var: "REDIS_URL", Err: err}
+	}
+	return redis.NewClient(opt), nil
+}

@@ -1,0 +1,47 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+func (s *Server) handleHealthz() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	}
+}
+
+// handleReadyz answers 503 naming the dependency that does not answer, so an
+// operator knows which one to look at.
+func (s *Server) handleReadyz() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+		defer cancel()
+		checks := map[string]string{"postgres": "ok", "redis": "ok"}
+		failing := ""
+		if err := s.DB.Ping(ctx); err != nil {
+			checks["postgres"], failing = err.Error(), "postgres"
+		}
+		if err := s.Redis.Ping(ctx).Err(); err != nil {
+			checks["redis"] = err.Error()
+			if failing == "" {
+				failing = "redis"
+			}
+		}
+		if failing != "" {
+			return writeProblem(c, map[string]any{
+				"type": ProblemBase + "not-ready", "title": "Not ready", "status": http.StatusServiceUnavailable,
+				"detail": failing + " does not answer", "checks": checks,
+			}, http.StatusServiceUnavailable)
+		}
+		return c.JSON(http.StatusOK, map[string]any{"status": "ready", "checks": checks})
+	}
+}
+
+func (s *Server) handleMetrics() echo.HandlerFunc {
+	return echo.WrapHandler(promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
+}

@@ -1,0 +1,139 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+)
+
+// ProblemBase prefixes problem type URIs.
+const ProblemBase = "https://tollgate.dev/problems/"
+
+// Problem is an RFC 9457 problem detail.
+type Problem struct {
+	Type   string              `json:"type"`
+	Title  string              `json:"title"`
+	Status int                 `json:"status"`
+	Detail string              `json:"detail,omitempty"`
+	Errors []apperr.FieldError `json:"errors,omitempty"`
+}
+
+// statusOf is the one table from error codes to HTTP statuses.
+var statusOf = map[apperr.Code]struct {
+	status int
+	slug   string
+	title  string
+}{
+	apperr.Invalid:      {http.StatusBadRequest, "invalid-request", "Invalid request"},
+	apperr.Unauthorized: {http.StatusUnauthorized, "unauthorized", "Unauthorized"},
+	apperr.NotFound:     {http.StatusNotFound, "not-found", "Not found"},
+	apperr.Conflict:     {http.StatusConflict, "conflict", "Conflict"},
+	apperr.TooLarge:     {http.StatusRequestEntityTooLarge, "too-large", "Request body too large"},
+	apperr.Unavailable:  {http.StatusServiceUnavailable, "unavailable", "Service unavailable"},
+	apperr.Upstream:     {http.StatusBadGateway, "upstream", "Upstream error"},
+}
+
+// writeProblem writes p as application/problem+json.
+func writeProblem(c echo.Context, p any, status int) error {
+	c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
+	c.Response().WriteHeader(status)
+	return json.NewEncoder(c.Response()).Encode(p)
+}
+
+// errorHandler turns every error a handler returns into problem+json. Only
+// errors nobody classified are logged, and they answer 500 without details.
+func (s *Server) errorHandler(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	var p Problem
+	if e, ok := apperr.As(err); ok {
+		m := statusOf[e.Code]
+		if m.status == 0 {
+			m = statusOf[apperr.Invalid]
+		}
+		p = Problem{Type: ProblemBase + m.slug, Title: m.title, Status: m.status, Detail: e.Message, Errors: e.Fields}
+		if e.Code == apperr.Unauthorized {
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
+		}
+		if e.Code == apperr.Unavailable {
+			c.Response().Header().Set("Retry-After", "1")
+		}
+	} else if he := (*echo.HTTPError)(nil); errors.As(err, &he) {
+		p = Problem{Type: ProblemBase + slugFor(he.Code), Title: http.StatusText(he.Code), Status: he.Code, Detail: fmt.Sprint(he.Message)}
+		switch he.Code {
+		case http.StatusNotFound:
+			p.Detail = "no route for " + c.Request().Method + " " + c.Request().URL.Path
+		case http.StatusMethodNotAllowed:
+			p.Detail = c.Request().Method + " is not allowed on " + c.Request().URL.Path
+		case http.StatusRequestEntityTooLarge:
+			p.Title = "Request body too large"
+		case http.StatusUnauthorized:
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
+		}
+	} else {
+		s.log.ErrorContext(c.Request().Context(), "request failed", "method", c.Request().Method, "route", c.Path(), "err", err)
+		p = Problem{Type: ProblemBase + "internal", Title: "Internal server error", Status: http.StatusInternalServerError,
+			Detail: "the server failed; the error was logged"}
+	}
+	if c.Request().Method == http.MethodHead {
+		_ = c.NoContent(p.Status)
+		return
+	}
+	_ = writeProblem(c, p, p.Status)
+}
+
+func slugFor(status int) string {
+	return strings.ReplaceAll(strings.ToLower(http.StatusText(status)), " ", "-")
+}
+
+// decodeJSON reads the request body as one JSON object into v, strictly:
+// unknown fields, trailing data and type mismatches are 400s naming the field.
+func decodeJSON(c echo.Context, v any) error {
+	dec := json.NewDecoder(c.Request().Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if dec.More() {
+		return apperr.New(apperr.Invalid, "malformed JSON: trailing data after the object")
+	}
+	if _, err := dec.Token(); err != nil && !errors.Is(err, io.EOF) {
+		return apperr.New(apperr.Invalid, "malformed JSON: trailing data after the object")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return apperr.New(apperr.TooLarge, "request body over %d bytes", mbe.Limit)
+	case errors.Is(err, io.EOF):
+		return apperr.New(apperr.Invalid, "malformed JSON: empty body")
+	case errors.As(err, &syn):
+		return apperr.New(apperr.Invalid, "malformed JSON at byte %d: %v", syn.Offset, syn)
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = "body"
+		}
+		return apperr.Invalidf(field, "must be %s, not %s", typ.Type.String(), typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return apperr.Invalidf(field, "unknown field")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return apperr.New(apperr.Invalid, "malformed JSON: unexpected end of body")
+	default:
+		return apperr.New(apperr.Invalid, "malformed JSON: %v", err)
+	}
+}

@@ -1,0 +1,33 @@
+package httpapi
+
+import (
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+)
+
+// Body limits: JSON APIs take small bodies; usage batches of 1000 events and
+// Stripe's events (512 KiB, stripe.md) get more.
+const (
+	bodyLimitDefault = "64K"
+	bodyLimitUsage   = "1M"
+)
+
+// routes registers every route of the server. The OpenAPI test checks this
+// list against api/openapi.yaml.
+func (s *Server) routes() {
+	e := s.echo
+	e.Use(s.m.observe)
+	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableErrorHandler: false, LogErrorFunc: s.logPanic}))
+
+	e.GET("/healthz", s.handleHealthz())
+	e.GET("/readyz", s.handleReadyz())
+	e.GET("/metrics", s.handleMetrics())
+
+	admin := e.Group("/admin/v1", middleware.BodyLimit(bodyLimitDefault), s.requireAdmin)
+	_ = admin
+}
+
+func (s *Server) logPanic(c echo.Context, err error, stack []byte) error {
+	s.log.ErrorContext(c.Request().Context(), "handler panicked", "route", c.Path(), "err", err, "stack", string(stack))
+	return err
+}
