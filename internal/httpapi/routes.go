@@ -24,7 +24,20 @@ func (s *Server) routes() {
 	e.GET("/metrics", s.handleMetrics())
 
 	admin := e.Group("/admin/v1", middleware.BodyLimit(bodyLimitDefault), s.requireAdmin)
+	// --- admin: plans, tenants, plan changes, API keys (entitlements) ---
+
+	// --- admin: overrides (metering) ---
+
+	// --- admin: Stripe events, replay, resync, drift (billing) ---
+
+	// --- admin: dashboard links (web) ---
 	_ = admin
+
+	// --- tenant API /v1 (API key; every route passes the tenant's rate limit) ---
+
+	// --- Stripe webhook ---
+
+	// --- web: /dashboard and /admin (html) ---
 }
 
 func (s *Server) logPanic(c echo.Context, err error, stack []byte) error {
