@@ -1,0 +1,199 @@
+package limiter
+
+import (
+	"strconv"
+	"sync"
+	"time"
+)
+
+// prepared is a snapshot with the keys and script arguments of its policies
+// worked out once, when it enters the near-cache.
+type prepared struct {
+	snap     Snapshot
+	rate     *preparedRate
+	conc     int64
+	concKey  string
+	quotas   map[string]*preparedQuota
+	rfBase   string
+	refusalK string
+}
+
+type preparedRate struct {
+	key    string
+	ei     string // emission interval, µs
+	burst  string
+	rate   Rate
+	window time.Duration
+}
+
+type preparedQuota struct {
+	meter   string
+	limit   int64
+	limitS  string
+	hard    bool
+	mode    string
+	keys    [4]string // Q, P, Qnext, Pnext
+	flush   [2]string // qf current, qf next
+	ends    string    // "<end ms>:<next end ms>"
+	starts  [2]time.Time
+	endsT   [2]time.Time
+	windows [2]time.Duration
+}
+
+func prepareRate(key string, r *Rate) *preparedRate {
+	ps, burst := r.PerSecond, r.Burst
+	if burst < 0 {
+		burst = 0
+	}
+	ei := 1e12 // a bucket that never refills: refuses for days
+	var window time.Duration
+	if ps > 0 {
+		ei = 1e6 / ps
+		window = time.Duration(float64(burst) / ps * float64(time.Second))
+	}
+	return &preparedRate{
+		key:    key,
+		ei:     strconv.FormatFloat(ei, 'f', -1, 64),
+		burst:  strconv.FormatInt(burst, 10),
+		rate:   Rate{PerSecond: ps, Burst: burst},
+		window: window,
+	}
+}
+
+func (k Keys) prepare(s Snapshot) *prepared {
+	t := s.TenantID
+	p := &prepared{snap: s, conc: s.Concurrency, rfBase: k.refusalBase(t)}
+	if s.Rate != nil {
+		p.rate = prepareRate(k.Rate(t), s.Rate)
+	}
+	if s.Concurrency > 0 {
+		p.concKey = k.Concurrency(t)
+	}
+	if len(s.Quotas) > 0 {
+		p.quotas = make(map[string]*preparedQuota, len(s.Quotas))
+		next := s.NextPeriodEnd
+		if !next.After(s.PeriodEnd) {
+			// No next period known: assume one of the same length.
+			next = s.PeriodEnd.Add(s.PeriodEnd.Sub(s.PeriodStart))
+		}
+		for m, q := range s.Quotas {
+			pq := &preparedQuota{
+				meter:   m,
+				limit:   q.Limit,
+				limitS:  strconv.FormatInt(q.Limit, 10),
+				hard:    q.Mode != ModeSoft,
+				mode:    q.Mode,
+				keys:    [4]string{k.Quota(t, m, s.PeriodStart), k.Pending(t, m, s.PeriodStart), k.Quota(t, m, s.PeriodEnd), k.Pending(t, m, s.PeriodEnd)},
+				flush:   [2]string{k.Flushing(t, m, s.PeriodStart), k.Flushing(t, m, s.PeriodEnd)},
+				ends:    strconv.FormatInt(s.PeriodEnd.UnixMilli(), 10) + ":" + strconv.FormatInt(next.UnixMilli(), 10),
+				starts:  [2]time.Time{s.PeriodStart, s.PeriodEnd},
+				endsT:   [2]time.Time{s.PeriodEnd, next},
+				windows: [2]time.Duration{s.PeriodEnd.Sub(s.PeriodStart), next.Sub(s.PeriodEnd)},
+			}
+			if pq.mode == "" {
+				pq.mode = ModeHard
+			}
+			p.quotas[m] = pq
+		}
+	}
+	return p
+}
+
+// snapCache is the bounded entitlement near-cache. An entry is fresh while
+// it is younger than the TTL, was filled in the current generation (the
+// generation moves when the invalidation subscription is lost or renewed)
+// and has not been invalidated. Entries that are no longer fresh are kept as
+// the last known limits for the local fail mode, never for Redis decisions.
+type snapCache struct {
+	mu         sync.Mutex
+	lru        *lru[string, *cacheEntry]
+	gen        uint64
+	subscribed bool
+	ttl        time.Duration
+	filling    map[string]*fillState
+}
+
+type cacheEntry struct {
+	p       *prepared
+	fetched time.Time
+	gen     uint64
+	stale   bool
+}
+
+type fillState struct {
+	gen        uint64
+	minVersion int64
+	dropped    bool
+}
+
+func newSnapCache(size int, ttl time.Duration) *snapCache {
+	return &snapCache{lru: newLRU[string, *cacheEntry](size), ttl: ttl, filling: map[string]*fillState{}}
+}
+
+// get returns the cached snapshot and whether it is fresh.
+func (c *snapCache) get(tenant string, now time.Time) (*prepared, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.lru.get(tenant)
+	if !ok {
+		return nil, false
+	}
+	return e.p, !e.stale && e.gen == c.gen && now.Sub(e.fetched) < c.ttl
+}
+
+func (c *snapCache) beginFill(tenant string) *fillState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	f := &fillState{gen: c.gen}
+	c.filling[tenant] = f
+	return f
+}
+
+// endFill stores a filled snapshot: fresh unless the subscription is down,
+// the generation moved or an invalidation for a newer version arrived while
+// it was read.
+func (c *snapCache) endFill(tenant string, f *fillState, p *prepared, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.filling[tenant] == f {
+		delete(c.filling, tenant)
+	}
+	if p == nil {
+		return
+	}
+	stale := !c.subscribed || f.gen != c.gen || f.dropped || p.snap.Version < f.minVersion
+	c.lru.put(tenant, &cacheEntry{p: p, fetched: now, gen: c.gen, stale: stale})
+}
+
+// invalidate marks a tenant's entry stale unless it already holds version
+// (or newer); version < 0 always invalidates.
+func (c *snapCache) invalidate(tenant string, version int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if f, ok := c.filling[tenant]; ok {
+		if version < 0 {
+			f.dropped = true
+		} else if version > f.minVersion {
+			f.minVersion = version
+		}
+	}
+	if e, ok := c.lru.get(tenant); ok {
+		if version < 0 || e.p == nil || e.p.snap.Version < version {
+			e.stale = true
+		}
+	}
+}
+
+// dropAll makes every entry stale (subscription lost or renewed).
+func (c *snapCache) dropAll(subscribed bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gen++
+	c.subscribed = subscribed
+}
+
+func (c *snapCache) isSubscribed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.subscribed
+}

@@ -1,0 +1,181 @@
+package limiter
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// FailMode says what a policy does when Redis cannot be reached within
+// Options.Timeout.
+type FailMode string
+
+const (
+	// FailDefault picks the policy's default (FailLocal for rate and
+	// windows, FailOpen for quotas and concurrency).
+	FailDefault FailMode = ""
+	// FailOpen allows the request (reported in Decision.Fallback and the
+	// OnFallback hook).
+	FailOpen FailMode = "open"
+	// FailClosed makes Allow return ErrUnavailable (HTTP 503).
+	FailClosed FailMode = "closed"
+	// FailLocal decides in process: rate and windows with an in-process token
+	// bucket at the limit divided by Options.ExpectedInstances, concurrency
+	// with an in-process count at the limit divided likewise. A quota cannot
+	// be decided locally; FailLocal is FailOpen for quotas.
+	FailLocal FailMode = "local"
+)
+
+// FailModes sets the fail mode per policy.
+type FailModes struct {
+	Rate        FailMode // default FailLocal
+	Quota       FailMode // default FailOpen
+	Concurrency FailMode // default FailOpen
+	Window      FailMode // default FailLocal
+}
+
+// SnapshotLoader returns the snapshot of a tenant missing from Redis. The
+// server side's loader reads Postgres and writes the snapshot back. It returns
+// ErrUnknownTenant (or an error wrapping it) for a tenant that does not exist.
+type SnapshotLoader func(ctx context.Context, tenant string) (Snapshot, error)
+
+// UsageLoader returns the durable usage of a meter in the period starting at
+// periodStart; it is used to rebuild a quota counter missing from Redis.
+type UsageLoader func(ctx context.Context, tenant, meter string, periodStart time.Time) (int64, error)
+
+// Hooks are metrics callbacks. Every field is optional; callbacks run on the
+// caller's goroutine and must be fast and safe for concurrent use.
+type Hooks struct {
+	// OnDecision is called for every decision Allow returns.
+	OnDecision func(tenant string, d *Decision)
+	// OnRedisError is called when a Redis call fails or times out; op names
+	// the call ("decide", "snapshot", "seed", "release", "subscribe").
+	OnRedisError func(op string, err error)
+	// OnFallback is called when a fail mode decided a policy: mode is
+	// "open", "closed" or "local".
+	OnFallback func(policy string, mode FailMode)
+	// OnCacheHit and OnCacheMiss count snapshot near-cache lookups.
+	OnCacheHit  func()
+	OnCacheMiss func()
+	// OnRefusalCacheHit is called when a refusal was answered from the
+	// local refusal cache without Redis.
+	OnRefusalCacheHit func(policy string)
+	// OnInvalidation is called for each invalidation received; all is true
+	// when the whole cache was dropped (subscription lost or renewed).
+	OnInvalidation func(tenant string, all bool)
+}
+
+// Options configure a Limiter. The zero value is usable: every field
+// documents its default.
+type Options struct {
+	// Prefix starts every key; default "tg". It must match the server's.
+	Prefix string
+	// Loader is asked for a snapshot missing from Redis. Without one, a
+	// tenant without a snapshot gets ErrUnknownTenant.
+	Loader SnapshotLoader
+	// UsageLoader rebuilds a missing quota counter from durable usage.
+	// Without one, a missing counter starts at 0.
+	UsageLoader UsageLoader
+	// Timeout bounds every Redis call of a decision; default 50ms.
+	Timeout time.Duration
+	// Cooldown is how long after a failed Redis call decisions go straight
+	// to the fail modes before Redis is tried again; default 100ms.
+	Cooldown time.Duration
+	// FailMode per policy; see FailModes for the defaults.
+	FailMode FailModes
+	// ExpectedInstances divides limits decided locally (FailLocal); default 1.
+	ExpectedInstances int
+	// CacheSize bounds the snapshot near-cache (entries); default 10000.
+	CacheSize int
+	// CacheTTL is the safety TTL after which a cached snapshot is read again
+	// even without an invalidation; default 30s.
+	CacheTTL time.Duration
+	// Shadow decides and reports but never refuses: a would-be refusal is
+	// returned allowed with Decision.Shadow set.
+	Shadow bool
+	// MaxInFlight caps the decisions in progress in this process; over it
+	// Allow returns ErrOverloaded. 0 = no cap.
+	MaxInFlight int
+	// MaxCost is the largest Request.Cost accepted; default 1,000,000.
+	MaxCost int64
+	// LeaseTTL is how long a concurrency slot is held when its holder never
+	// releases it (a crash); default 60s. Requests running longer lose their
+	// slot to others after LeaseTTL.
+	LeaseTTL time.Duration
+	// DisableRefusalCache turns off the local cache of refusals (by default
+	// a refusal is answered locally until its retry time, at no Redis cost).
+	DisableRefusalCache bool
+	// Batching, when > 0, opts into pipelining: concurrent decisions arriving
+	// within this window are sent to Redis in one pipeline. It adds up to
+	// the window to each decision's latency. Typical: 100-300µs.
+	Batching time.Duration
+	// MaxBatch bounds a batch; default 128.
+	MaxBatch int
+	// Hooks are metrics callbacks.
+	Hooks Hooks
+}
+
+func (o *Options) setDefaults() error {
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 50 * time.Millisecond
+	}
+	if o.Cooldown == 0 {
+		o.Cooldown = 100 * time.Millisecond
+	}
+	if o.ExpectedInstances == 0 {
+		o.ExpectedInstances = 1
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = 10000
+	}
+	if o.CacheTTL == 0 {
+		o.CacheTTL = 30 * time.Second
+	}
+	if o.MaxCost == 0 {
+		o.MaxCost = 1_000_000
+	}
+	if o.LeaseTTL == 0 {
+		o.LeaseTTL = 60 * time.Second
+	}
+	if o.MaxBatch == 0 {
+		o.MaxBatch = 128
+	}
+	fm := &o.FailMode
+	for _, p := range []struct {
+		m   *FailMode
+		def FailMode
+		n   string
+	}{{&fm.Rate, FailLocal, "Rate"}, {&fm.Quota, FailOpen, "Quota"}, {&fm.Concurrency, FailOpen, "Concurrency"}, {&fm.Window, FailLocal, "Window"}} {
+		switch *p.m {
+		case FailDefault:
+			*p.m = p.def
+		case FailOpen, FailClosed, FailLocal:
+		default:
+			return fmt.Errorf("limiter: FailMode.%s %q: use \"open\", \"closed\" or \"local\"", p.n, *p.m)
+		}
+	}
+	switch {
+	case o.Timeout < 0:
+		return fmt.Errorf("limiter: Timeout %v is negative; use 0 for the default 50ms", o.Timeout)
+	case o.Cooldown < 0:
+		return fmt.Errorf("limiter: Cooldown %v is negative", o.Cooldown)
+	case o.ExpectedInstances < 0:
+		return fmt.Errorf("limiter: ExpectedInstances %d is negative", o.ExpectedInstances)
+	case o.CacheSize < 0:
+		return fmt.Errorf("limiter: CacheSize %d is negative", o.CacheSize)
+	case o.CacheTTL < 0:
+		return fmt.Errorf("limiter: CacheTTL %v is negative", o.CacheTTL)
+	case o.MaxInFlight < 0:
+		return fmt.Errorf("limiter: MaxInFlight %d is negative; use 0 for no cap", o.MaxInFlight)
+	case o.MaxCost < 0:
+		return fmt.Errorf("limiter: MaxCost %d is negative", o.MaxCost)
+	case o.LeaseTTL < time.Millisecond:
+		return fmt.Errorf("limiter: LeaseTTL %v is under 1ms", o.LeaseTTL)
+	case o.Batching < 0:
+		return fmt.Errorf("limiter: Batching %v is negative; use 0 to turn batching off", o.Batching)
+	}
+	return nil
+}

@@ -1,0 +1,243 @@
+package limiter
+
+import (
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// decideScript checks and takes every policy of one decision, all or
+// nothing. The only clock is Redis TIME.
+//
+// ARGV: 1 cost, 2 peek (0|1), 3 count refusals (0|1), 4 refusal key base,
+// 5 lease id, 6 seed required (0|1), 7 number of policies, then 5 arguments
+// per policy: type, name, a, b, c.
+//
+//	r rate        KEYS: bucket              a=emission interval µs, b=burst
+//	q quota       KEYS: Q, P, Qnext, Pnext  a=limit, b=hard(1)|soft(0), c="<end ms>:<next end ms>"
+//	c concurrency KEYS: leases              a=limit, b=lease TTL ms
+//	w window      KEYS: hash                a=limit, b=length ms
+//
+// Reply: {status, refusing index (1-based, 0 none), retry ms, now ms, then
+// per policy: remaining, reset ms, period (quota: 0 current, 1 next)}.
+// status 1 allowed, 0 refused, 2 needs seed: then the reply is
+// {2, n, idx1, period1, ...} naming the quotas whose counter is missing.
+const decideLua = `
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = math.floor(now_us / 1000)
+local cost = tonumber(ARGV[1])
+local peek = ARGV[2] == '1'
+local eff = cost
+if peek then eff = 1 end
+local n = tonumber(ARGV[7])
+local seed = ARGV[6] == '1'
+
+local st = {}
+local ki = 1
+local refuse_idx = 0
+local refuse_retry = -1
+local needs = {}
+for i = 1, n do
+  local o = 7 + (i - 1) * 5
+  local typ = ARGV[o + 1]
+  local a = tonumber(ARGV[o + 3])
+  local b = tonumber(ARGV[o + 4])
+  local s = {typ = typ, ok = true, rem = 0, reset = 0, retry = 0, period = 0}
+  if typ == 'r' then
+    s.key = KEYS[ki]; ki = ki + 1
+    local ei = a
+    local boff = ei * b
+    local tat = tonumber(redis.call('GET', s.key))
+    if tat == nil or tat < now_us then tat = now_us end
+    local diff = now_us - (tat + eff * ei - boff)
+    if diff < 0 then
+      s.ok = false
+      s.retry = math.ceil(-diff / 1000)
+      s.reset = s.retry
+      s.rem = math.floor((now_us - tat + boff) / ei)
+    else
+      s.tat = math.floor(tat + cost * ei)
+      s.rem = math.floor((now_us - s.tat + boff) / ei)
+      s.reset = math.ceil((s.tat - now_us) / 1000)
+    end
+  elseif typ == 'q' then
+    local c = ARGV[o + 5]
+    local sep = string.find(c, ':', 1, true)
+    local pend = tonumber(string.sub(c, 1, sep - 1))
+    local nend = tonumber(string.sub(c, sep + 1))
+    if now_ms >= pend then
+      s.key = KEYS[ki + 2]; s.pkey = KEYS[ki + 3]; s.period = 1; s.pend = nend
+    else
+      s.key = KEYS[ki]; s.pkey = KEYS[ki + 1]; s.pend = pend
+    end
+    ki = ki + 4
+    local used = redis.call('GET', s.key)
+    if not used then
+      s.fresh = true
+      if seed then
+        needs[#needs + 1] = i
+        needs[#needs + 1] = s.period
+      end
+      used = 0
+    else
+      used = tonumber(used)
+    end
+    local left = s.pend - now_ms
+    if left < 1000 then left = 1000 end
+    s.reset = left
+    if b == 1 and used + eff > a then
+      s.ok = false
+      s.retry = left
+      s.rem = a - used
+    else
+      s.rem = a - used - cost
+    end
+  elseif typ == 'c' then
+    s.key = KEYS[ki]; ki = ki + 1
+    s.ttl = b
+    redis.call('ZREMRANGEBYSCORE', s.key, '-inf', now_ms)
+    local held = redis.call('ZCARD', s.key)
+    if held + 1 > a then
+      s.ok = false
+      s.retry = 1000
+      s.reset = 1000
+      s.rem = 0
+    elseif peek then
+      s.rem = a - held
+    else
+      s.rem = a - held - 1
+    end
+  elseif typ == 'w' then
+    s.key = KEYS[ki]; ki = ki + 1
+    local idx = math.floor(now_ms / b)
+    local h = redis.call('HMGET', s.key, 'w', 'c', 'p')
+    local w = tonumber(h[1]) or idx
+    local cur = tonumber(h[2]) or 0
+    local prev = tonumber(h[3]) or 0
+    if w == idx - 1 then
+      prev = cur; cur = 0
+    elseif w < idx - 1 then
+      prev = 0; cur = 0
+    end
+    local elapsed = now_ms - idx * b
+    local est = prev * (1 - elapsed / b) + cur
+    s.w = idx; s.cur = cur; s.prev = prev
+    if est + eff > a then
+      s.ok = false
+      local wait
+      if cur + eff <= a and prev > 0 then
+        local f = 1 - (a - cur - eff) / prev
+        wait = f * b - elapsed
+      elseif eff <= a and cur > 0 then
+        local f = 1 - (a - eff) / cur
+        wait = (b - elapsed) + f * b
+      else
+        wait = (b - elapsed) + b
+      end
+      if wait < 1 then wait = 1 end
+      s.retry = math.ceil(wait)
+      s.reset = s.retry
+      s.rem = math.floor(a - est)
+    else
+      s.rem = math.floor(a - est - cost)
+      s.reset = b - elapsed
+    end
+  end
+  if s.rem < 0 then s.rem = 0 end
+  if not s.ok and s.retry > refuse_retry then
+    refuse_idx = i
+    refuse_retry = s.retry
+  end
+  st[i] = s
+end
+
+if #needs > 0 then
+  local r = {2, #needs / 2}
+  for j = 1, #needs do r[#r + 1] = needs[j] end
+  return r
+end
+
+if refuse_idx > 0 then
+  if ARGV[3] == '1' and not peek then
+    local z = math.floor(now_ms / 86400000) + 719468
+    local era = math.floor(z / 146097)
+    local doe = z - era * 146097
+    local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+    local y = yoe + era * 400
+    local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+    local mp = math.floor((5 * doy + 2) / 153)
+    local d = doy - math.floor((153 * mp + 2) / 5) + 1
+    local m = mp + 3
+    if mp >= 10 then m = mp - 9 end
+    if m <= 2 then y = y + 1 end
+    local rk = ARGV[4] .. string.format('%04d%02d%02d', y, m, d)
+    redis.call('HINCRBY', rk, ARGV[7 + (refuse_idx - 1) * 5 + 2], 1)
+    redis.call('EXPIRE', rk, 3456000)
+  end
+else
+  refuse_retry = 0
+  if not peek then
+    for i = 1, n do
+      local s = st[i]
+      if s.typ == 'r' then
+        local ttl = math.ceil((s.tat - now_us) / 1000)
+        if ttl < 1 then ttl = 1 end
+        redis.call('SET', s.key, string.format('%.0f', s.tat), 'PX', ttl)
+      elseif s.typ == 'q' then
+        redis.call('INCRBY', s.key, cost)
+        if s.fresh then
+          redis.call('PEXPIREAT', s.key, s.pend + 604800000)
+        end
+        redis.call('INCRBY', s.pkey, cost)
+        redis.call('EXPIRE', s.pkey, 3456000)
+      elseif s.typ == 'c' then
+        redis.call('ZADD', s.key, now_ms + s.ttl, ARGV[5])
+        redis.call('PEXPIRE', s.key, s.ttl)
+      elseif s.typ == 'w' then
+        local o = 7 + (i - 1) * 5
+        local len = tonumber(ARGV[o + 4])
+        redis.call('HSET', s.key, 'w', s.w, 'c', s.cur + cost, 'p', s.prev)
+        redis.call('PEXPIRE', s.key, 2 * len)
+      end
+    end
+  end
+end
+
+local r = {0, refuse_idx, refuse_retry, now_ms}
+if refuse_idx == 0 then r[1] = 1 end
+for i = 1, n do
+  local s = st[i]
+  r[#r + 1] = s.rem
+  r[#r + 1] = s.reset
+  r[#r + 1] = s.period
+end
+return r
+`
+
+// seedLua rebuilds a missing quota counter: durable usage plus what is
+// counted in Redis and not yet in Postgres (pending and a claimed flush),
+// only if the counter is still missing.
+//
+// KEYS: Q, P, F. ARGV: durable, expire-at ms.
+const seedLua = `
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local v = tonumber(ARGV[1]) + (tonumber(redis.call('GET', KEYS[2])) or 0) + (tonumber(redis.call('HGET', KEYS[3], 'n')) or 0)
+redis.call('SET', KEYS[1], v, 'PXAT', ARGV[2])
+return 1
+`
+
+var (
+	decideScript = redis.NewScript(decideLua)
+	seedScript   = redis.NewScript(seedLua)
+)
+
+// toInt64 reads an integer reply element without panicking on a surprise.
+func toInt64(v any) (int64, error) {
+	switch x := v.(type) {
+	case int64:
+		return x, nil
+	default:
+		return 0, fmt.Errorf("limiter: unexpected script reply element %T", v)
+	}
+}

@@ -1,0 +1,85 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// subscribe follows the invalidation channel until ctx ends. Every
+// (re)subscription and every loss of the subscription makes the whole
+// near-cache stale, since invalidations may have been missed meanwhile.
+func (l *Limiter) subscribe(ctx context.Context) {
+	ps := l.pubsub
+	backoff := 50 * time.Millisecond
+	for {
+		msg, err := ps.ReceiveTimeout(ctx, 5*time.Second)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Quiet channel: ping so that a dead connection shows up as an error.
+				_ = ps.Ping(ctx)
+				continue
+			}
+			if l.cache.isSubscribed() {
+				l.dropAll(false)
+			}
+			if h := l.opts.Hooks.OnRedisError; h != nil {
+				h("subscribe", err)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			if backoff < time.Second {
+				backoff *= 2
+			}
+			continue
+		}
+		backoff = 50 * time.Millisecond
+		switch m := msg.(type) {
+		case *redis.Subscription:
+			if m.Kind == "subscribe" {
+				l.dropAll(true)
+			}
+		case *redis.Message:
+			tenant, version := parseInvalidation(m.Payload)
+			l.cache.invalidate(tenant, version)
+			l.dropRefusals(tenant)
+			if h := l.opts.Hooks.OnInvalidation; h != nil {
+				h(tenant, false)
+			}
+		}
+	}
+}
+
+func (l *Limiter) dropAll(subscribed bool) {
+	l.cache.dropAll(subscribed)
+	l.dropRefusals("")
+	if h := l.opts.Hooks.OnInvalidation; h != nil {
+		h("", true)
+	}
+}
+
+// parseInvalidation splits "<tenant>:<version>"; a missing or malformed
+// version is -1 (invalidate whatever is cached).
+func parseInvalidation(s string) (string, int64) {
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return s, -1
+	}
+	v, err := strconv.ParseInt(s[i+1:], 10, 64)
+	if err != nil {
+		return s[:i], -1
+	}
+	return s[:i], v
+}

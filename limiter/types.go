@@ -1,0 +1,137 @@
+package limiter
+
+import (
+	"context"
+	"time"
+)
+
+// Snapshot is the tenant's entitlement snapshot; the server side writes it as
+// JSON to Keys.Snapshot(tenant) (see Store.PutSnapshot) and the limiter reads
+// it through its near-cache.
+type Snapshot struct {
+	TenantID    string           `json:"tenant_id"`
+	Plan        string           `json:"plan"`
+	Status      string           `json:"status"` // active, trialing, past_due, grace, canceled, ...
+	Version     int64            `json:"version"`
+	Rate        *Rate            `json:"rate,omitempty"`        // nil = unlimited
+	Concurrency int64            `json:"concurrency,omitempty"` // 0 = unlimited
+	Quotas      map[string]Quota `json:"quotas,omitempty"`      // meter -> quota
+	Features    []string         `json:"features,omitempty"`
+	PeriodStart time.Time        `json:"period_start"`
+	PeriodEnd   time.Time        `json:"period_end"`
+	// NextPeriodEnd is the end of the period after this one, so that a
+	// request after PeriodEnd rolls over without waiting for the server.
+	NextPeriodEnd time.Time `json:"next_period_end"`
+}
+
+// Rate is a token bucket: Burst tokens of capacity, refilled at PerSecond.
+type Rate struct {
+	PerSecond float64 `json:"per_second"`
+	Burst     int64   `json:"burst"`
+}
+
+// Quota modes.
+const (
+	ModeHard = "hard" // refuse a request that would go over the limit
+	ModeSoft = "soft" // admit and count; the overage is reported elsewhere
+)
+
+// Quota is a period quota of one meter.
+type Quota struct {
+	Limit int64  `json:"limit"`
+	Mode  string `json:"mode"` // "hard" | "soft"; "" means hard
+}
+
+// Limits are explicit limits a backend defines itself (per IP, per endpoint,
+// before authentication), used instead of the tenant's snapshot. The "tenant"
+// given to Allow is then any key the backend chooses (e.g. "ip:192.0.2.1");
+// explicit limits keep their state apart from plan limits of a tenant of the
+// same name.
+type Limits struct {
+	Rate        *Rate    // nil = no token bucket
+	Concurrency int64    // 0 = no concurrency limit
+	Windows     []Window // sliding windows
+}
+
+// Window is a sliding-window limit: at most Limit units in any Length,
+// estimated from two fixed windows weighted by overlap.
+type Window struct {
+	Name   string        // policy name in decisions and headers, e.g. "auth-failures"
+	Limit  int64         // units per Length
+	Length time.Duration // at least 1ms
+}
+
+// Request describes what one decision takes.
+type Request struct {
+	// Cost is the number of tokens and quota units taken. 0 peeks: the
+	// decision says whether a request of cost 1 would be admitted and takes
+	// nothing (no token, no quota unit, no concurrency slot).
+	Cost int64
+	// Meter is the quota meter; "" means "requests". A meter for which the
+	// snapshot has no quota is unlimited: allowed and not counted.
+	Meter string
+	// Concurrency takes a concurrency slot (when the tenant has a
+	// concurrency limit); give it back with Decision.Release.
+	Concurrency bool
+	// SkipQuota checks the rate (and concurrency) only, not the period quota.
+	SkipQuota bool
+	// Limits replaces the tenant's snapshot with explicit limits; nil uses
+	// the snapshot.
+	Limits *Limits
+}
+
+// Policy names and units used in decisions.
+const (
+	PolicyRate           = "rate"
+	PolicyConcurrency    = "concurrency"
+	UnitConcurrent       = "concurrent-requests"
+	DefaultMeter         = "requests"
+	FallbackOpen         = "open"
+	FallbackLocal        = "local"
+	fallbackClosedReason = "closed"
+)
+
+// Decision is the outcome of Allow. A refusal is a Decision with Allowed
+// false, never an error.
+type Decision struct {
+	Allowed bool
+	Plan    string
+	// Policy is the policy that refused ("rate", a meter name such as
+	// "requests", "concurrency", or a Window's name); "" when allowed. In
+	// shadow mode it names the policy that would have refused.
+	Policy string
+	// RetryAfter, on a refusal, is when to try again: at least the refusing
+	// policy's Reset.
+	RetryAfter time.Duration
+	// Policies has one entry per policy checked, in header order: rate,
+	// windows, quota, concurrency.
+	Policies []PolicyStatus
+	// Fallback is "" normally; "open" or "local" when Redis failed and the
+	// fail mode decided.
+	Fallback string
+	// Shadow is true in shadow mode when the request would have been refused
+	// and was allowed.
+	Shadow bool
+
+	lease *lease
+}
+
+// PolicyStatus is the state of one policy after a decision.
+type PolicyStatus struct {
+	Name      string
+	Limit     int64         // burst, quota limit, window limit or concurrency limit
+	Window    time.Duration // bucket refill time (burst/per_second), period length, window length; 0 for concurrency
+	Remaining int64         // units left after this decision (never negative)
+	Reset     time.Duration // until the units can be used again (refused) or are all back (allowed)
+	Unit      string        // "" or "concurrent-requests"
+	Mode      string        // "hard" or "soft" for quotas
+}
+
+// Release gives the concurrency slot of the decision back. It is a no-op for
+// a decision without a slot and safe to call more than once.
+func (d *Decision) Release(ctx context.Context) error {
+	if d == nil || d.lease == nil {
+		return nil
+	}
+	return d.lease.release(ctx)
+}
