@@ -1,0 +1,400 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgatehq/tollgate/internal/config"
+	"github.com/tollgatehq/tollgate/internal/pgtest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// syncBuffer is an io.Writer the test can read while run writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// env turns a map into a getenv.
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// serveEnv is a working configuration on the package's test database and
+// a free port.
+func serveEnv(t *testing.T) map[string]string {
+	t.Helper()
+	redistest.New(t) // skips (or fails in CI) without Redis
+	return map[string]string{
+		"DATABASE_URL": pgtest.URL(t),
+		"REDIS_URL":    redistest.URL(),
+		"HTTP_ADDR":    "127.0.0.1:0",
+		"ADMIN_TOKEN":  "tga_test_admin_token",
+	}
+}
+
+// listeningAddr polls the JSON log for the "api listening" line and returns
+// its addr.
+func listeningAddr(t *testing.T, logs func() string, exited <-chan int) string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, line := range strings.Split(logs(), "\n") {
+			var rec struct {
+				Msg  string `json:"msg"`
+				Addr string `json:"addr"`
+			}
+			if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "api listening" && rec.Addr != "" {
+				return rec.Addr
+			}
+		}
+		select {
+		case code := <-exited:
+			t.Fatalf("api exited with %d before listening; logs:\n%s", code, logs())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("no \"api listening\" log line within 30s; logs:\n%s", logs())
+	return ""
+}
+
+func getStatus(t *testing.T, url string) int {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func TestRunBadConfigurationExits2WithOneLineNamingTheVariable(t *testing.T) {
+	cases := []struct {
+		name, variable, value string
+	}{
+		{"unparseable database url", "DATABASE_URL", "postgres://%zz"},
+		{"database url of another scheme", "DATABASE_URL", "mysql://root@localhost/tollgate"},
+		{"database url without a database", "DATABASE_URL", "postgres://postgres@127.0.0.1:5432"},
+		{"unknown log level", "LOG_LEVEL", "loud"},
+		{"bad redis url", "REDIS_URL", "http://127.0.0.1:6379"},
+		{"bad redis cluster url", "REDIS_CLUSTER_URL", "mysql://x"},
+		{"http addr without port", "HTTP_ADDR", "localhost"},
+		{"migrate on start not a bool", "MIGRATE_ON_START", "perhaps"},
+		{"webhook secret not whsec", "STRIPE_WEBHOOK_SECRET", "secret"},
+		{"stripe key not sk", "STRIPE_SECRET_KEY", "pk_test_123"},
+		{"bad default plan", "DEFAULT_PLAN", "Free Plan"},
+		{"bad grace period", "GRACE_PERIOD", "a week"},
+	}
+	for _, tc := range cases {
+		for _, cmd := range []string{"serve", "migrate", "seed-demo"} {
+			t.Run(tc.name+"/"+cmd, func(t *testing.T) {
+				var stdout, stderr bytes.Buffer
+				code := run(t.Context(), []string{cmd}, env(map[string]string{tc.variable: tc.value}), &stdout, &stderr)
+				if code != exitConfig {
+					t.Fatalf("exit status = %d, want %d; stderr: %s", code, exitConfig, stderr.String())
+				}
+				out := stderr.String()
+				if strings.Count(out, "\n") != 1 || !strings.HasSuffix(out, "\n") {
+					t.Fatalf("stderr is not exactly one line: %q", out)
+				}
+				if !strings.Contains(out, tc.variable) {
+					t.Fatalf("stderr %q does not name %s", out, tc.variable)
+				}
+				if stdout.Len() != 0 {
+					t.Fatalf("stdout not empty: %q", stdout.String())
+				}
+			})
+		}
+	}
+}
+
+func TestRunUnknownCommandExits2(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"serv"}, env(nil), &stdout, &stderr)
+	if code != exitConfig {
+		t.Fatalf("exit status = %d, want %d", code, exitConfig)
+	}
+	if !strings.Contains(stderr.String(), `unknown command "serv"`) || !strings.Contains(stderr.String(), "usage:") {
+		t.Fatalf("stderr = %q, want the unknown command and the usage", stderr.String())
+	}
+}
+
+func TestRunHelpPrintsUsageAndExits0(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"--help"}, env(nil), &stdout, &stderr); code != exitOK {
+		t.Fatalf("exit status = %d, want 0", code)
+	}
+	for _, want := range []string{"serve", "migrate", "seed-demo"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Fatalf("usage %q does not mention %s", stdout.String(), want)
+		}
+	}
+}
+
+func TestRunMigrateCreatesMissingDatabaseAndIsRepeatable(t *testing.T) {
+	ctx := t.Context()
+	admin, err := pgx.Connect(ctx, pgtest.BaseURL())
+	if err != nil {
+		pgtest.Unavailable(t, "postgres", err)
+	}
+	t.Cleanup(func() { admin.Close(context.Background()) }) // after the drop below
+	var suffix [6]byte
+	_, _ = rand.Read(suffix[:])
+	name := "tollgate_runtest_" + hex.EncodeToString(suffix[:])
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop %s: %v", name, err)
+		}
+	})
+	url := withDatabase(pgtest.BaseURL(), name)
+	for i := range 2 { // the second run finds nothing to do
+		var stdout, stderr bytes.Buffer
+		if code := run(ctx, []string{"migrate"}, env(map[string]string{"DATABASE_URL": url}), &stdout, &stderr); code != exitOK {
+			t.Fatalf("migrate #%d exit status = %d; stderr:\n%s", i+1, code, stderr.String())
+		}
+		applied := strings.Count(stderr.String(), `"msg":"migration applied"`)
+		if i == 0 && applied == 0 {
+			t.Fatalf("first migrate applied nothing; stderr:\n%s", stderr.String())
+		}
+		if i == 1 && applied != 0 {
+			t.Fatalf("second migrate applied %d migrations, want none", applied)
+		}
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect to the created database: %v", err)
+	}
+	defer conn.Close(context.Background())
+	for _, table := range []string{"tenants", "plans", "api_keys", "river_job"} {
+		var exists bool
+		if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&exists); err != nil || !exists {
+			t.Fatalf("table %s missing after migrate (err %v)", table, err)
+		}
+	}
+}
+
+func TestRunMigrateUnreachableDatabaseExits1(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	// Port 1 refuses at once; connect_timeout bounds it anyway.
+	getenv := env(map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/tollgate?sslmode=disable&connect_timeout=2"})
+	if code := run(t.Context(), []string{"migrate"}, getenv, &stdout, &stderr); code != exitFailed {
+		t.Fatalf("exit status = %d, want %d; stderr:\n%s", code, exitFailed, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), `"msg":"api failed"`) {
+		t.Fatalf("stderr does not log the failure: %s", stderr.String())
+	}
+}
+
+func TestRunServeAnswersThenExits0OnCancel(t *testing.T) {
+	e := serveEnv(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout syncBuffer
+	var stderr syncBuffer
+	exited := make(chan int, 1)
+	go func() { exited <- run(ctx, []string{"serve"}, env(e), &stdout, &stderr) }()
+
+	addr := listeningAddr(t, stderr.String, exited)
+	if got := getStatus(t, "http://"+addr+"/healthz"); got != http.StatusOK {
+		t.Fatalf("/healthz = %d, want 200", got)
+	}
+	if got := getStatus(t, "http://"+addr+"/readyz"); got != http.StatusOK {
+		t.Fatalf("/readyz = %d, want 200", got)
+	}
+	if strings.Contains(stderr.String(), e["ADMIN_TOKEN"]) {
+		t.Fatal("a configured admin token was logged")
+	}
+
+	cancel() // what SIGTERM does in main
+	select {
+	case code := <-exited:
+		if code != exitOK {
+			t.Fatalf("exit status after cancel = %d, want 0; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not return within 10s of cancel")
+	}
+	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
+		t.Fatal("server still answers after run returned")
+	}
+}
+
+func TestRunServeWithoutAdminTokenLogsAGeneratedOneOnce(t *testing.T) {
+	e := serveEnv(t)
+	delete(e, "ADMIN_TOKEN")
+	e["MIGRATE_ON_START"] = "false"
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	exited := make(chan int, 1)
+	go func() { exited <- run(ctx, nil, env(e), &stdout, &stderr) }() // no args: serve
+
+	listeningAddr(t, stderr.String, exited)
+	var token string
+	n := 0
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		var rec struct {
+			AdminToken string `json:"admin_token"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.AdminToken != "" {
+			token, n = rec.AdminToken, n+1
+		}
+	}
+	if n != 1 || !strings.HasPrefix(token, "tga_") {
+		t.Fatalf("want one log line with a generated tga_ admin token, got %d (%q)", n, token)
+	}
+	cancel()
+	if code := <-exited; code != exitOK {
+		t.Fatalf("exit status = %d, want 0", code)
+	}
+}
+
+func TestServeReportsBoundAddress(t *testing.T) {
+	e := serveEnv(t)
+	e["MIGRATE_ON_START"] = "false"
+	cfg := mustConfig(t, e)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	addrc := make(chan string, 1)
+	errc := make(chan error, 1)
+	go func() { errc <- serve(ctx, cfg, discardLogger(), func(a string) { addrc <- a }) }()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case err := <-errc:
+		t.Fatalf("serve returned before listening: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not report its address within 30s")
+	}
+	if got := getStatus(t, "http://"+addr+"/healthz"); got != http.StatusOK {
+		t.Fatalf("/healthz = %d, want 200", got)
+	}
+	cancel()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Fatalf("serve after cancel: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not return within 10s of cancel")
+	}
+}
+
+func TestServePortInUseExits1(t *testing.T) {
+	e := serveEnv(t)
+	e["MIGRATE_ON_START"] = "false"
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	exited := make(chan int, 1)
+	go func() { exited <- run(ctx, []string{"serve"}, env(e), &stdout, &stderr) }()
+	addr := listeningAddr(t, stderr.String, exited)
+
+	e2 := map[string]string{}
+	for k, v := range e {
+		e2[k] = v
+	}
+	e2["HTTP_ADDR"] = addr
+	var stdout2, stderr2 bytes.Buffer
+	if code := run(t.Context(), []string{"serve"}, env(e2), &stdout2, &stderr2); code != exitFailed {
+		t.Fatalf("second serve on %s: exit status = %d, want %d", addr, code, exitFailed)
+	}
+	cancel()
+	<-exited
+}
+
+// TestBinaryExits0OnSIGTERM runs the real binary: main's signal wiring is
+// the one part run cannot cover.
+func TestBinaryExits0OnSIGTERM(t *testing.T) {
+	e := serveEnv(t)
+	bin := filepath.Join(t.TempDir(), "api")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = os.Environ()
+	for k, v := range e {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stderr, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	waitErr := make(chan error, 1)
+	exited := make(chan int, 1)
+	go func() {
+		err := cmd.Wait()
+		exited <- cmd.ProcessState.ExitCode()
+		waitErr <- err
+	}()
+
+	addr := listeningAddr(t, stderr.String, exited)
+	if got := getStatus(t, "http://"+addr+"/healthz"); got != http.StatusOK {
+		t.Fatalf("/healthz = %d, want 200", got)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+	select {
+	case <-exited:
+		if err := <-waitErr; err != nil {
+			t.Fatalf("api after SIGTERM: %v; logs:\n%s", err, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("api did not exit within 15s of SIGTERM; logs:\n%s", stderr.String())
+	}
+}
+
+func withDatabase(base, name string) string {
+	rest := ""
+	if i := strings.IndexByte(base, '?'); i >= 0 {
+		base, rest = base[:i], base[i:]
+	}
+	i := strings.LastIndexByte(base, '/')
+	return base[:i+1] + name + rest
+}
+
+func mustConfig(t *testing.T, e map[string]string) config.Config {
+	t.Helper()
+	cfg, err := config.Load(env(e))
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	return cfg
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
