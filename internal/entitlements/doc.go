@@ -1,0 +1,21 @@
+// Package entitlements owns what each tenant may do: plans, tenants, their
+// API keys, and the snapshot of limits the limiter enforces.
+//
+// Rules this package keeps:
+//   - Postgres is the system of record; a snapshot in Redis is only ever a
+//     copy of what BuildSnapshot computes from Postgres.
+//   - Every change of what a tenant may do bumps tenants.entitlement_version
+//     and records an entitlement_versions row (with the reason and the
+//     snapshot) in the same transaction; the snapshot is published to Redis
+//     only after the commit, so the limiter never sees an uncommitted change.
+//   - Access follows the subscription status: active and trialing get the
+//     tenant's plan; past_due keeps it until the grace period ends; unpaid,
+//     canceled, incomplete, incomplete_expired and paused fall back to the
+//     default plan. A tenant without a subscription has its plan, "active".
+//   - A raw API key exists only in the response that issued it: the database
+//     keeps its SHA-256 hash, logs and later responses its prefix.
+//   - Authenticate answers from an in-process cache in steady state; a
+//     revocation is published on Redis so every instance drops the key at
+//     once, and an instance that lost that subscription stops trusting its
+//     cache until it is back.
+package entitlements

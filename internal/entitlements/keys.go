@@ -1,0 +1,195 @@
+package entitlements
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/big"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+)
+
+// API key format: "tg_" and 32 random bytes in base62 (43 characters).
+const (
+	keyScheme    = "tg_"
+	keyBodyLen   = 43
+	keyPrefixLen = 12
+)
+
+// IssuedKey is a new API key: Key is shown once, here, and never again.
+type IssuedKey struct {
+	ID        string    `json:"id"`
+	Key       string    `json:"key"`
+	Prefix    string    `json:"prefix"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// KeyInfo is what an API key authenticates.
+type KeyInfo struct {
+	KeyID    string
+	TenantID string
+}
+
+// KeySummary describes a stored key without its secret.
+type KeySummary struct {
+	ID         string     `json:"id"`
+	Prefix     string     `json:"prefix"`
+	Name       string     `json:"name"`
+	CreatedAt  time.Time  `json:"created_at"`
+	LastUsedAt *time.Time `json:"last_used_at"`
+	RevokedAt  *time.Time `json:"revoked_at"`
+}
+
+// hashKey is the stored form of a key.
+func hashKey(raw string) []byte {
+	h := sha256.Sum256([]byte(raw))
+	return h[:]
+}
+
+func newRawKey() (string, error) {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("entitlements: random key: %w", err)
+	}
+	body := new(big.Int).SetBytes(b[:]).Text(62)
+	return keyScheme + strings.Repeat("0", keyBodyLen-len(body)) + body, nil
+}
+
+// IssueKey makes a new API key for the tenant. Only its hash is stored.
+func (s *Service) IssueKey(ctx context.Context, tenantID, name string) (IssuedKey, error) {
+	name = strings.TrimSpace(name)
+	if len([]rune(name)) > maxNameLen || strings.ContainsFunc(name, unicode.IsControl) {
+		return IssuedKey{}, apperr.Invalidf("name", "must be at most %d characters without control characters", maxNameLen)
+	}
+	if _, err := getTenant(ctx, s.db, tenantID, false); err != nil {
+		return IssuedKey{}, fmt.Errorf("entitlements: issue key: %w", err)
+	}
+	raw, err := newRawKey()
+	if err != nil {
+		return IssuedKey{}, err
+	}
+	k := IssuedKey{Key: raw, Prefix: raw[:keyPrefixLen], Name: name}
+	err = s.db.QueryRow(ctx, `
+INSERT INTO api_keys (tenant_id, prefix, hash, name) VALUES ($1, $2, $3, $4)
+RETURNING id::text, created_at`, tenantID, k.Prefix, hashKey(raw), name).Scan(&k.ID, &k.CreatedAt)
+	if err != nil {
+		var pe interface{ SQLState() string }
+		if errors.As(err, &pe) && pe.SQLState() == "23503" {
+			return IssuedKey{}, tenantNotFound(tenantID) // deleted meanwhile
+		}
+		return IssuedKey{}, fmt.Errorf("entitlements: issue key: %w", pgError(err))
+	}
+	s.log.InfoContext(ctx, "api key issued", "tenant_id", tenantID, "key_id", k.ID, "key_prefix", k.Prefix)
+	return k, nil
+}
+
+// ListKeys lists the tenant's keys, newest first, without their secrets.
+func (s *Service) ListKeys(ctx context.Context, tenantID string) ([]KeySummary, error) {
+	if _, err := getTenant(ctx, s.db, tenantID, false); err != nil {
+		return nil, fmt.Errorf("entitlements: list keys: %w", err)
+	}
+	rows, err := s.db.Query(ctx, `
+SELECT id::text, prefix, name, created_at, last_used_at, revoked_at FROM api_keys
+ WHERE tenant_id = $1 ORDER BY created_at DESC, id`, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("entitlements: list keys: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowToStructByPos[KeySummary])
+	if err != nil {
+		return nil, fmt.Errorf("entitlements: list keys: %w", err)
+	}
+	if keys == nil {
+		keys = []KeySummary{}
+	}
+	return keys, nil
+}
+
+// RevokeKey revokes a key at once on every instance: the revocation is
+// committed, then the key's hash is published so that every Service drops it
+// from its cache. Revoking a revoked key is a no-op; an unknown one NotFound.
+func (s *Service) RevokeKey(ctx context.Context, keyID string) error {
+	if !isUUID(keyID) {
+		return apperr.New(apperr.NotFound, "no API key %q", keyID)
+	}
+	var (
+		hash     []byte
+		tenantID string
+	)
+	err := s.db.QueryRow(ctx, `
+UPDATE api_keys SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1
+RETURNING hash, tenant_id::text`, keyID).Scan(&hash, &tenantID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return apperr.New(apperr.NotFound, "no API key %q", keyID)
+	}
+	if err != nil {
+		return fmt.Errorf("entitlements: revoke key: %w", err)
+	}
+	h := hex.EncodeToString(hash)
+	s.keys.revoke(h)
+	if s.opts.Redis != nil {
+		if err := s.opts.Redis.Publish(ctx, s.RevokedChannel(), h).Err(); err != nil {
+			// Other instances trust their cache for at most KeyCacheTTL.
+			s.log.ErrorContext(ctx, "publishing api key revocation failed", "key_id", keyID, "err", err)
+			return apperr.New(apperr.Unavailable, "the key is revoked, but other instances may accept it for up to %s: %v", s.opts.KeyCacheTTL, err)
+		}
+	}
+	s.log.InfoContext(ctx, "api key revoked", "tenant_id", tenantID, "key_id", keyID)
+	return nil
+}
+
+// Authenticate maps a raw API key to its tenant. Unknown, malformed and
+// revoked keys are Unauthorized. In steady state it answers from memory.
+func (s *Service) Authenticate(ctx context.Context, rawKey string) (KeyInfo, error) {
+	if !strings.HasPrefix(rawKey, keyScheme) || len(rawKey) != len(keyScheme)+keyBodyLen {
+		return KeyInfo{}, apperr.New(apperr.Unauthorized, "invalid API key")
+	}
+	sum := hashKey(rawKey)
+	h := hex.EncodeToString(sum)
+	now := s.opts.Now()
+	e, ok, epoch := s.keys.get(h, now)
+	if ok {
+		if !e.ok {
+			return KeyInfo{}, apperr.New(apperr.Unauthorized, "invalid API key")
+		}
+		s.touch(ctx, e.info.KeyID, now)
+		return e.info, nil
+	}
+	var info KeyInfo
+	err := s.db.QueryRow(ctx, `SELECT id::text, tenant_id::text FROM api_keys WHERE hash = $1 AND revoked_at IS NULL`, sum).
+		Scan(&info.KeyID, &info.TenantID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		s.keys.put(h, keyEntry{expires: now.Add(s.opts.NegativeCacheTTL)}, epoch)
+		return KeyInfo{}, apperr.New(apperr.Unauthorized, "invalid API key")
+	}
+	if err != nil {
+		s.log.ErrorContext(ctx, "api key lookup failed", "err", err)
+		return KeyInfo{}, apperr.New(apperr.Unavailable, "cannot check API keys right now; retry")
+	}
+	s.keys.put(h, keyEntry{info: info, ok: true, expires: now.Add(s.opts.KeyCacheTTL)}, epoch)
+	s.touch(ctx, info.KeyID, now)
+	return info, nil
+}
+
+// touch writes last_used_at at most once per LastUsedEvery per key and
+// instance, so that a busy key does not cost a write per request.
+func (s *Service) touch(ctx context.Context, keyID string, now time.Time) {
+	if !s.keys.touch(keyID, now, s.opts.LastUsedEvery) {
+		return
+	}
+	_, err := s.db.Exec(ctx, `
+UPDATE api_keys SET last_used_at = $2
+ WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2 - make_interval(secs => $3))`,
+		keyID, now, s.opts.LastUsedEvery.Seconds())
+	if err != nil {
+		s.log.WarnContext(ctx, "recording api key use failed", "key_id", keyID, "err", err)
+	}
+}

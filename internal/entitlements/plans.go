@@ -1,0 +1,442 @@
+package entitlements
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+var (
+	planKeyRe = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
+	meterRe   = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
+)
+
+// Limits a plan may carry; beyond them a number is a typo, not a plan.
+const (
+	maxRatePerSecond = 1e9
+	maxNameLen       = 200
+	maxFeatureLen    = 100
+	maxFeatures      = 200
+	maxQuotas        = 100
+)
+
+// Plan is a stored plan. Rate nil and Concurrency nil mean unlimited; a meter
+// without a quota is unlimited.
+type Plan struct {
+	Key           string           `json:"key"`
+	Name          string           `json:"name"`
+	StripePriceID string           `json:"stripe_price_id,omitempty"`
+	Rate          *limiter.Rate    `json:"rate"`
+	Concurrency   *int64           `json:"concurrency"`
+	Quotas        map[string]Quota `json:"quotas"`
+	Features      []string         `json:"features"`
+	CreatedAt     time.Time        `json:"created_at"`
+	UpdatedAt     time.Time        `json:"updated_at"`
+}
+
+// Quota is a plan's monthly limit of one meter.
+type Quota struct {
+	Limit int64  `json:"limit"`
+	Mode  string `json:"mode"` // limiter.ModeHard or limiter.ModeSoft
+	// StripeMeterEvent is the Stripe Billing Meter event name that overage
+	// of this meter is reported to; "" = not reported.
+	StripeMeterEvent string `json:"stripe_meter_event,omitempty"`
+}
+
+// PlanInput is the body of a plan create (and, merged onto the stored plan,
+// of a patch). Pointers tell "absent" from zero.
+type PlanInput struct {
+	Key           string                 `json:"key"`
+	Name          string                 `json:"name"`
+	StripePriceID string                 `json:"stripe_price_id"`
+	Rate          *RateInput             `json:"rate"`        // nil = unlimited
+	Concurrency   *int64                 `json:"concurrency"` // nil or 0 = unlimited
+	Quotas        map[string]*QuotaInput `json:"quotas"`      // a nil entry removes the meter
+	Features      []string               `json:"features"`
+}
+
+// RateInput is a token bucket: PerSecond refill, Burst capacity (default:
+// PerSecond rounded up).
+type RateInput struct {
+	PerSecond *float64 `json:"per_second"`
+	Burst     *int64   `json:"burst"`
+}
+
+// QuotaInput is one meter's monthly quota; Mode defaults to hard.
+type QuotaInput struct {
+	Limit            *int64 `json:"limit"`
+	Mode             string `json:"mode"`
+	StripeMeterEvent string `json:"stripe_meter_event"`
+}
+
+// PlanPatch changes a plan in place: PatchPlan hands it the stored plan as a
+// PlanInput inside the transaction that saves the result, so two patches
+// never lose each other's changes. The HTTP handler decodes the request body
+// onto it, which gives JSON merge-patch semantics (RFC 7396).
+type PlanPatch func(in *PlanInput) error
+
+// Validate checks every field and reports all bad ones at once, each named
+// the way the JSON body names it (e.g. "quotas.requests.limit").
+func (in *PlanInput) Validate() error {
+	var v apperr.Validation
+	if !planKeyRe.MatchString(in.Key) {
+		v.Add("key", "must match [a-z0-9_-]{1,64}")
+	}
+	if n := len([]rune(in.Name)); n > maxNameLen {
+		v.Add("name", "must be at most %d characters", maxNameLen)
+	} else if strings.TrimSpace(in.Name) == "" && in.Name != "" {
+		v.Add("name", "must not be blank")
+	}
+	if len(in.StripePriceID) > 255 || strings.ContainsFunc(in.StripePriceID, unicode.IsSpace) {
+		v.Add("stripe_price_id", "must be a Stripe price id such as price_123")
+	}
+	if r := in.Rate; r != nil {
+		switch {
+		case r.PerSecond == nil:
+			v.Add("rate.per_second", "is required when rate is given")
+		case math.IsNaN(*r.PerSecond) || *r.PerSecond <= 0 || *r.PerSecond > maxRatePerSecond:
+			v.Add("rate.per_second", "must be greater than 0 and at most %g", float64(maxRatePerSecond))
+		}
+		if r.Burst != nil && *r.Burst < 1 {
+			v.Add("rate.burst", "must be at least 1")
+		}
+	}
+	if in.Concurrency != nil && *in.Concurrency < 0 {
+		v.Add("concurrency", "must not be negative (0 or absent means unlimited)")
+	}
+	if len(in.Quotas) > maxQuotas {
+		v.Add("quotas", "must have at most %d meters", maxQuotas)
+	}
+	for _, meter := range sortedKeys(in.Quotas) {
+		q := in.Quotas[meter]
+		field := "quotas." + meter
+		if !meterRe.MatchString(meter) {
+			v.Add(field, "meter name must match [a-z0-9_.-]{1,64}")
+			continue
+		}
+		if q == nil {
+			continue
+		}
+		switch {
+		case q.Limit == nil:
+			v.Add(field+".limit", "is required")
+		case *q.Limit < 0:
+			v.Add(field+".limit", "must not be negative")
+		}
+		if q.Mode != "" && q.Mode != limiter.ModeHard && q.Mode != limiter.ModeSoft {
+			v.Add(field+".mode", `must be "hard" or "soft"`)
+		}
+		if len(q.StripeMeterEvent) > 100 || strings.ContainsFunc(q.StripeMeterEvent, unicode.IsSpace) {
+			v.Add(field+".stripe_meter_event", "must be a Stripe meter event name without spaces")
+		}
+	}
+	if len(in.Features) > maxFeatures {
+		v.Add("features", "must have at most %d entries", maxFeatures)
+	}
+	for i, f := range in.Features {
+		if f == "" || len(f) > maxFeatureLen || strings.ContainsFunc(f, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+			v.Add(fmt.Sprintf("features[%d]", i), "must be 1-%d characters without spaces", maxFeatureLen)
+		}
+	}
+	return v.Err()
+}
+
+// normalized fills defaults: name from key, burst from rate, hard mode,
+// features sorted and unique, removed quotas dropped.
+func (in PlanInput) normalized() PlanInput {
+	out := in
+	out.Name = strings.TrimSpace(out.Name)
+	if out.Name == "" {
+		out.Name = out.Key
+	}
+	if in.Rate != nil {
+		r := *in.Rate
+		if r.Burst == nil {
+			b := int64(math.Max(1, math.Ceil(*r.PerSecond)))
+			r.Burst = &b
+		}
+		out.Rate = &r
+	}
+	if out.Concurrency != nil && *out.Concurrency == 0 {
+		out.Concurrency = nil
+	}
+	out.Quotas = make(map[string]*QuotaInput, len(in.Quotas))
+	for m, q := range in.Quotas {
+		if q == nil {
+			continue
+		}
+		qq := *q
+		if qq.Mode == "" {
+			qq.Mode = limiter.ModeHard
+		}
+		out.Quotas[m] = &qq
+	}
+	out.Features = uniqueSorted(in.Features)
+	return out
+}
+
+// Input is the plan as a PlanInput, the starting point of a patch.
+func (p Plan) Input() PlanInput {
+	in := PlanInput{Key: p.Key, Name: p.Name, StripePriceID: p.StripePriceID, Features: append([]string(nil), p.Features...)}
+	if p.Rate != nil {
+		ps, b := p.Rate.PerSecond, p.Rate.Burst
+		in.Rate = &RateInput{PerSecond: &ps, Burst: &b}
+	}
+	if p.Concurrency != nil {
+		c := *p.Concurrency
+		in.Concurrency = &c
+	}
+	in.Quotas = make(map[string]*QuotaInput, len(p.Quotas))
+	for m, q := range p.Quotas {
+		l := q.Limit
+		in.Quotas[m] = &QuotaInput{Limit: &l, Mode: q.Mode, StripeMeterEvent: q.StripeMeterEvent}
+	}
+	return in
+}
+
+// CreatePlan stores a new plan. A duplicate key or Stripe price id is a
+// Conflict naming the field.
+func (s *Service) CreatePlan(ctx context.Context, in PlanInput) (Plan, error) {
+	if err := in.Validate(); err != nil {
+		return Plan{}, err
+	}
+	in = in.normalized()
+	var p Plan
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if err := insertPlan(ctx, tx, in); err != nil {
+			return err
+		}
+		var err error
+		p, err = getPlan(ctx, tx, in.Key, false)
+		return err
+	})
+	if err != nil {
+		return Plan{}, fmt.Errorf("entitlements: create plan: %w", err)
+	}
+	s.log.InfoContext(ctx, "plan created", "plan", p.Key)
+	return p, nil
+}
+
+// ListPlans returns every plan, ordered by key.
+func (s *Service) ListPlans(ctx context.Context) ([]Plan, error) {
+	rows, err := s.db.Query(ctx, planSelect+` ORDER BY p.key`)
+	if err != nil {
+		return nil, fmt.Errorf("entitlements: list plans: %w", err)
+	}
+	plans, err := pgx.CollectRows(rows, scanPlan)
+	if err != nil {
+		return nil, fmt.Errorf("entitlements: list plans: %w", err)
+	}
+	if plans == nil {
+		plans = []Plan{}
+	}
+	return plans, nil
+}
+
+// GetPlan returns one plan; NotFound when there is none.
+func (s *Service) GetPlan(ctx context.Context, key string) (Plan, error) {
+	p, err := getPlan(ctx, s.db, key, false)
+	if err != nil {
+		return Plan{}, fmt.Errorf("entitlements: get plan: %w", err)
+	}
+	return p, nil
+}
+
+// PatchPlan applies patch to the stored plan and saves the result, then
+// bumps the entitlement version of every tenant the plan reaches and
+// publishes their snapshots, so that they get the new limits at once.
+func (s *Service) PatchPlan(ctx context.Context, key string, patch PlanPatch) (Plan, error) {
+	var (
+		p     Plan
+		snaps []limiter.Snapshot
+	)
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		cur, err := getPlan(ctx, tx, key, true)
+		if err != nil {
+			return err
+		}
+		in := cur.Input()
+		if err := patch(&in); err != nil {
+			return err
+		}
+		if in.Key != key {
+			return apperr.Invalidf("key", "cannot be changed (the plan is %q)", key)
+		}
+		if err := in.Validate(); err != nil {
+			return err
+		}
+		in = in.normalized()
+		if err := updatePlan(ctx, tx, in); err != nil {
+			return err
+		}
+		if p, err = getPlan(ctx, tx, key, false); err != nil {
+			return err
+		}
+		ids, err := s.tenantsReachedBy(ctx, tx, key)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			snap, err := s.BumpTx(ctx, tx, id, "plan "+key+" changed")
+			if err != nil {
+				return err
+			}
+			snaps = append(snaps, snap)
+		}
+		return nil
+	})
+	if err != nil {
+		return Plan{}, fmt.Errorf("entitlements: patch plan: %w", err)
+	}
+	s.log.InfoContext(ctx, "plan changed", "plan", key, "tenants", len(snaps))
+	if err := s.publishAll(ctx, snaps); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// tenantsReachedBy lists the tenants whose snapshot depends on the plan:
+// those on it, and, for the default plan, those whose subscription status
+// may have sent them to it.
+func (s *Service) tenantsReachedBy(ctx context.Context, q querier, key string) ([]string, error) {
+	rows, err := q.Query(ctx, `
+SELECT id::text FROM tenants WHERE plan_key = $1
+UNION
+SELECT DISTINCT tenant_id::text FROM subscriptions
+ WHERE $1 = $2 AND status NOT IN ('active', 'trialing')
+ORDER BY 1`, key, s.opts.DefaultPlan)
+	if err != nil {
+		return nil, fmt.Errorf("list tenants of plan: %w", err)
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+const planSelect = `
+SELECT p.key, p.name, coalesce(p.stripe_price_id, ''), p.rate_per_second, p.rate_burst, p.concurrency,
+       p.features, p.created_at, p.updated_at,
+       coalesce((SELECT jsonb_object_agg(q.meter, jsonb_build_object('limit', q.quota_limit, 'mode', q.mode,
+                        'stripe_meter_event', coalesce(q.stripe_meter_event, '')))
+                   FROM plan_quotas q WHERE q.plan_key = p.key), '{}'::jsonb)
+  FROM plans p`
+
+func scanPlan(row pgx.CollectableRow) (Plan, error) {
+	var (
+		p     Plan
+		rps   *float64
+		burst *int64
+	)
+	if err := row.Scan(&p.Key, &p.Name, &p.StripePriceID, &rps, &burst, &p.Concurrency, &p.Features,
+		&p.CreatedAt, &p.UpdatedAt, &p.Quotas); err != nil {
+		return Plan{}, err
+	}
+	if rps != nil && burst != nil {
+		p.Rate = &limiter.Rate{PerSecond: *rps, Burst: *burst}
+	}
+	if p.Features == nil {
+		p.Features = []string{}
+	}
+	if p.Quotas == nil {
+		p.Quotas = map[string]Quota{}
+	}
+	return p, nil
+}
+
+func getPlan(ctx context.Context, q querier, key string, lock bool) (Plan, error) {
+	if !planKeyRe.MatchString(key) {
+		return Plan{}, apperr.New(apperr.NotFound, "no plan %q", key)
+	}
+	sql := planSelect + ` WHERE p.key = $1`
+	if lock {
+		sql += ` FOR UPDATE OF p`
+	}
+	rows, err := q.Query(ctx, sql, key)
+	if err != nil {
+		return Plan{}, err
+	}
+	p, err := pgx.CollectExactlyOneRow(rows, scanPlan)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Plan{}, apperr.New(apperr.NotFound, "no plan %q", key)
+	}
+	return p, err
+}
+
+func insertPlan(ctx context.Context, tx pgx.Tx, in PlanInput) error {
+	rps, burst := rateCols(in.Rate)
+	_, err := tx.Exec(ctx, `
+INSERT INTO plans (key, name, stripe_price_id, rate_per_second, rate_burst, concurrency, features)
+VALUES ($1, $2, nullif($3, ''), $4, $5, $6, $7)`,
+		in.Key, in.Name, in.StripePriceID, rps, burst, in.Concurrency, in.Features)
+	if err != nil {
+		return pgError(err)
+	}
+	return insertQuotas(ctx, tx, in)
+}
+
+func updatePlan(ctx context.Context, tx pgx.Tx, in PlanInput) error {
+	rps, burst := rateCols(in.Rate)
+	_, err := tx.Exec(ctx, `
+UPDATE plans SET name = $2, stripe_price_id = nullif($3, ''), rate_per_second = $4, rate_burst = $5,
+       concurrency = $6, features = $7, updated_at = now()
+ WHERE key = $1`,
+		in.Key, in.Name, in.StripePriceID, rps, burst, in.Concurrency, in.Features)
+	if err != nil {
+		return pgError(err)
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM plan_quotas WHERE plan_key = $1`, in.Key); err != nil {
+		return pgError(err)
+	}
+	return insertQuotas(ctx, tx, in)
+}
+
+func insertQuotas(ctx context.Context, tx pgx.Tx, in PlanInput) error {
+	for _, m := range sortedKeys(in.Quotas) {
+		q := in.Quotas[m]
+		_, err := tx.Exec(ctx, `
+INSERT INTO plan_quotas (plan_key, meter, quota_limit, mode, stripe_meter_event)
+VALUES ($1, $2, $3, $4, nullif($5, ''))`, in.Key, m, *q.Limit, q.Mode, q.StripeMeterEvent)
+		if err != nil {
+			return pgError(err)
+		}
+	}
+	return nil
+}
+
+func rateCols(r *RateInput) (*float64, *int64) {
+	if r == nil {
+		return nil, nil
+	}
+	return r.PerSecond, r.Burst
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func uniqueSorted(in []string) []string {
+	out := make([]string, 0, len(in))
+	seen := make(map[string]bool, len(in))
+	for _, s := range in {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,302 @@
+package entitlements
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/period"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+// Subscription statuses that grant the tenant's own plan.
+const (
+	StatusActive   = "active"
+	StatusTrialing = "trialing"
+	StatusPastDue  = "past_due"
+)
+
+// inputs is everything a snapshot is computed from.
+type inputs struct {
+	tenant      Tenant
+	plan        Plan  // the tenant's plan
+	defaultPlan *Plan // nil when DEFAULT_PLAN does not exist
+	sub         *Subscription
+	overrides   []override
+	now         time.Time
+}
+
+type override struct {
+	meter      string
+	extra      *int64
+	quotaLimit *int64
+	mode       *string
+}
+
+// loadInputs reads the tenant, its plan, the default plan, its most relevant
+// subscription and its unexpired quota overrides.
+func loadInputs(ctx context.Context, q querier, tenantID string) (inputs, error) {
+	t, err := getTenant(ctx, q, tenantID, false)
+	if err != nil {
+		return inputs{}, err
+	}
+	return inputs{tenant: t}, nil
+}
+
+// fill completes inputs with the plans, subscription and overrides; split
+// from loadInputs so that the service's clock (not the database's) decides.
+func (s *Service) fill(ctx context.Context, q querier, in *inputs) error {
+	in.now = s.opts.Now()
+	rows, err := q.Query(ctx, planSelect+` WHERE p.key = $1 OR p.key = $2`, in.tenant.Plan, s.opts.DefaultPlan)
+	if err != nil {
+		return fmt.Errorf("read plans: %w", err)
+	}
+	plans, err := pgx.CollectRows(rows, scanPlan)
+	if err != nil {
+		return fmt.Errorf("read plans: %w", err)
+	}
+	for i := range plans {
+		if plans[i].Key == in.tenant.Plan {
+			in.plan = plans[i]
+		}
+		if plans[i].Key == s.opts.DefaultPlan {
+			in.defaultPlan = &plans[i]
+		}
+	}
+	var sub Subscription
+	err = q.QueryRow(ctx, `
+SELECT id, status, coalesce(stripe_price_id, ''), current_period_start, current_period_end,
+       cancel_at_period_end, trial_end, past_due_since, grace_ends_at
+  FROM subscriptions WHERE tenant_id = $1
+ ORDER BY (status IN ('active', 'trialing', 'past_due')) DESC, updated_at DESC
+ LIMIT 1`, in.tenant.ID).Scan(&sub.ID, &sub.Status, &sub.StripePriceID, &sub.CurrentPeriodStart, &sub.CurrentPeriodEnd,
+		&sub.CancelAtPeriodEnd, &sub.TrialEnd, &sub.PastDueSince, &sub.GraceEndsAt)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
+		return fmt.Errorf("read subscription: %w", err)
+	default:
+		in.sub = &sub
+	}
+	rows, err = q.Query(ctx, `
+SELECT meter, extra, quota_limit, mode FROM quota_overrides
+ WHERE tenant_id = $1 AND (expires_at IS NULL OR expires_at > $2)
+ ORDER BY created_at, id`, in.tenant.ID, in.now)
+	if err != nil {
+		return fmt.Errorf("read quota overrides: %w", err)
+	}
+	var o override
+	_, err = pgx.ForEachRow(rows, []any{&o.meter, &o.extra, &o.quotaLimit, &o.mode}, func() error {
+		in.overrides = append(in.overrides, o)
+		o = override{}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read quota overrides: %w", err)
+	}
+	return nil
+}
+
+// compute applies the status rules, the overrides and the period to the inputs.
+func (s *Service) compute(in inputs) limiter.Snapshot {
+	plan, status, own := s.effectivePlan(in)
+	snap := limiter.Snapshot{
+		TenantID: in.tenant.ID,
+		Plan:     plan.Key,
+		Status:   status,
+		Version:  in.tenant.EntitlementVersion,
+		Quotas:   map[string]limiter.Quota{},
+	}
+	if plan.Rate != nil {
+		r := *plan.Rate
+		snap.Rate = &r
+	}
+	if plan.Concurrency != nil {
+		snap.Concurrency = *plan.Concurrency
+	}
+	for m, q := range plan.Quotas {
+		snap.Quotas[m] = limiter.Quota{Limit: q.Limit, Mode: q.Mode}
+	}
+	applyOverrides(snap.Quotas, in.overrides)
+	features := append([]string(nil), plan.Features...)
+	if own {
+		// Stripe Entitlements features come with the paid subscription; a
+		// tenant sent back to the default plan loses them with it.
+		features = append(features, in.tenant.StripeFeatures...)
+	}
+	snap.Features = uniqueSorted(features)
+
+	var subPeriod *period.Period
+	if in.sub != nil && in.sub.CurrentPeriodStart != nil && in.sub.CurrentPeriodEnd != nil {
+		subPeriod = &period.Period{Start: *in.sub.CurrentPeriodStart, End: *in.sub.CurrentPeriodEnd}
+	}
+	p := period.Current(in.tenant.PeriodAnchor, subPeriod, in.now)
+	snap.PeriodStart, snap.PeriodEnd = p.Start, p.End
+	snap.NextPeriodEnd = period.Current(in.tenant.PeriodAnchor, subPeriod, p.End).End
+	return snap
+}
+
+// effectivePlan applies the subscription status rules; own is true when the
+// tenant gets its own plan.
+func (s *Service) effectivePlan(in inputs) (plan Plan, status string, own bool) {
+	if in.sub == nil {
+		return in.plan, StatusActive, true
+	}
+	switch in.sub.Status {
+	case StatusActive, StatusTrialing:
+		return in.plan, in.sub.Status, true
+	case StatusPastDue:
+		var graceEnd *time.Time
+		switch {
+		case in.sub.GraceEndsAt != nil:
+			graceEnd = in.sub.GraceEndsAt
+		case in.sub.PastDueSince != nil:
+			g := in.sub.PastDueSince.Add(s.opts.GracePeriod)
+			graceEnd = &g
+		}
+		if graceEnd == nil || in.now.Before(*graceEnd) {
+			return in.plan, StatusPastDue, true
+		}
+	}
+	// unpaid, canceled, incomplete, incomplete_expired, paused, an expired
+	// grace period, and statuses Stripe may add later: no paid access.
+	return s.fallback(in), in.sub.Status, false
+}
+
+func (s *Service) fallback(in inputs) Plan {
+	if in.defaultPlan != nil {
+		return *in.defaultPlan
+	}
+	// No default plan stored: refuse metered use rather than keep paid
+	// limits for a tenant that stopped paying.
+	return Plan{Key: s.opts.DefaultPlan, Quotas: map[string]Quota{limiter.DefaultMeter: {Limit: 0, Mode: limiter.ModeHard}}}
+}
+
+// applyOverrides changes quotas in the order the overrides were created: a
+// quota_limit replaces the limit, extra adds to it, mode replaces the mode.
+// A meter the plan leaves unlimited stays unlimited unless an override sets
+// a limit.
+func applyOverrides(quotas map[string]limiter.Quota, os []override) {
+	for _, o := range os {
+		q, ok := quotas[o.meter]
+		if o.quotaLimit != nil {
+			q.Limit, ok = *o.quotaLimit, true
+			if q.Mode == "" {
+				q.Mode = limiter.ModeHard
+			}
+		}
+		if !ok {
+			continue
+		}
+		if o.extra != nil {
+			q.Limit += *o.extra
+		}
+		if o.mode != nil {
+			q.Mode = *o.mode
+		}
+		quotas[o.meter] = q
+	}
+}
+
+// buildSnapshot computes the tenant's snapshot from what q sees.
+func (s *Service) buildSnapshot(ctx context.Context, q querier, tenantID string) (limiter.Snapshot, error) {
+	in, err := loadInputs(ctx, q, tenantID)
+	if err != nil {
+		return limiter.Snapshot{}, err
+	}
+	if err := s.fill(ctx, q, &in); err != nil {
+		return limiter.Snapshot{}, err
+	}
+	return s.compute(in), nil
+}
+
+// Snapshot computes the tenant's current snapshot from Postgres (no version
+// bump, nothing written).
+func (s *Service) Snapshot(ctx context.Context, tenantID string) (limiter.Snapshot, error) {
+	var snap limiter.Snapshot
+	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var err error
+		snap, err = s.buildSnapshot(ctx, tx, tenantID)
+		return err
+	})
+	if err != nil {
+		return limiter.Snapshot{}, fmt.Errorf("entitlements: snapshot: %w", err)
+	}
+	return snap, nil
+}
+
+// BumpTx bumps the tenant's entitlement version and records the new snapshot
+// inside the caller's transaction. The caller publishes the returned snapshot
+// with Publish after its commit.
+func (s *Service) BumpTx(ctx context.Context, tx pgx.Tx, tenantID, reason string) (limiter.Snapshot, error) {
+	if !isUUID(tenantID) {
+		return limiter.Snapshot{}, tenantNotFound(tenantID)
+	}
+	tag, err := tx.Exec(ctx, `UPDATE tenants SET entitlement_version = entitlement_version + 1, updated_at = now() WHERE id = $1`, tenantID)
+	if err != nil {
+		return limiter.Snapshot{}, fmt.Errorf("entitlements: bump version: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return limiter.Snapshot{}, tenantNotFound(tenantID)
+	}
+	snap, err := s.buildSnapshot(ctx, tx, tenantID)
+	if err != nil {
+		return limiter.Snapshot{}, fmt.Errorf("entitlements: bump version: %w", err)
+	}
+	if err := recordVersion(ctx, tx, snap, reason); err != nil {
+		return limiter.Snapshot{}, fmt.Errorf("entitlements: bump version: %w", err)
+	}
+	return snap, nil
+}
+
+func recordVersion(ctx context.Context, q querier, snap limiter.Snapshot, reason string) error {
+	raw, err := json.Marshal(snap)
+	if err != nil {
+		return fmt.Errorf("encode snapshot: %w", err)
+	}
+	_, err = q.Exec(ctx, `INSERT INTO entitlement_versions (tenant_id, version, reason, snapshot) VALUES ($1, $2, $3, $4)`,
+		snap.TenantID, snap.Version, reason, raw)
+	if err != nil {
+		return fmt.Errorf("record entitlement version: %w", err)
+	}
+	return nil
+}
+
+// Refresh bumps the version in its own transaction and publishes the new
+// snapshot: for changes whose data is already committed (a grace period that
+// ended, an override added).
+func (s *Service) Refresh(ctx context.Context, tenantID, reason string) (limiter.Snapshot, error) {
+	var snap limiter.Snapshot
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		var err error
+		snap, err = s.BumpTx(ctx, tx, tenantID, reason)
+		return err
+	})
+	if err != nil {
+		return limiter.Snapshot{}, fmt.Errorf("entitlements: refresh: %w", err)
+	}
+	return snap, s.Publish(ctx, snap)
+}
+
+// LoadSnapshot is the limiter's Loader: the current snapshot, written back
+// to Redis. An unknown tenant is both apperr NotFound and
+// limiter.ErrUnknownTenant.
+func (s *Service) LoadSnapshot(ctx context.Context, tenantID string) (limiter.Snapshot, error) {
+	snap, err := s.Snapshot(ctx, tenantID)
+	if apperr.CodeOf(err) == apperr.NotFound {
+		return limiter.Snapshot{}, fmt.Errorf("%w: %w", limiter.ErrUnknownTenant, err)
+	}
+	if err != nil {
+		return limiter.Snapshot{}, err
+	}
+	if err := s.Publish(ctx, snap); err != nil {
+		// The caller still gets a correct snapshot; Redis gets it next time.
+		s.log.WarnContext(ctx, "writing loaded snapshot back failed", "tenant_id", tenantID, "err", err)
+	}
+	return snap, nil
+}

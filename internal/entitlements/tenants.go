@@ -1,0 +1,424 @@
+package entitlements
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+// Tenant is a paying customer of the SaaS.
+type Tenant struct {
+	ID                 string    `json:"id"`
+	Name               string    `json:"name"`
+	Plan               string    `json:"plan"` // the plan assigned; the effective one may differ (see TenantDetail)
+	StripeCustomerID   string    `json:"stripe_customer_id,omitempty"`
+	StripeFeatures     []string  `json:"stripe_features"`
+	PeriodAnchor       time.Time `json:"period_anchor"`
+	EntitlementVersion int64     `json:"entitlement_version"`
+	CreatedAt          time.Time `json:"created_at"`
+	UpdatedAt          time.Time `json:"updated_at"`
+}
+
+// TenantInput is the body of a tenant create; Plan defaults to the default plan.
+type TenantInput struct {
+	Name             string `json:"name"`
+	Plan             string `json:"plan"`
+	StripeCustomerID string `json:"stripe_customer_id"`
+}
+
+// Validate checks every field, naming the bad ones.
+func (in *TenantInput) Validate() error {
+	var v apperr.Validation
+	name := strings.TrimSpace(in.Name)
+	switch {
+	case name == "":
+		v.Add("name", "is required")
+	case len([]rune(name)) > maxNameLen:
+		v.Add("name", "must be at most %d characters", maxNameLen)
+	case strings.ContainsFunc(name, unicode.IsControl):
+		v.Add("name", "must not contain control characters")
+	}
+	if in.Plan != "" && !planKeyRe.MatchString(in.Plan) {
+		v.Add("plan", "must be a plan key [a-z0-9_-]{1,64}")
+	}
+	if c := in.StripeCustomerID; c != "" && (len(c) > 255 || strings.ContainsFunc(c, unicode.IsSpace)) {
+		v.Add("stripe_customer_id", "must be a Stripe customer id such as cus_123")
+	}
+	return v.Err()
+}
+
+// Subscription is the tenant's Stripe subscription as billing last stored it.
+type Subscription struct {
+	ID                 string     `json:"id"`
+	Status             string     `json:"status"`
+	StripePriceID      string     `json:"stripe_price_id,omitempty"`
+	CurrentPeriodStart *time.Time `json:"current_period_start"`
+	CurrentPeriodEnd   *time.Time `json:"current_period_end"`
+	CancelAtPeriodEnd  bool       `json:"cancel_at_period_end"`
+	TrialEnd           *time.Time `json:"trial_end"`
+	PastDueSince       *time.Time `json:"past_due_since"`
+	GraceEndsAt        *time.Time `json:"grace_ends_at"`
+}
+
+// MeterUsage is the usage of one meter in the current period.
+type MeterUsage struct {
+	Meter string `json:"meter"`
+	Used  int64  `json:"used"`
+	Limit *int64 `json:"limit"` // nil = unlimited
+	Mode  string `json:"mode,omitempty"`
+	// Source says where Used came from: "redis" (the live counter) or
+	// "postgres" (the durable figure, when Redis has no counter).
+	Source string `json:"source"`
+}
+
+// TenantDetail is a tenant with everything an admin needs to see.
+type TenantDetail struct {
+	Tenant
+	// Status is the access status: the subscription's, or "active" without one.
+	Status        string           `json:"status"`
+	EffectivePlan string           `json:"effective_plan"`
+	Subscription  *Subscription    `json:"subscription"`
+	Entitlements  limiter.Snapshot `json:"entitlements"`
+	Usage         []MeterUsage     `json:"usage"`
+}
+
+// ListQuery selects a page of tenants, newest first.
+type ListQuery struct {
+	Q      string // case-insensitive part of the name, or an exact Stripe customer id or tenant id
+	Limit  int    // 1-200; 0 = 50
+	Cursor string // NextCursor of the previous page
+}
+
+// Page is one page of tenants.
+type Page struct {
+	Tenants    []Tenant `json:"tenants"`
+	NextCursor string   `json:"next_cursor,omitempty"`
+}
+
+const tenantCols = `t.id::text, t.name, t.plan_key, coalesce(t.stripe_customer_id, ''), t.stripe_features,
+       t.period_anchor, t.entitlement_version, t.created_at, t.updated_at`
+
+func scanTenant(row pgx.CollectableRow) (Tenant, error) {
+	var t Tenant
+	err := row.Scan(&t.ID, &t.Name, &t.Plan, &t.StripeCustomerID, &t.StripeFeatures, &t.PeriodAnchor,
+		&t.EntitlementVersion, &t.CreatedAt, &t.UpdatedAt)
+	if t.StripeFeatures == nil {
+		t.StripeFeatures = []string{}
+	}
+	return t, err
+}
+
+// CreateTenant stores a tenant at entitlement version 1 and publishes its
+// first snapshot.
+func (s *Service) CreateTenant(ctx context.Context, in TenantInput) (Tenant, error) {
+	if err := in.Validate(); err != nil {
+		return Tenant{}, err
+	}
+	if in.Plan == "" {
+		in.Plan = s.opts.DefaultPlan
+	}
+	var (
+		t    Tenant
+		snap limiter.Snapshot
+	)
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM plans WHERE key = $1)`, in.Plan).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			return apperr.Invalidf("plan", "no plan %q", in.Plan)
+		}
+		rows, err := tx.Query(ctx, `
+INSERT INTO tenants AS t (name, plan_key, stripe_customer_id, period_anchor)
+VALUES ($1, $2, nullif($3, ''), $4)
+RETURNING `+tenantCols, strings.TrimSpace(in.Name), in.Plan, in.StripeCustomerID, s.opts.Now().UTC())
+		if err != nil {
+			return pgError(err)
+		}
+		if t, err = pgx.CollectExactlyOneRow(rows, scanTenant); err != nil {
+			return pgError(err)
+		}
+		if snap, err = s.buildSnapshot(ctx, tx, t.ID); err != nil {
+			return err
+		}
+		return recordVersion(ctx, tx, snap, "tenant created")
+	})
+	if err != nil {
+		return Tenant{}, fmt.Errorf("entitlements: create tenant: %w", err)
+	}
+	s.log.InfoContext(ctx, "tenant created", "tenant_id", t.ID, "plan", t.Plan)
+	return t, s.Publish(ctx, snap)
+}
+
+// ListTenants returns one page of tenants, newest first.
+func (s *Service) ListTenants(ctx context.Context, q ListQuery) (Page, error) {
+	if q.Limit == 0 {
+		q.Limit = 50
+	}
+	if q.Limit < 1 || q.Limit > 200 {
+		return Page{}, apperr.Invalidf("limit", "must be between 1 and 200")
+	}
+	if len(q.Q) > 200 {
+		return Page{}, apperr.Invalidf("q", "must be at most 200 characters")
+	}
+	var (
+		curAt *time.Time
+		curID *string
+	)
+	if q.Cursor != "" {
+		at, id, ok := decodeCursor(q.Cursor)
+		if !ok {
+			return Page{}, apperr.Invalidf("cursor", "is not a cursor this API returned")
+		}
+		curAt, curID = &at, &id
+	}
+	var pattern *string
+	if q.Q != "" {
+		p := "%" + likeEscape(strings.ToLower(q.Q)) + "%"
+		pattern = &p
+	}
+	rows, err := s.db.Query(ctx, `
+SELECT `+tenantCols+` FROM tenants t
+ WHERE ($1::text IS NULL OR lower(t.name) LIKE $1 OR t.stripe_customer_id = $2 OR t.id::text = lower($2))
+   AND ($3::timestamptz IS NULL OR (t.created_at, t.id) < ($3, $4::uuid))
+ ORDER BY t.created_at DESC, t.id DESC
+ LIMIT $5`, pattern, q.Q, curAt, curID, q.Limit+1)
+	if err != nil {
+		return Page{}, fmt.Errorf("entitlements: list tenants: %w", err)
+	}
+	ts, err := pgx.CollectRows(rows, scanTenant)
+	if err != nil {
+		return Page{}, fmt.Errorf("entitlements: list tenants: %w", err)
+	}
+	page := Page{Tenants: ts}
+	if len(ts) > q.Limit {
+		page.Tenants = ts[:q.Limit]
+		last := page.Tenants[q.Limit-1]
+		page.NextCursor = encodeCursor(last.CreatedAt, last.ID)
+	}
+	if page.Tenants == nil {
+		page.Tenants = []Tenant{}
+	}
+	return page, nil
+}
+
+func likeEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}
+
+// Cursors are opaque to clients: base64 of "<unix micros>/<id>".
+func encodeCursor(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at.UnixMicro(), 10) + "/" + id))
+}
+
+func decodeCursor(c string) (time.Time, string, bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, "", false
+	}
+	us, id, ok := strings.Cut(string(raw), "/")
+	if !ok || !isUUID(id) {
+		return time.Time{}, "", false
+	}
+	n, err := strconv.ParseInt(us, 10, 64)
+	if err != nil {
+		return time.Time{}, "", false
+	}
+	return time.UnixMicro(n).UTC(), id, true
+}
+
+// isUUID accepts the canonical 8-4-4-4-12 hex form, so that a bad id in a
+// URL is a 404 without a query that would fail on the cast.
+func isUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, r := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if r != '-' {
+				return false
+			}
+		default:
+			if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r >= 'A' && r <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func tenantNotFound(id string) error {
+	return apperr.New(apperr.NotFound, "no tenant %q", id)
+}
+
+// GetTenantRow returns the tenant alone (no snapshot or usage).
+func (s *Service) GetTenantRow(ctx context.Context, id string) (Tenant, error) {
+	t, err := getTenant(ctx, s.db, id, false)
+	if err != nil {
+		return Tenant{}, fmt.Errorf("entitlements: get tenant: %w", err)
+	}
+	return t, nil
+}
+
+func getTenant(ctx context.Context, q querier, id string, lock bool) (Tenant, error) {
+	if !isUUID(id) {
+		return Tenant{}, tenantNotFound(id)
+	}
+	sql := `SELECT ` + tenantCols + ` FROM tenants t WHERE t.id = $1`
+	if lock {
+		sql += ` FOR UPDATE`
+	}
+	rows, err := q.Query(ctx, sql, id)
+	if err != nil {
+		return Tenant{}, err
+	}
+	t, err := pgx.CollectExactlyOneRow(rows, scanTenant)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Tenant{}, tenantNotFound(id)
+	}
+	return t, err
+}
+
+// GetTenant returns the tenant with its subscription, effective
+// entitlements and current usage.
+func (s *Service) GetTenant(ctx context.Context, id string) (TenantDetail, error) {
+	d, err := s.detail(ctx, id)
+	if err != nil {
+		return TenantDetail{}, fmt.Errorf("entitlements: get tenant: %w", err)
+	}
+	return d, nil
+}
+
+func (s *Service) detail(ctx context.Context, id string) (TenantDetail, error) {
+	t, err := getTenant(ctx, s.db, id, false)
+	if err != nil {
+		return TenantDetail{}, err
+	}
+	in, err := loadInputs(ctx, s.db, id)
+	if err != nil {
+		return TenantDetail{}, err
+	}
+	snap := s.compute(in)
+	d := TenantDetail{Tenant: t, Status: snap.Status, EffectivePlan: snap.Plan, Subscription: in.sub, Entitlements: snap}
+	if d.Usage, err = s.usage(ctx, snap); err != nil {
+		return TenantDetail{}, err
+	}
+	return d, nil
+}
+
+// usage reads the current period's usage of every meter with a quota or
+// with recorded usage: the live Redis counter where there is one, else the
+// durable figure in usage_periods.
+func (s *Service) usage(ctx context.Context, snap limiter.Snapshot) ([]MeterUsage, error) {
+	rows, err := s.db.Query(ctx, `SELECT meter, used FROM usage_periods WHERE tenant_id = $1 AND period_start = $2`,
+		snap.TenantID, snap.PeriodStart)
+	if err != nil {
+		return nil, fmt.Errorf("read usage: %w", err)
+	}
+	durable := map[string]int64{}
+	var (
+		meter string
+		used  int64
+	)
+	if _, err := pgx.ForEachRow(rows, []any{&meter, &used}, func() error { durable[meter] = used; return nil }); err != nil {
+		return nil, fmt.Errorf("read usage: %w", err)
+	}
+	meters := map[string]bool{}
+	for m := range snap.Quotas {
+		meters[m] = true
+	}
+	for m := range durable {
+		meters[m] = true
+	}
+	out := make([]MeterUsage, 0, len(meters))
+	for _, m := range sortedKeys(meters) {
+		u := MeterUsage{Meter: m, Used: durable[m], Source: "postgres"}
+		if q, ok := snap.Quotas[m]; ok {
+			l := q.Limit
+			u.Limit, u.Mode = &l, q.Mode
+		}
+		if s.store != nil {
+			n, ok, err := s.store.Used(ctx, snap.TenantID, m, snap.PeriodStart)
+			if err != nil {
+				// The durable figure is still right up to the last flush.
+				s.log.WarnContext(ctx, "reading live usage failed", "tenant_id", snap.TenantID, "meter", m, "err", err)
+			} else if ok {
+				u.Used, u.Source = max(n, 0), "redis"
+			}
+		}
+		out = append(out, u)
+	}
+	return out, nil
+}
+
+// TenantByCustomer finds the tenant linked to a Stripe customer.
+func (s *Service) TenantByCustomer(ctx context.Context, stripeCustomerID string) (Tenant, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+tenantCols+` FROM tenants t WHERE t.stripe_customer_id = $1`, stripeCustomerID)
+	if err != nil {
+		return Tenant{}, fmt.Errorf("entitlements: tenant by customer: %w", err)
+	}
+	t, err := pgx.CollectExactlyOneRow(rows, scanTenant)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Tenant{}, apperr.New(apperr.NotFound, "no tenant with Stripe customer %q", stripeCustomerID)
+	}
+	if err != nil {
+		return Tenant{}, fmt.Errorf("entitlements: tenant by customer: %w", err)
+	}
+	return t, nil
+}
+
+// SetPlan puts the tenant on another plan locally (no Stripe call), bumps
+// its entitlement version and publishes the new snapshot.
+func (s *Service) SetPlan(ctx context.Context, tenantID, planKey, reason string) (TenantDetail, error) {
+	if !planKeyRe.MatchString(planKey) {
+		return TenantDetail{}, apperr.Invalidf("plan", "must be a plan key [a-z0-9_-]{1,64}")
+	}
+	if reason == "" {
+		reason = "plan set to " + planKey
+	}
+	var snap limiter.Snapshot
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if _, err := getTenant(ctx, tx, tenantID, true); err != nil {
+			return err
+		}
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM plans WHERE key = $1)`, planKey).Scan(&exists); err != nil {
+			return err
+		}
+		if !exists {
+			return apperr.Invalidf("plan", "no plan %q", planKey)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE tenants SET plan_key = $2, updated_at = now() WHERE id = $1`, tenantID, planKey); err != nil {
+			return pgError(err)
+		}
+		var err error
+		snap, err = s.BumpTx(ctx, tx, tenantID, reason)
+		return err
+	})
+	if err != nil {
+		return TenantDetail{}, fmt.Errorf("entitlements: set plan: %w", err)
+	}
+	s.log.InfoContext(ctx, "tenant plan set", "tenant_id", tenantID, "plan", planKey, "version", snap.Version)
+	if err := s.Publish(ctx, snap); err != nil {
+		return TenantDetail{}, err
+	}
+	return s.GetTenant(ctx, tenantID)
+}
+
+// ChangePlan is the admin's plan change without Stripe: SetPlan with a
+// reason saying so. It makes Service an httpapi.PlanChanger.
+func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (TenantDetail, error) {
+	return s.SetPlan(ctx, tenantID, planKey, "admin changed plan to "+planKey)
+}
