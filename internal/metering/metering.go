@@ -1,0 +1,144 @@
+// Package metering keeps usage exactly once: usage events sent by backends
+// (inserted with their idempotency key and added to the period's durable
+// meter in one statement), the limiter's Redis counters moved to Postgres
+// by an idempotent flush, quota counters rebuilt from Postgres after a Redis
+// loss, periods closed with their figures kept, hourly history, and usage
+// reported to Stripe Billing Meters. See README.md for the rules.
+package metering
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/period"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+// SnapshotFunc returns a tenant's current entitlement snapshot (cmd wires
+// the entitlements service's LoadSnapshot); it gives GET /v1/usage its
+// quotas and period.
+type SnapshotFunc func(ctx context.Context, tenantID string) (limiter.Snapshot, error)
+
+// Options configure a Service. Every field documents its default.
+type Options struct {
+	// Snapshot gives the tenant's quotas and period to Usage. Required for
+	// Usage; Ingest and the flush do without it.
+	Snapshot SnapshotFunc
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// MaxEventAge is how old an event's timestamp may be; default 35 days,
+	// the window in which Stripe Billing Meters still accept an event, so
+	// everything we accept can still be reported.
+	MaxEventAge time.Duration
+	// MaxEventAhead is how far ahead of our clock a timestamp may be;
+	// default 5 minutes (clock skew, as Stripe allows).
+	MaxEventAhead time.Duration
+	// CloseGrace is how long after its end a period is closed; default 1
+	// minute, so that Redis-timed decisions of its last second are flushed.
+	CloseGrace time.Duration
+}
+
+// Service is the metering domain.
+type Service struct {
+	db    *pgxpool.Pool
+	store *limiter.Store
+	log   *slog.Logger
+	opts  Options
+}
+
+// NewService returns the metering service on db and the limiter's Redis
+// store.
+func NewService(db *pgxpool.Pool, store *limiter.Store, log *slog.Logger, opts Options) *Service {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.MaxEventAge == 0 {
+		opts.MaxEventAge = 35 * 24 * time.Hour
+	}
+	if opts.MaxEventAhead == 0 {
+		opts.MaxEventAhead = 5 * time.Minute
+	}
+	if opts.CloseGrace == 0 {
+		opts.CloseGrace = time.Minute
+	}
+	return &Service{db: db, store: store, log: log, opts: opts}
+}
+
+// tenantPeriods is what the period of any instant of a tenant depends on.
+type tenantPeriods struct {
+	anchor time.Time
+	sub    *period.Period
+}
+
+func (tp tenantPeriods) at(t time.Time) period.Period { return period.Current(tp.anchor, tp.sub, t) }
+
+// endOf returns the end of the tenant's period starting at start. A start
+// that the tenant's periods do not produce (its subscription changed since)
+// gets a monthly period anchored on itself.
+func (tp tenantPeriods) endOf(start time.Time) time.Time {
+	if p := tp.at(start); p.Start.Equal(start) {
+		return p.End
+	}
+	return period.Monthly(start, start).End
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// loadTenantPeriods reads the anchor and the latest subscription's current
+// period, the inputs of period.Current (the entitlement snapshot uses the
+// same, so durable meters and Redis counters agree on period starts).
+func loadTenantPeriods(ctx context.Context, q querier, tenantID string) (tenantPeriods, error) {
+	var tp tenantPeriods
+	var start, end *time.Time
+	err := q.QueryRow(ctx, `
+SELECT t.period_anchor, s.current_period_start, s.current_period_end
+FROM tenants t
+LEFT JOIN LATERAL (
+    SELECT current_period_start, current_period_end FROM subscriptions
+    WHERE tenant_id = t.id ORDER BY updated_at DESC LIMIT 1) s ON true
+WHERE t.id = $1`, tenantID).Scan(&tp.anchor, &start, &end)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return tp, apperr.New(apperr.NotFound, "tenant %s not found", tenantID)
+	}
+	if err != nil {
+		return tp, fmt.Errorf("metering: tenant periods: %w", err)
+	}
+	if start != nil && end != nil {
+		tp.sub = &period.Period{Start: start.UTC(), End: end.UTC()}
+	}
+	return tp, nil
+}
+
+// validUUID reports whether s is a canonical UUID, so that a malformed id
+// never reaches Postgres as an error.
+func validUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+				return false
+			}
+		}
+	}
+	return true
+}
