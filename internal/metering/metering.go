@@ -80,7 +80,10 @@ type tenantPeriods struct {
 	sub    *period.Period
 }
 
-func (tp tenantPeriods) at(t time.Time) period.Period { return period.Current(tp.anchor, tp.sub, t) }
+func (tp tenantPeriods) at(t time.Time) period.Period {
+	p := period.Current(tp.anchor, tp.sub, t)
+	return period.Period{Start: secondOf(p.Start), End: secondOf(p.End)}
+}
 
 // endOf returns the end of the tenant's period starting at start. A start
 // that the tenant's periods do not produce (its subscription changed since)
@@ -89,7 +92,7 @@ func (tp tenantPeriods) endOf(start time.Time) time.Time {
 	if p := tp.at(start); p.Start.Equal(start) {
 		return p.End
 	}
-	return period.Monthly(start, start).End
+	return secondOf(period.Monthly(start, start).End)
 }
 
 type querier interface {
@@ -120,6 +123,11 @@ WHERE t.id = $1`, tenantID).Scan(&tp.anchor, &start, &end)
 	}
 	return tp, nil
 }
+
+// secondOf is the key of a period start: the limiter names counters by
+// Unix seconds, so every period start (and end) in metering is cut to the
+// second, whatever precision the anchor was stored with.
+func secondOf(t time.Time) time.Time { return t.UTC().Truncate(time.Second) }
 
 // validUUID reports whether s is a canonical UUID, so that a malformed id
 // never reaches Postgres as an error.

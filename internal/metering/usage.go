@@ -36,13 +36,13 @@ type Usage struct {
 // snapshot's has ended (the limiter rolls the same way without waiting for
 // a new snapshot).
 func currentPeriod(snap limiter.Snapshot, now time.Time) period.Period {
-	p := period.Period{Start: snap.PeriodStart.UTC(), End: snap.PeriodEnd.UTC()}
+	p := period.Period{Start: secondOf(snap.PeriodStart), End: secondOf(snap.PeriodEnd)}
 	if !now.Before(p.End) && !p.End.IsZero() {
 		next := snap.NextPeriodEnd
 		if !next.After(p.End) {
 			next = p.End.Add(p.End.Sub(p.Start))
 		}
-		p = period.Period{Start: p.End, End: next.UTC()}
+		p = period.Period{Start: p.End, End: secondOf(next)}
 	}
 	return p
 }
@@ -126,7 +126,7 @@ func (s *Service) LoadUsage(ctx context.Context, tenant, meter string, periodSta
 	}
 	var n int64
 	err := s.db.QueryRow(ctx, `SELECT used FROM usage_periods WHERE tenant_id = $1 AND meter = $2 AND period_start = $3`,
-		tenant, meter, periodStart).Scan(&n)
+		tenant, meter, secondOf(periodStart)).Scan(&n)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
