@@ -99,9 +99,10 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// loadTenantPeriods reads the anchor and the latest subscription's current
-// period, the inputs of period.Current (the entitlement snapshot uses the
-// same, so durable meters and Redis counters agree on period starts).
+// loadTenantPeriods reads the anchor and the current period of the
+// subscription the entitlement snapshot uses (a live one first, then the
+// latest), the inputs of period.Current: the same as the snapshot's, so
+// durable meters and Redis counters agree on period starts.
 func loadTenantPeriods(ctx context.Context, q querier, tenantID string) (tenantPeriods, error) {
 	var tp tenantPeriods
 	var start, end *time.Time
@@ -110,7 +111,8 @@ SELECT t.period_anchor, s.current_period_start, s.current_period_end
 FROM tenants t
 LEFT JOIN LATERAL (
     SELECT current_period_start, current_period_end FROM subscriptions
-    WHERE tenant_id = t.id ORDER BY updated_at DESC LIMIT 1) s ON true
+    WHERE tenant_id = t.id
+    ORDER BY (status IN ('active', 'trialing', 'past_due')) DESC, updated_at DESC LIMIT 1) s ON true
 WHERE t.id = $1`, tenantID).Scan(&tp.anchor, &start, &end)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return tp, apperr.New(apperr.NotFound, "tenant %s not found", tenantID)
