@@ -97,7 +97,7 @@ func newLimiter(t testing.TB, rdb redis.UniversalClient, opts limiter.Options) *
 
 // snapshot returns a snapshot for tenant in a 30-day period around now.
 func snapshot(tenant string, mod func(*limiter.Snapshot)) limiter.Snapshot {
-	start := time.Now().UTC().Truncate(24*time.Hour).Add(-24 * time.Hour)
+	start := time.Now().UTC().Truncate(24 * time.Hour).Add(-24 * time.Hour)
 	s := limiter.Snapshot{
 		TenantID: tenant, Plan: "pro", Status: "active", Version: 1,
 		PeriodStart: start, PeriodEnd: start.AddDate(0, 0, 30), NextPeriodEnd: start.AddDate(0, 0, 60),

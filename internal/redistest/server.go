@@ -110,3 +110,11 @@ func (s *Server) Restart(t testing.TB) {
 		t.Fatalf("redistest: restart: %v", err)
 	}
 }
+
+// Signal sends sig to the server (SIGSTOP makes it hang, SIGCONT resumes).
+func (s *Server) Signal(sig os.Signal) error {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return fmt.Errorf("redistest: server not running")
+	}
+	return s.cmd.Process.Signal(sig)
+}

@@ -1,0 +1,95 @@
+package limiter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+)
+
+// MiddlewareOption configures Middleware.
+type MiddlewareOption func(*middlewareConfig)
+
+type middlewareConfig struct {
+	onError      func(w http.ResponseWriter, r *http.Request, err error)
+	shadowHeader string
+}
+
+// WithErrorHandler answers errors other than ErrUnavailable and
+// ErrOverloaded (the resolver's errors, ErrUnknownTenant,
+// ErrInvalidRequest). The default answers 400 for ErrInvalidRequest, 401
+// for ErrUnknownTenant and 500 otherwise, as problem+json.
+func WithErrorHandler(f func(w http.ResponseWriter, r *http.Request, err error)) MiddlewareOption {
+	return func(c *middlewareConfig) { c.onError = f }
+}
+
+// WithShadowHeader names a debug header set to the would-be refusing policy
+// when shadow mode let a request through.
+func WithShadowHeader(name string) MiddlewareOption {
+	return func(c *middlewareConfig) { c.shadowHeader = name }
+}
+
+// DecisionFromContext returns the decision Middleware made for a request.
+func DecisionFromContext(ctx context.Context) (*Decision, bool) {
+	d, ok := ctx.Value(decisionKey{}).(*Decision)
+	return d, ok
+}
+
+type decisionKey struct{}
+
+// Middleware limits every request: resolve names the tenant and the
+// request's cost, meter and limits; the headers of the decision are set on
+// every response; a refusal answers 429 problem+json, ErrUnavailable and
+// ErrOverloaded answer 503 with Retry-After. A concurrency slot is given
+// back when the handler returns.
+func Middleware(l *Limiter, resolve func(*http.Request) (tenant string, req Request, err error), opts ...MiddlewareOption) func(http.Handler) http.Handler {
+	cfg := middlewareConfig{onError: defaultOnError}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tenant, req, err := resolve(r)
+			if err != nil {
+				cfg.onError(w, r, err)
+				return
+			}
+			d, err := l.Allow(r.Context(), tenant, req)
+			switch {
+			case errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOverloaded):
+				WriteUnavailable(w, err)
+				return
+			case err != nil:
+				cfg.onError(w, r, err)
+				return
+			}
+			if !d.Allowed {
+				WriteRefusal(w, d)
+				return
+			}
+			// The slot goes back even if the handler panics; a context that is
+			// already cancelled must not keep the slot until its lease expires.
+			defer d.Release(context.WithoutCancel(r.Context()))
+			WriteHeaders(w.Header(), d)
+			if d.Shadow && cfg.shadowHeader != "" {
+				w.Header().Set(cfg.shadowHeader, d.Policy)
+			}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, d)))
+		})
+	}
+}
+
+func defaultOnError(w http.ResponseWriter, _ *http.Request, err error) {
+	status, title, slug := http.StatusInternalServerError, "Internal server error", "internal"
+	detail := "The rate limiter failed."
+	switch {
+	case errors.Is(err, ErrInvalidRequest):
+		status, title, slug, detail = http.StatusBadRequest, "Invalid request", "invalid-request", err.Error()
+	case errors.Is(err, ErrUnknownTenant):
+		status, title, slug, detail = http.StatusUnauthorized, "Unknown tenant", "unauthorized", "No such tenant."
+	}
+	body, _ := json.Marshal(map[string]any{"type": ProblemBase + slug, "title": title, "status": status, "detail": detail})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(body, '\n'))
+}
