@@ -51,6 +51,8 @@ for i = 1, n do
     local tat = tonumber(redis.call('GET', s.key))
     if tat == nil or tat < now_us then tat = now_us end
     local diff = now_us - (tat + eff * ei - boff)
+    s.rem0 = math.floor((now_us - tat + boff) / ei)
+    s.reset0 = math.ceil((tat - now_us) / 1000)
     if diff < 0 then
       s.ok = false
       s.retry = math.ceil(-diff / 1000)
@@ -83,6 +85,7 @@ for i = 1, n do
     else
       used = tonumber(used)
     end
+    s.rem0 = a - used
     local left = s.pend - now_ms
     if left < 1000 then left = 1000 end
     s.reset = left
@@ -98,6 +101,7 @@ for i = 1, n do
     s.ttl = b
     redis.call('ZREMRANGEBYSCORE', s.key, '-inf', now_ms)
     local held = redis.call('ZCARD', s.key)
+    s.rem0 = a - held
     if held + 1 > a then
       s.ok = false
       s.retry = 1000
@@ -123,6 +127,7 @@ for i = 1, n do
     local elapsed = now_ms - idx * b
     local est = prev * (1 - elapsed / b) + cur
     s.w = idx; s.cur = cur; s.prev = prev
+    s.rem0 = math.floor(a - est)
     if est + eff > a then
       s.ok = false
       local wait
@@ -144,7 +149,6 @@ for i = 1, n do
       s.reset = b - elapsed
     end
   end
-  if s.rem < 0 then s.rem = 0 end
   if not s.ok and s.retry > refuse_retry then
     refuse_idx = i
     refuse_retry = s.retry
@@ -208,8 +212,16 @@ local r = {0, refuse_idx, refuse_retry, now_ms}
 if refuse_idx == 0 then r[1] = 1 end
 for i = 1, n do
   local s = st[i]
-  r[#r + 1] = s.rem
-  r[#r + 1] = s.reset
+  local rem, reset = s.rem, s.reset
+  if refuse_idx > 0 and s.ok then
+    -- nothing was taken: report the policy as it stands
+    rem = s.rem0
+    if s.reset0 then reset = s.reset0 end
+  end
+  if rem < 0 then rem = 0 end
+  if reset < 0 then reset = 0 end
+  r[#r + 1] = rem
+  r[#r + 1] = reset
   r[#r + 1] = s.period
 end
 return r
