@@ -1,0 +1,170 @@
+package billing
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+)
+
+// Event is a stored Stripe event as admins see it.
+type Event struct {
+	ID            string          `json:"id"`
+	Type          string          `json:"type"`
+	APIVersion    string          `json:"api_version"`
+	Livemode      bool            `json:"livemode"`
+	CustomerID    *string         `json:"stripe_customer_id"`
+	TenantID      *string         `json:"tenant_id"`
+	Created       time.Time       `json:"created"`
+	ReceivedAt    time.Time       `json:"received_at"`
+	Status        string          `json:"status"`
+	IgnoredReason *string         `json:"ignored_reason"`
+	Attempts      int             `json:"attempts"`
+	LastError     *string         `json:"last_error"`
+	ProcessedAt   *time.Time      `json:"processed_at"`
+	Payload       json.RawMessage `json:"payload,omitempty"`
+}
+
+// EventQuery selects a page of events, newest received first.
+type EventQuery struct {
+	Status string // "" = all; else pending, processed, ignored or failed
+	Limit  int    // 1-200; 0 = 50
+	Cursor string // NextCursor of the previous page
+}
+
+// EventPage is one page of events.
+type EventPage struct {
+	Events     []Event `json:"events"`
+	NextCursor string  `json:"next_cursor,omitempty"`
+}
+
+const eventCols = `id, type, api_version, livemode, stripe_customer_id, tenant_id::text, event_created, received_at,
+	status, ignored_reason, attempts, last_error, processed_at`
+
+func scanEvent(r pgx.Row, withPayload bool) (Event, error) {
+	var e Event
+	dest := []any{&e.ID, &e.Type, &e.APIVersion, &e.Livemode, &e.CustomerID, &e.TenantID, &e.Created, &e.ReceivedAt,
+		&e.Status, &e.IgnoredReason, &e.Attempts, &e.LastError, &e.ProcessedAt}
+	if withPayload {
+		dest = append(dest, &e.Payload)
+	}
+	err := r.Scan(dest...)
+	return e, err
+}
+
+// ListEvents lists stored events for admins.
+func (s *Service) ListEvents(ctx context.Context, q EventQuery) (EventPage, error) {
+	var v apperr.Validation
+	switch q.Status {
+	case "", StatusPending, StatusProcessed, StatusIgnored, StatusFailed:
+	default:
+		v.Add("status", "must be pending, processed, ignored or failed")
+	}
+	if q.Limit == 0 {
+		q.Limit = 50
+	}
+	if q.Limit < 1 || q.Limit > 200 {
+		v.Add("limit", "must be 1-200")
+	}
+	var afterAt *time.Time
+	var afterID *string
+	if q.Cursor != "" {
+		at, id, ok := decodeCursor(q.Cursor)
+		if !ok {
+			v.Add("cursor", "is not a cursor this API returned")
+		}
+		afterAt, afterID = &at, &id
+	}
+	if err := v.Err(); err != nil {
+		return EventPage{}, err
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+eventCols+` FROM stripe_events
+		WHERE ($1::text IS NULL OR status = $1)
+		  AND ($2::timestamptz IS NULL OR (received_at, id) < ($2, $3))
+		ORDER BY received_at DESC, id DESC LIMIT $4`, nullable(q.Status), afterAt, afterID, q.Limit+1)
+	if err != nil {
+		return EventPage{}, fmt.Errorf("billing: list events: %w", err)
+	}
+	events, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) { return scanEvent(r, false) })
+	if err != nil {
+		return EventPage{}, fmt.Errorf("billing: list events: %w", err)
+	}
+	page := EventPage{Events: events}
+	if len(events) > q.Limit {
+		page.Events = events[:q.Limit]
+		last := page.Events[q.Limit-1]
+		page.NextCursor = encodeCursor(last.ReceivedAt, last.ID)
+	}
+	if page.Events == nil {
+		page.Events = []Event{}
+	}
+	return page, nil
+}
+
+func encodeCursor(at time.Time, id string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at.UnixMicro(), 10) + "|" + id))
+}
+
+func decodeCursor(c string) (time.Time, string, bool) {
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return time.Time{}, "", false
+	}
+	us, id, ok := strings.Cut(string(raw), "|")
+	n, err := strconv.ParseInt(us, 10, 64)
+	if !ok || err != nil || id == "" {
+		return time.Time{}, "", false
+	}
+	return time.UnixMicro(n), id, true
+}
+
+// GetEvent returns one stored event with its payload.
+func (s *Service) GetEvent(ctx context.Context, id string) (Event, error) {
+	e, err := scanEvent(s.db.QueryRow(ctx, `SELECT `+eventCols+`, payload FROM stripe_events WHERE id = $1`, id), true)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Event{}, apperr.New(apperr.NotFound, "no Stripe event %q", id)
+	}
+	if err != nil {
+		return Event{}, fmt.Errorf("billing: get event: %w", err)
+	}
+	return e, nil
+}
+
+// Replay runs a stored event again, whatever its status: it is set pending
+// and its job enqueued in one transaction. Applying is idempotent, so a
+// replay of an applied event changes nothing.
+func (s *Service) Replay(ctx context.Context, id string) (Event, error) {
+	var e Event
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		var err error
+		e, err = scanEvent(tx.QueryRow(ctx, `UPDATE stripe_events SET status = 'pending', ignored_reason = NULL, last_error = NULL
+			WHERE id = $1 RETURNING `+eventCols, id), false)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return apperr.New(apperr.NotFound, "no Stripe event %q", id)
+		}
+		if err != nil {
+			return fmt.Errorf("billing: replay event: %w", err)
+		}
+		customer := ""
+		if e.CustomerID != nil {
+			customer = *e.CustomerID
+		}
+		if _, err := s.jobs.InsertTx(ctx, tx, EventArgs{EventID: id, CustomerID: customer, Replay: true}, nil); err != nil {
+			return fmt.Errorf("billing: enqueue replay: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Event{}, err
+	}
+	s.log.InfoContext(ctx, "stripe event replay enqueued", "event_id", id)
+	return e, nil
+}

@@ -1,0 +1,210 @@
+package billing
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/stripe/stripe-go/v79"
+
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+// EventWorker works EventArgs: it applies one stored event.
+type EventWorker struct {
+	river.WorkerDefaults[EventArgs]
+	S *Service
+}
+
+// Work applies the event. An error makes River retry with backoff; the
+// event's attempts and last error are recorded, and after the last attempt
+// the event is failed.
+func (w *EventWorker) Work(ctx context.Context, job *river.Job[EventArgs]) error {
+	err := w.S.ProcessEvent(ctx, job.Args.EventID, job.Args.Replay)
+	if err != nil {
+		final := job.Attempt >= job.MaxAttempts
+		// The job's context may be canceled (a stopping worker): the
+		// bookkeeping still has to land.
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		w.S.recordFailure(bctx, job.Args.EventID, err, final)
+	}
+	return err
+}
+
+// storedEvent is a row of stripe_events as the worker needs it.
+type storedEvent struct {
+	ID         string
+	Type       string
+	Customer   string
+	Status     string
+	ReceivedAt time.Time
+	Created    time.Time
+	Event      stripe.Event
+}
+
+// outcome of applying one event.
+type outcome struct {
+	status   string // processed or ignored
+	reason   string // why ignored
+	tenantID string // the tenant the event concerned, when known
+	// bump lists tenants whose entitlements changed.
+	bump []string
+	// reasonText is the entitlement_versions reason.
+	reasonText string
+}
+
+func ignored(tenantID, format string, args ...any) outcome {
+	return outcome{status: StatusIgnored, tenantID: tenantID, reason: fmt.Sprintf(format, args...)}
+}
+
+// ProcessEvent applies a stored event once. An event already processed or
+// ignored is left alone unless replay is set.
+func (s *Service) ProcessEvent(ctx context.Context, eventID string, replay bool) error {
+	ev, err := s.loadEvent(ctx, s.db, eventID, false)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Nothing to do: the row is gone (never stored, or deleted by hand).
+		s.log.WarnContext(ctx, "stripe event job without event", "event_id", eventID)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !replay && (ev.Status == StatusProcessed || ev.Status == StatusIgnored) {
+		return nil
+	}
+	// Calls to Stripe happen here, before the transaction.
+	pre, err := s.prefetch(ctx, ev)
+	if err != nil {
+		return err
+	}
+	var res outcome
+	var snaps []limiter.Snapshot
+	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if ev.Customer != "" {
+			// One customer's events apply one at a time, across workers.
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('tollgate.stripe_customer:' || $1, 0))`, ev.Customer); err != nil {
+				return fmt.Errorf("billing: lock customer: %w", err)
+			}
+		}
+		cur, err := s.loadEvent(ctx, tx, eventID, true)
+		if err != nil {
+			return err
+		}
+		if !replay && (cur.Status == StatusProcessed || cur.Status == StatusIgnored) {
+			res.status = "" // someone else applied it while we waited
+			return nil
+		}
+		if s.opts.BeforeApply != nil {
+			if err := s.opts.BeforeApply(ctx, eventID); err != nil {
+				return err
+			}
+		}
+		res, err = s.apply(ctx, tx, cur, pre)
+		if err != nil {
+			return err
+		}
+		for _, t := range dedupe(res.bump) {
+			snap, err := s.ents.BumpTx(ctx, tx, t, res.reasonText)
+			if err != nil {
+				return fmt.Errorf("billing: bump entitlements: %w", err)
+			}
+			snaps = append(snaps, snap)
+		}
+		_, err = tx.Exec(ctx, `
+			UPDATE stripe_events SET status = $2, ignored_reason = $3, attempts = attempts + 1,
+				last_error = NULL, processed_at = $4, tenant_id = COALESCE($5::uuid, tenant_id)
+			WHERE id = $1`,
+			eventID, res.status, nullable(res.reason), s.opts.Now(), nullable(res.tenantID))
+		if err != nil {
+			return fmt.Errorf("billing: mark event: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if res.status == "" {
+		return nil
+	}
+	for _, snap := range snaps {
+		if err := s.ents.Publish(ctx, snap); err != nil {
+			// The change is committed; the limiter's loader rebuilds the
+			// snapshot from Postgres when it sees a newer version.
+			s.log.WarnContext(ctx, "entitlement snapshot not published", "tenant_id", snap.TenantID, "err", err)
+		}
+	}
+	s.m.processed.WithLabelValues(typeLabel(ev.Type), res.status).Inc()
+	s.m.lag.Observe(s.opts.Now().Sub(ev.ReceivedAt).Seconds())
+	if res.status == StatusIgnored {
+		s.log.InfoContext(ctx, "stripe event ignored", "event_id", eventID, "type", ev.Type, "reason", res.reason)
+	}
+	return nil
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (s *Service) loadEvent(ctx context.Context, q querier, id string, lock bool) (storedEvent, error) {
+	sql := `SELECT id, type, COALESCE(stripe_customer_id, ''), status, received_at, event_created, payload FROM stripe_events WHERE id = $1`
+	if lock {
+		sql += ` FOR UPDATE`
+	}
+	var ev storedEvent
+	var payload []byte
+	err := q.QueryRow(ctx, sql, id).Scan(&ev.ID, &ev.Type, &ev.Customer, &ev.Status, &ev.ReceivedAt, &ev.Created, &payload)
+	if err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ev, err
+		}
+		return ev, fmt.Errorf("billing: load event: %w", err)
+	}
+	if err := json.Unmarshal(payload, &ev.Event); err != nil {
+		return ev, fmt.Errorf("billing: decode stored event: %w", err)
+	}
+	return ev, nil
+}
+
+// recordFailure notes a failed attempt; final marks the event failed.
+func (s *Service) recordFailure(ctx context.Context, eventID string, cause error, final bool) {
+	status := StatusPending
+	if final {
+		status = StatusFailed
+	}
+	msg := cause.Error()
+	if len(msg) > 2000 {
+		msg = msg[:2000]
+	}
+	var typ string
+	err := s.db.QueryRow(ctx, `
+		UPDATE stripe_events SET attempts = attempts + 1, last_error = $2, status = $3
+		WHERE id = $1 AND status IN ('pending', 'failed')
+		RETURNING type`, eventID, msg, status).Scan(&typ)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		s.log.ErrorContext(ctx, "stripe event failure not recorded", "event_id", eventID, "err", err)
+	}
+	s.m.failures.WithLabelValues(typeLabel(typ)).Inc()
+	if final {
+		s.m.processed.WithLabelValues(typeLabel(typ), StatusFailed).Inc()
+		s.log.ErrorContext(ctx, "stripe event failed for good", "event_id", eventID, "err", cause)
+	} else {
+		s.log.WarnContext(ctx, "stripe event attempt failed", "event_id", eventID, "err", cause)
+	}
+}
+
+func dedupe(ss []string) []string {
+	seen := make(map[string]bool, len(ss))
+	out := ss[:0:0]
+	for _, s := range ss {
+		if s != "" && !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
