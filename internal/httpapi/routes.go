@@ -29,6 +29,11 @@ func (s *Server) routes() {
 	// --- admin: overrides (metering) ---
 
 	// --- admin: Stripe events, replay, resync, drift (billing) ---
+	admin.GET("/stripe/events", s.handleListStripeEvents())
+	admin.GET("/stripe/events/:id", s.handleGetStripeEvent())
+	admin.POST("/stripe/events/:id/replay", s.handleReplayStripeEvent())
+	admin.GET("/stripe/drift", s.handleListDrift())
+	admin.POST("/tenants/:id/resync", s.handleResyncTenant())
 
 	// --- admin: dashboard links (web) ---
 	_ = admin
@@ -36,6 +41,9 @@ func (s *Server) routes() {
 	// --- tenant API /v1 (API key; every route passes the tenant's rate limit) ---
 
 	// --- Stripe webhook ---
+	// No body-limit middleware: the handler reads the raw body through
+	// http.MaxBytesReader (512 KiB) because the signature covers its bytes.
+	e.POST("/webhooks/stripe", s.handleStripeWebhook())
 
 	// --- web: /dashboard and /admin (html) ---
 }

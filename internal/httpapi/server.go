@@ -14,6 +14,8 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/internal/billing"
 )
 
 // Deps is what the server needs; cmd/api wires it.
@@ -24,6 +26,9 @@ type Deps struct {
 	Registry *prometheus.Registry // where the server's metrics register; /metrics serves it
 	// AdminToken guards /admin/v1/* (compared in constant time).
 	AdminToken string
+	// Billing takes Stripe's webhooks and serves the admin's Stripe views
+	// (events, replay, resync, drift); nil answers those routes 503.
+	Billing *billing.Service
 }
 
 // Server is the HTTP API.
