@@ -53,8 +53,10 @@ func NewWorkerClient(pool *pgxpool.Pool, log *slog.Logger, c Config) (*river.Cli
 		FetchPollInterval: c.FetchPoll,
 		FetchCooldown:     c.FetchPoll / 2,
 		// A worker killed mid-job leaves the job running in the table; River
-		// rescues it after this long so that it runs again, once.
-		RescueStuckJobsAfter: 30 * time.Second,
+		// rescues it after this long so that it runs again, once. River
+		// refuses a rescue delay shorter than JobTimeout (the client would
+		// not start), so it is JobTimeout plus a margin.
+		RescueStuckJobsAfter: 2 * time.Minute,
 		JobTimeout:           time.Minute,
 	})
 	if err != nil {

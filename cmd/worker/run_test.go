@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tollgatehq/tollgate/internal/pgtest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// syncBuffer is an io.Writer the test can read while run writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func workerEnv(t *testing.T) map[string]string {
+	t.Helper()
+	redistest.New(t) // skips (or fails in CI) without Redis
+	return map[string]string{
+		"DATABASE_URL": pgtest.URL(t),
+		"REDIS_URL":    redistest.URL(),
+	}
+}
+
+// waitForLog polls logs for msg until the deadline or an early exit.
+func waitForLog(t *testing.T, logs func() string, msg string, exited <-chan int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if strings.Contains(logs(), `"msg":"`+msg+`"`) {
+			return
+		}
+		select {
+		case code := <-exited:
+			t.Fatalf("worker exited with %d before %q; logs:\n%s", code, msg, logs())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("no %q log line within 30s; logs:\n%s", msg, logs())
+}
+
+func TestRunBadConfigurationExits2WithOneLineNamingTheVariable(t *testing.T) {
+	cases := []struct {
+		name, variable, value string
+	}{
+		{"unparseable database url", "DATABASE_URL", "postgres://%zz"},
+		{"database url without a database", "DATABASE_URL", "postgres://postgres@127.0.0.1:5432"},
+		{"unknown log level", "LOG_LEVEL", "verbose"},
+		{"bad redis url", "REDIS_URL", "tcp://127.0.0.1:6379"},
+		{"bad http addr", "HTTP_ADDR", "8080"},
+		{"flush interval too short", "FLUSH_INTERVAL", "1ms"},
+		{"bad shutdown timeout", "SHUTDOWN_TIMEOUT", "soon"},
+		{"unknown limiter fail mode", "LIMITER_FAIL_MODE", "maybe"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(t.Context(), nil, env(map[string]string{tc.variable: tc.value}), &stdout, &stderr)
+			if code != exitConfig {
+				t.Fatalf("exit status = %d, want %d; stderr: %s", code, exitConfig, stderr.String())
+			}
+			out := stderr.String()
+			if strings.Count(out, "\n") != 1 || !strings.HasSuffix(out, "\n") {
+				t.Fatalf("stderr is not exactly one line: %q", out)
+			}
+			if !strings.Contains(out, tc.variable) {
+				t.Fatalf("stderr %q does not name %s", out, tc.variable)
+			}
+		})
+	}
+}
+
+func TestRunUnexpectedArgumentExits2(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"serve"}, env(nil), &stdout, &stderr); code != exitConfig {
+		t.Fatalf("exit status = %d, want %d", code, exitConfig)
+	}
+	if !strings.Contains(stderr.String(), `unexpected argument "serve"`) || !strings.Contains(stderr.String(), "usage:") {
+		t.Fatalf("stderr = %q, want the argument and the usage", stderr.String())
+	}
+}
+
+func TestRunHelpExits0(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"-h"}, env(nil), &stdout, &stderr); code != exitOK {
+		t.Fatalf("exit status = %d, want 0", code)
+	}
+	if !strings.Contains(stdout.String(), "usage: worker") {
+		t.Fatalf("stdout = %q, want the usage", stdout.String())
+	}
+}
+
+func TestRunUnreachableDatabaseExits1(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	getenv := env(map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/tollgate?sslmode=disable&connect_timeout=2"})
+	if code := run(t.Context(), nil, getenv, &stdout, &stderr); code != exitFailed {
+		t.Fatalf("exit status = %d, want %d; stderr:\n%s", code, exitFailed, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), `"msg":"worker failed"`) {
+		t.Fatalf("stderr does not log the failure: %s", stderr.String())
+	}
+}
+
+func TestRunStartsAndStopsCleanlyOnCancel(t *testing.T) {
+	e := workerEnv(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	exited := make(chan int, 1)
+	go func() { exited <- run(ctx, nil, env(e), &stdout, &stderr) }()
+
+	waitForLog(t, stderr.String, "worker started", exited)
+	cancel() // what SIGTERM does in main
+	select {
+	case code := <-exited:
+		if code != exitOK {
+			t.Fatalf("exit status after cancel = %d, want 0; stderr:\n%s", code, stderr.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("worker did not return within 15s of cancel")
+	}
+	if !strings.Contains(stderr.String(), `"msg":"worker stopped"`) {
+		t.Fatalf("no \"worker stopped\" log line:\n%s", stderr.String())
+	}
+}
+
+func TestRunMigrateOnStartFalseSkipsMigrations(t *testing.T) {
+	e := workerEnv(t)
+	e["MIGRATE_ON_START"] = "false"
+	var stderr syncBuffer
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	exited := make(chan int, 1)
+	go func() { exited <- run(ctx, nil, env(e), &stderr, &stderr) }()
+	waitForLog(t, stderr.String, "worker started", exited)
+	if strings.Contains(stderr.String(), `"msg":"migration applied"`) {
+		t.Fatal("MIGRATE_ON_START=false still migrated")
+	}
+	cancel()
+	if code := <-exited; code != exitOK {
+		t.Fatalf("exit status = %d, want 0", code)
+	}
+}
+
+// TestBinaryExits0OnSIGTERM runs the real binary: main's signal wiring is
+// the one part run cannot cover.
+func TestBinaryExits0OnSIGTERM(t *testing.T) {
+	e := workerEnv(t)
+	bin := filepath.Join(t.TempDir(), "worker")
+	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = os.Environ()
+	for k, v := range e {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var logs syncBuffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	waitErr := make(chan error, 1)
+	exited := make(chan int, 1)
+	go func() {
+		err := cmd.Wait()
+		exited <- cmd.ProcessState.ExitCode()
+		waitErr <- err
+	}()
+
+	waitForLog(t, logs.String, "worker started", exited)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM: %v", err)
+	}
+	select {
+	case <-exited:
+		if err := <-waitErr; err != nil {
+			t.Fatalf("worker after SIGTERM: %v; logs:\n%s", err, logs.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("worker did not exit within 20s of SIGTERM; logs:\n%s", logs.String())
+	}
+}
