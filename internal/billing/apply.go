@@ -245,9 +245,12 @@ func (s *Service) applySubscription(ctx context.Context, tx pgx.Tx, ev storedEve
 		return outcome{}, err
 	}
 	created := ev.Created
-	if why := stale(cur, created, ev.Type == "customer.subscription.created"); why != "" {
+	if why := stale(cur, created, false); why != "" {
 		return ignored(tenant, "%s", why), nil
 	}
+	// A created event in the same second as an applied one is older than
+	// it, unless it changes nothing (a replay of itself).
+	sameSecondCreated := ev.Type == "customer.subscription.created" && stale(cur, created, true) != ""
 	status := string(sub.Status)
 	if cur != nil && terminal(cur.Status) && !terminal(status) {
 		return ignored(tenant, "subscription %s is %s; a late event does not revive it", sub.ID, cur.Status), nil
@@ -290,6 +293,16 @@ func (s *Service) applySubscription(ctx context.Context, tx pgx.Tx, ev storedEve
 			t := s.opts.Now()
 			next.CanceledAt = &t
 		}
+	}
+	if sameSecondCreated {
+		var curPlan string
+		if err := tx.QueryRow(ctx, `SELECT plan_key FROM tenants WHERE id = $1`, tenant).Scan(&curPlan); err != nil {
+			return outcome{}, fmt.Errorf("billing: load plan: %w", err)
+		}
+		if effective(cur) != effective(&next) || (plan != "" && !terminal(status) && plan != curPlan) {
+			return ignored(tenant, "%s", stale(cur, created, true)), nil
+		}
+		return outcome{status: StatusProcessed, tenantID: tenant}, nil
 	}
 	if err := saveSub(ctx, tx, sub.ID, customer, &next); err != nil {
 		return outcome{}, err

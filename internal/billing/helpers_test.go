@@ -375,3 +375,16 @@ func (e *env) tenantPlan(id string) string {
 	}
 	return p
 }
+
+// withPeriod sets the subscription's current period to start at start.
+func withPeriod(t testing.TB, body []byte, start time.Time) []byte {
+	t.Helper()
+	var ev map[string]any
+	if err := json.Unmarshal(body, &ev); err != nil {
+		t.Fatal(err)
+	}
+	o := ev["data"].(map[string]any)["object"].(map[string]any)
+	o["current_period_start"], o["current_period_end"] = start.Unix(), start.AddDate(0, 1, 0).Unix()
+	out, _ := json.Marshal(ev)
+	return out
+}
