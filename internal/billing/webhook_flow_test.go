@@ -244,3 +244,100 @@ func TestAnotherAPIVersionIsStoredMarkedNotProcessed(t *testing.T) {
 		t.Fatalf("replayed other version: %+v plan %s", r, e.tenantPlan(tenant))
 	}
 }
+
+// A subscription event posted to one api instance changes what the limiter
+// of another instance enforces within two seconds of the 2xx.
+func TestSubscriptionChangeReachesAnotherInstancesLimiterWithin2s(t *testing.T) {
+	a := newEnv(t, envOpts{})
+	b := newEnvOn(t, a.pool, a.rdb, a.prefix, envOpts{noWorker: true})
+	a.plans()
+	cus, sub := newCustomer(), "sub_x2_"+newCustomer()
+	tenant := a.tenant("free", cus)
+	base := time.Now().Add(-time.Minute)
+	id := newEventID(t)
+	a.post(subEvent(t, "customer.subscription.created", id, cus, sub, "active", "price_pro_test", base))
+	a.waitEvent(id)
+	key, err := a.ents.IssueKey(context.Background(), tenant, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := func() (string, string) {
+		r := do(t, http.MethodGet, b.srv.URL+"/v1/entitlements", key.Key, nil, nil)
+		if r.Status != http.StatusOK {
+			t.Fatalf("GET /v1/entitlements on b: %d %s", r.Status, r.Raw)
+		}
+		plan, _ := r.Body["plan"].(string)
+		return plan, r.Header.Get("RateLimit-Policy")
+	}
+	if plan, policy := seen(); plan != "pro" || !strings.Contains(policy, "q=50;") {
+		t.Fatalf("before: plan %s policy %q, want pro with q=50", plan, policy)
+	}
+	up := newEventID(t)
+	r := a.post(subEvent(t, "customer.subscription.updated", up, cus, sub, "active", "price_team_test", base.Add(time.Second)))
+	acked := time.Now()
+	if r.Status != http.StatusOK {
+		t.Fatalf("post: %d", r.Status)
+	}
+	for {
+		plan, policy := seen()
+		if plan == "team" && strings.Contains(policy, "q=500;") {
+			t.Logf("b enforces team %s after the 2xx", time.Since(acked))
+			break
+		}
+		if time.Since(acked) > 2*time.Second {
+			t.Fatalf("b still sees plan %s policy %q 2s after the 2xx", plan, policy)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestMetricsCountWebhooksProcessingAndLag(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.plans()
+	cus := newCustomer()
+	e.tenant("free", cus)
+	id := newEventID(t)
+	body := subEvent(t, "customer.subscription.created", id, cus, "sub_m_"+cus, "active", "price_pro_test", time.Now())
+	e.post(body)
+	e.post(body)
+	e.postSigned(body, "t=1,v1=00")
+	e.waitEvent(id)
+	want := map[string]float64{
+		`tollgate_stripe_webhook_events_total{outcome="stored",type="customer.subscription.created"}`:     1,
+		`tollgate_stripe_webhook_events_total{outcome="duplicate",type="customer.subscription.created"}`:  1,
+		`tollgate_stripe_webhook_events_total{outcome="rejected",type="unknown"}`:                         1,
+		`tollgate_stripe_events_processed_total{status="processed",type="customer.subscription.created"}`: 1,
+	}
+	families, err := e.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	lagCount := uint64(0)
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			name := f.GetName() + "{"
+			for i, l := range m.GetLabel() {
+				if i > 0 {
+					name += ","
+				}
+				name += l.GetName() + "=\"" + l.GetValue() + "\""
+			}
+			name += "}"
+			if m.GetCounter() != nil {
+				got[name] = m.GetCounter().GetValue()
+			}
+			if f.GetName() == "tollgate_stripe_event_processing_lag_seconds" {
+				lagCount = m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+	if lagCount != 1 {
+		t.Errorf("lag histogram has %d samples, want 1", lagCount)
+	}
+}
