@@ -10,7 +10,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
@@ -126,18 +124,6 @@ func (e *env) startWorker() *river.Client[pgx.Tx] {
 	workers := river.NewWorkers()
 	e.svc.Workers(workers)
 	w, err := jobs.NewWorkerClient(e.pool, nil, jobs.Config{Workers: workers, FetchPoll: 20 * time.Millisecond})
-	if err != nil && strings.Contains(err.Error(), "RescueStuckJobsAfter") {
-		// internal/jobs sets RescueStuckJobsAfter (30s) below JobTimeout
-		// (1m), which River refuses; until that is fixed there, the same
-		// client with the two made consistent.
-		w, err = river.NewClient(riverpgxv5.New(e.pool), &river.Config{
-			Queues: map[string]river.QueueConfig{
-				jobs.QueueDefault: {MaxWorkers: 10}, jobs.QueueStripe: {MaxWorkers: 10},
-			},
-			Workers: workers, FetchPollInterval: 20 * time.Millisecond, FetchCooldown: 10 * time.Millisecond,
-			RescueStuckJobsAfter: time.Minute, JobTimeout: time.Minute,
-		})
-	}
 	if err != nil {
 		e.t.Fatal(err)
 	}
