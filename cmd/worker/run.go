@@ -75,6 +75,12 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &jobs.PruneWorker{DB: pool})
 	periodic := []*river.PeriodicJob{jobs.PrunePeriodic()}
+	bill, err := newBilling(pool, rdb, cfg, log)
+	if err != nil {
+		return err
+	}
+	bill.Workers(workers)
+	periodic = append(periodic, bill.Periodic()...)
 
 	client, err := jobs.NewWorkerClient(pool, log, jobs.Config{Workers: workers, Periodic: periodic})
 	if err != nil {
