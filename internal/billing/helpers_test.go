@@ -60,7 +60,7 @@ type envOpts struct {
 // env is one api instance (server, services) plus, unless noWorker, a
 // worker running billing's River workers, on the package's database.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	pool   *pgxpool.Pool
 	rdb    *redis.Client
 	prefix string
@@ -71,14 +71,14 @@ type env struct {
 	reg    *prometheus.Registry
 }
 
-func newEnv(t *testing.T, o envOpts) *env {
+func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	return newEnvOn(t, pool, rdb, prefix, o)
 }
 
-func newEnvOn(t *testing.T, pool *pgxpool.Pool, rdb *redis.Client, prefix string, o envOpts) *env {
+func newEnvOn(t testing.TB, pool *pgxpool.Pool, rdb *redis.Client, prefix string, o envOpts) *env {
 	t.Helper()
 	store := limiter.NewStore(rdb, prefix)
 	ents := entitlements.NewService(pool, store, nil, entitlements.Options{DefaultPlan: "free", Prefix: prefix})
