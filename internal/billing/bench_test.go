@@ -2,6 +2,7 @@ package billing_test
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net/http"
 	"slices"
@@ -13,7 +14,8 @@ import (
 // Webhook intake under load, the way Stripe delivers: signed subscription
 // events for many customers, 10% of them duplicates, posted to the real
 // server on the real database while a worker applies them. Reported: events
-// per second answered 2xx, and p50/p99 of the time to the 2xx.
+// per second answered 2xx, p50/p99 of the time to the 2xx, and drain_ms:
+// how long after the last 2xx the worker had applied every event.
 //
 //	go test ./internal/billing -run '^$' -bench WebhookIntake -benchtime 3000x
 //
@@ -99,6 +101,22 @@ func benchIntake(b *testing.B, rate float64, clients int) {
 	}
 	wg.Wait()
 	elapsed := time.Since(began)
+	answered := time.Now()
+	// How long after the last 2xx the worker had applied every event.
+	for {
+		var pending int
+		if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM stripe_events WHERE status = 'pending'`).Scan(&pending); err != nil {
+			b.Fatal(err)
+		}
+		if pending == 0 {
+			break
+		}
+		if time.Since(answered) > time.Minute {
+			b.Fatalf("%d events still pending a minute after the last 2xx", pending)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	drain := time.Since(answered)
 	b.StopTimer()
 	if failures > 0 {
 		b.Fatalf("%d of %d deliveries were not answered 200", failures, b.N)
@@ -108,5 +126,6 @@ func benchIntake(b *testing.B, rate float64, clients int) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
 	b.ReportMetric(pct(0.50), "p50_ms")
 	b.ReportMetric(pct(0.99), "p99_ms")
+	b.ReportMetric(float64(drain.Milliseconds()), "drain_ms")
 	b.ReportMetric(0, "ns/op")
 }

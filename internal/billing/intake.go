@@ -26,6 +26,9 @@ const (
 	StatusFailed    = "failed"
 )
 
+// intakeTimeout bounds storing one event.
+const intakeTimeout = 5 * time.Second
+
 // Receipt is what the webhook answers once an event is stored.
 type Receipt struct {
 	ID        string `json:"id"`
@@ -73,6 +76,10 @@ func (s *Service) Receive(ctx context.Context, body []byte, sigHeader string) (R
 		reason, rc.Status = &r, StatusIgnored
 	}
 	customer := customerOf(ev)
+	// A database that hangs rather than refuses must still get Stripe a 503
+	// well before its own delivery timeout, so that it retries.
+	ctx, cancel := context.WithTimeout(ctx, intakeTimeout)
+	defer cancel()
 	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `
 			INSERT INTO stripe_events (id, type, api_version, livemode, stripe_customer_id, event_created, payload, status, ignored_reason)
