@@ -26,7 +26,6 @@ var (
 	once    sync.Once
 	baseURL string
 	cmd     *exec.Cmd
-	dir     string
 	initErr error
 )
 
@@ -50,10 +49,11 @@ func Stop() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	}
-	if dir != "" {
-		_ = os.RemoveAll(dir)
-	}
 }
+
+// Version is the stripe-mock pinned in go.mod (newer ones embed an API
+// version that stripe-go v79 mis-decodes).
+const Version = "v0.189.0"
 
 var listenRe = regexp.MustCompile(`Listening for HTTP at address: (\S+)`)
 
@@ -106,18 +106,37 @@ func binary() (string, error) {
 	if p := filepath.Join(root, "bin", "stripe-mock"); isExec(p) {
 		return p, nil
 	}
-	dir, err = os.MkdirTemp("", "stripemock-")
+	// Built once per machine into the user cache, named by the pinned
+	// version; written to a temporary name and renamed so that packages
+	// testing in parallel never run a half-written file.
+	cache, err := os.UserCacheDir()
 	if err != nil {
+		cache = os.TempDir()
+	}
+	dir := filepath.Join(cache, "tollgate")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	p := filepath.Join(dir, "stripe-mock")
+	p := filepath.Join(dir, "stripe-mock-"+Version)
 	if runtime.GOOS == "windows" {
 		p += ".exe"
 	}
-	build := exec.Command("go", "build", "-o", p, "github.com/stripe/stripe-mock")
+	if isExec(p) {
+		return p, nil
+	}
+	tmp, err := os.CreateTemp(dir, "stripe-mock-build-*")
+	if err != nil {
+		return "", err
+	}
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	build := exec.Command("go", "build", "-o", tmp.Name(), "github.com/stripe/stripe-mock")
 	build.Dir = root
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build stripe-mock: %v: %s", err, strings.TrimSpace(string(out)))
+	}
+	if err := os.Rename(tmp.Name(), p); err != nil {
+		return "", err
 	}
 	return p, nil
 }
