@@ -341,3 +341,25 @@ func TestEventsAdminListGetReplay(t *testing.T) {
 		t.Fatalf("replaying an applied event bumped the version %d→%d", v, e.version(tenant))
 	}
 }
+
+func TestSubscriptionMetadataTenantIDLinksTheCustomer(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.plans()
+	tenant := e.tenant("free", "")
+	cus, sub := newCustomer(), "sub_md_"+newCustomer()
+	id := newEventID(t)
+	body := subEvent(t, "customer.subscription.created", id, cus, sub, "active", "price_pro_test", time.Now())
+	var ev map[string]any
+	_ = json.Unmarshal(body, &ev)
+	ev["data"].(map[string]any)["object"].(map[string]any)["metadata"] = map[string]any{"tenant_id": tenant}
+	body, _ = json.Marshal(ev)
+	e.post(body)
+	if r := e.waitEvent(id); r.Status != billing.StatusProcessed {
+		t.Fatalf("metadata.tenant_id: %+v %s", r, deref(r.Reason))
+	}
+	var linked string
+	_ = e.pool.QueryRow(context.Background(), `SELECT stripe_customer_id FROM tenants WHERE id = $1`, tenant).Scan(&linked)
+	if linked != cus || e.tenantPlan(tenant) != "pro" {
+		t.Fatalf("linked %q plan %s, want %s and pro", linked, e.tenantPlan(tenant), cus)
+	}
+}
