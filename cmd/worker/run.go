@@ -81,6 +81,8 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	}
 	bill.Workers(workers)
 	periodic = append(periodic, bill.Periodic()...)
+	meter := newMetering(pool, rdb, cfg, log)
+	periodic = append(periodic, meter.Register(workers)...)
 
 	client, err := jobs.NewWorkerClient(pool, log, jobs.Config{Workers: workers, Periodic: periodic})
 	if err != nil {
@@ -89,6 +91,10 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	if err := client.Start(ctx); err != nil {
 		return fmt.Errorf("worker: start river: %w", err)
 	}
+	// The flush loop stops with ctx; its last pass must end before rdb and
+	// pool close (deferred above).
+	meter.Start(ctx)
+	defer meter.Wait()
 	log.Info("worker started")
 	if started != nil {
 		started()

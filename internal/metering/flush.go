@@ -132,6 +132,14 @@ func (s *Service) RunFlusher(ctx context.Context, interval time.Duration, rdb re
 		}
 		select {
 		case <-ctx.Done():
+			// A last pass on the way out, so that a clean stop leaves
+			// nothing for the next worker; a killed one leaves claims
+			// that the next pass replays.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if _, err := s.FlushOnce(fctx); err != nil {
+				s.log.ErrorContext(fctx, "final flush failed", "err", err)
+			}
+			cancel()
 			return
 		case <-t.C:
 		}

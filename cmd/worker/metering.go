@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+	"github.com/riverqueue/river"
+
+	"github.com/tollgatehq/tollgate/internal/config"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/metering"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+// meteringPart is the worker's metering: the flush loop (every worker runs
+// one; claims make that safe) and the River jobs that close periods and
+// expire overrides.
+type meteringPart struct {
+	svc  *metering.Service
+	ents *entitlements.Service
+	rdb  redis.UniversalClient
+	cfg  config.Config
+	wg   sync.WaitGroup
+}
+
+func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg config.Config, log *slog.Logger) *meteringPart {
+	store := limiter.NewStore(rdb, limiter.DefaultPrefix)
+	ents := entitlements.NewService(pool, store, log, entitlements.Options{
+		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Prefix: limiter.DefaultPrefix,
+	})
+	svc := metering.NewService(pool, store, log, metering.Options{}) // the worker never answers GET /v1/usage
+	return &meteringPart{svc: svc, ents: ents, rdb: rdb, cfg: cfg}
+}
+
+// Register adds the metering workers and periodic jobs.
+func (m *meteringPart) Register(workers *river.Workers) []*river.PeriodicJob {
+	river.AddWorker(workers, &metering.ClosePeriodsWorker{Service: m.svc})
+	river.AddWorker(workers, &metering.ExpireOverridesWorker{Refresh: m.ents.RefreshExpiredOverrides})
+	return []*river.PeriodicJob{metering.ClosePeriodsPeriodic(), metering.ExpireOverridesPeriodic()}
+}
+
+// Start runs the flush loop until ctx ends; Wait waits for its last pass.
+func (m *meteringPart) Start(ctx context.Context) {
+	m.wg.Add(1)
+	go func() { defer m.wg.Done(); m.svc.RunFlusher(ctx, m.cfg.FlushInterval, m.rdb) }()
+}
+
+// Wait returns once the flush loop has stopped.
+func (m *meteringPart) Wait() { m.wg.Wait() }

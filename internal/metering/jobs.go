@@ -1,0 +1,92 @@
+package metering
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/riverqueue/river"
+)
+
+// ClosePeriodsArgs closes finished periods: a final flush, then closed_at
+// on every open period that ended more than CloseGrace ago. Its figures
+// stay as they are (usage events up to MaxEventAge late still add to
+// them, as Stripe meters accept them).
+type ClosePeriodsArgs struct{}
+
+// Kind names the job in River's table.
+func (ClosePeriodsArgs) Kind() string { return "metering_close_periods" }
+
+// ClosePeriodsWorker runs ClosePeriodsArgs.
+type ClosePeriodsWorker struct {
+	river.WorkerDefaults[ClosePeriodsArgs]
+	Service *Service
+}
+
+// Work flushes and closes.
+func (w *ClosePeriodsWorker) Work(ctx context.Context, _ *river.Job[ClosePeriodsArgs]) error {
+	_, err := w.Service.ClosePeriods(ctx)
+	return err
+}
+
+// ClosePeriods flushes the limiter's counters first (so that a closing
+// figure includes every decision of the period's last second), then marks
+// ended periods closed, and prunes flush records older than any claim can
+// live in Redis. It returns how many periods it closed.
+func (s *Service) ClosePeriods(ctx context.Context) (int64, error) {
+	if _, err := s.FlushOnce(ctx); err != nil {
+		return 0, err
+	}
+	now := s.opts.Now()
+	tag, err := s.db.Exec(ctx, `
+UPDATE usage_periods SET closed_at = $1, updated_at = $1
+ WHERE closed_at IS NULL AND period_end <= $2`, now, now.Add(-s.opts.CloseGrace))
+	if err != nil {
+		return 0, fmt.Errorf("metering: close periods: %w", err)
+	}
+	if n := tag.RowsAffected(); n > 0 {
+		s.log.InfoContext(ctx, "periods closed", "count", n)
+	}
+	// A flushing record lives 40 days in Redis (limiter's claim TTL); a
+	// batch id older than that can never be replayed.
+	if _, err := s.db.Exec(ctx, `DELETE FROM usage_flushes WHERE flushed_at < $1`, now.Add(-41*24*time.Hour)); err != nil {
+		return tag.RowsAffected(), fmt.Errorf("metering: prune flushes: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// ClosePeriodsPeriodic schedules ClosePeriodsArgs every minute.
+func ClosePeriodsPeriodic() *river.PeriodicJob {
+	return river.NewPeriodicJob(river.PeriodicInterval(time.Minute),
+		func() (river.JobArgs, *river.InsertOpts) { return ClosePeriodsArgs{}, nil },
+		&river.PeriodicJobOpts{RunOnStart: true, ID: "metering_close_periods"})
+}
+
+// ExpireOverridesArgs refreshes tenants whose quota override has just
+// expired, so that the expiry takes effect through a new entitlement
+// version.
+type ExpireOverridesArgs struct{}
+
+// Kind names the job in River's table.
+func (ExpireOverridesArgs) Kind() string { return "metering_expire_overrides" }
+
+// ExpireOverridesWorker runs ExpireOverridesArgs with Refresh (cmd wires
+// the entitlements service's RefreshExpiredOverrides).
+type ExpireOverridesWorker struct {
+	river.WorkerDefaults[ExpireOverridesArgs]
+	Refresh func(ctx context.Context) (int, error)
+}
+
+// Work refreshes.
+func (w *ExpireOverridesWorker) Work(ctx context.Context, _ *river.Job[ExpireOverridesArgs]) error {
+	_, err := w.Refresh(ctx)
+	return err
+}
+
+// ExpireOverridesPeriodic schedules ExpireOverridesArgs every 10 seconds:
+// an expired override applies at most that much longer.
+func ExpireOverridesPeriodic() *river.PeriodicJob {
+	return river.NewPeriodicJob(river.PeriodicInterval(10*time.Second),
+		func() (river.JobArgs, *river.InsertOpts) { return ExpireOverridesArgs{}, nil },
+		&river.PeriodicJobOpts{RunOnStart: true, ID: "metering_expire_overrides"})
+}

@@ -1,0 +1,172 @@
+package metering
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/internal/pgtest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+// buildWorker builds cmd/worker into the test's temporary directory.
+func buildWorker(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "worker")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/tollgatehq/tollgate/cmd/worker")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build cmd/worker: %v\n%s", err, out)
+	}
+	return bin
+}
+
+type workerProc struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+func startWorker(t *testing.T, bin string, env []string) *workerProc {
+	t.Helper()
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), env...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w := &workerProc{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			if os.Getenv("TEST_LOG") != "" || strings.Contains(sc.Text(), "ERROR") {
+				t.Logf("worker: %s", sc.Text())
+			}
+		}
+		_ = cmd.Wait()
+		close(w.exited)
+	}()
+	t.Cleanup(func() { w.kill() })
+	return w
+}
+
+func (w *workerProc) kill() {
+	_ = w.cmd.Process.Signal(syscall.SIGKILL)
+	<-w.exited
+}
+
+// The worker runs as a real process against the package database and a
+// Redis of the test's own; it is killed with SIGKILL while it flushes
+// (a claimed, unacknowledged batch is in Redis), three times, while the
+// limiter keeps admitting requests. After the last restart the durable
+// totals equal the admitted decisions exactly.
+func TestWorkerSIGKILLDuringFlushKeepsTotalsExact(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs cmd/worker")
+	}
+	db := pgtest.New(t)
+	srv := redistest.StartServer(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rdb.Close() })
+	b := newBundle(t, db, rdb, limiter.DefaultPrefix)
+	bin := buildWorker(t)
+
+	const tenants = 12
+	ids := make([]string, tenants)
+	starts := make([]time.Time, tenants)
+	for i := range ids {
+		ids[i] = b.newTenant(t, time.Now().Add(-time.Hour))
+		snap := b.putSnapshot(t, ids[i], 1, map[string]limiter.Quota{"requests": {Limit: 1 << 40, Mode: "hard"}, "tokens": {Limit: 1 << 40, Mode: "soft"}})
+		starts[i] = snap.PeriodStart
+	}
+	lim, err := limiter.New(rdb, limiter.Options{UsageLoader: b.svc.LoadUsage, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lim.Close()
+
+	ctx, stop := context.WithCancel(context.Background())
+	var admitted [tenants][2]atomic.Int64
+	var wg sync.WaitGroup
+	meters := []string{"requests", "tokens"}
+	for g := 0; g < 6; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				ti, mi := (g+i)%tenants, i%2
+				d, err := lim.Allow(context.Background(), ids[ti], limiter.Request{Cost: int64(1 + i%3), Meter: meters[mi]})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted[ti][mi].Add(int64(1 + i%3))
+				}
+			}
+		}(g)
+	}
+
+	env := []string{"DATABASE_URL=" + pgtest.URL(t), "REDIS_URL=redis://" + srv.Addr + "/0", "MIGRATE_ON_START=false",
+		"FLUSH_INTERVAL=100ms", "LOG_LEVEL=warn", "STRIPE_SECRET_KEY=", "STRIPE_WEBHOOK_SECRET="}
+	flushing := func() bool {
+		keys, _, err := rdb.Scan(context.Background(), 0, "tg:{t:*}:qf:*", 10000).Result()
+		return err == nil && len(keys) > 0
+	}
+	durableTotal := func() int64 {
+		return b.count(t, `SELECT coalesce(sum(used), 0) FROM usage_periods WHERE tenant_id = ANY($1::uuid[])`, ids)
+	}
+	killedDuringFlush := 0
+	for round := 0; round < 3; round++ {
+		w := startWorker(t, bin, env)
+		before := durableTotal()
+		waitFor(t, 30*time.Second, "the worker to flush", func() bool { return durableTotal() > before })
+		// Kill it at a moment when a claim is outstanding.
+		deadline := time.Now().Add(5 * time.Second)
+		for !flushing() && time.Now().Before(deadline) {
+		}
+		if flushing() {
+			killedDuringFlush++
+		}
+		w.kill()
+	}
+	stop()
+	wg.Wait()
+	if killedDuringFlush == 0 {
+		t.Fatal("never caught the worker with a claim outstanding")
+	}
+	t.Logf("killed during a flush %d of 3 times", killedDuringFlush)
+
+	w := startWorker(t, bin, env)
+	var want int64
+	for i := range ids {
+		want += admitted[i][0].Load() + admitted[i][1].Load()
+	}
+	waitFor(t, 30*time.Second, "every admitted unit flushed", func() bool { return durableTotal() >= want })
+	w.kill()
+	for i, id := range ids {
+		for mi, m := range meters {
+			if got, want := b.durable(t, id, m, starts[i]), admitted[i][mi].Load(); got != want {
+				t.Errorf("tenant %d %s: durable %d, admitted %d", i, m, got, want)
+			}
+		}
+	}
+	if got := durableTotal(); got != want {
+		t.Fatalf("durable total %d, admitted %d", got, want)
+	}
+	if got := b.count(t, `SELECT coalesce(sum(used), 0) FROM usage_hourly WHERE tenant_id = ANY($1::uuid[])`, ids); got != want {
+		t.Fatalf("hourly history total %d, admitted %d", got, want)
+	}
+}
