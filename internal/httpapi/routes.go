@@ -36,7 +36,7 @@ func (s *Server) routes() {
 	admin.POST("/tenants/:id/resync", s.handleResyncTenant())
 
 	// --- admin: dashboard links (web) ---
-	_ = admin
+	admin.POST("/tenants/:id/dashboard-links", s.handleMintDashboardLink())
 
 	// --- tenant API /v1 (API key; every route passes the tenant's rate limit) ---
 

@@ -29,6 +29,9 @@ type Deps struct {
 	// Billing takes Stripe's webhooks and serves the admin's Stripe views
 	// (events, replay, resync, drift); nil answers those routes 503.
 	Billing *billing.Service
+	// DashboardLinks mints the tenant dashboard's login links (web); nil
+	// answers POST /admin/v1/tenants/{id}/dashboard-links 503.
+	DashboardLinks DashboardLinks
 }
 
 // Server is the HTTP API.

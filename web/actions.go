@@ -1,0 +1,51 @@
+package web
+
+import (
+	"context"
+
+	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/metering"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+// The services the pages read through and act through. They are declared
+// here, where they are consumed; cmd/api passes the real services.
+
+// Snapshots gives a tenant's effective entitlements as built from Postgres
+// (entitlements.Service).
+type Snapshots interface {
+	Snapshot(ctx context.Context, tenantID string) (limiter.Snapshot, error)
+}
+
+// UsageReader is GET /v1/usage's own computation (metering.Service), so the
+// dashboard can never show other numbers than the API.
+type UsageReader interface {
+	Usage(ctx context.Context, tenantID string) (metering.Usage, error)
+}
+
+// PlanChanger changes a tenant's plan: the entitlements service locally, or
+// billing's Stripe-backed changer when Stripe is configured.
+type PlanChanger interface {
+	ChangePlan(ctx context.Context, tenantID, planKey string) (entitlements.TenantDetail, error)
+}
+
+// PlanAdmin creates and edits plans (entitlements.Service); an edit reaches
+// every tenant on the plan through a new entitlement version.
+type PlanAdmin interface {
+	CreatePlan(ctx context.Context, in entitlements.PlanInput) (entitlements.Plan, error)
+	PatchPlan(ctx context.Context, key string, patch entitlements.PlanPatch) (entitlements.Plan, error)
+}
+
+// KeyManager issues, revokes and checks API keys (entitlements.Service).
+type KeyManager interface {
+	IssueKey(ctx context.Context, tenantID, name string) (entitlements.IssuedKey, error)
+	RevokeKey(ctx context.Context, keyID string) error
+	Authenticate(ctx context.Context, rawKey string) (entitlements.KeyInfo, error)
+}
+
+// EventReplayer queues a stored Stripe event to be processed again
+// (billing).
+type EventReplayer interface {
+	Replay(ctx context.Context, eventID string) (billing.Event, error)
+}

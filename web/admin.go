@@ -1,0 +1,323 @@
+package web
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+)
+
+func (w *Web) handleAdminLoginPage() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		return w.render(c, http.StatusOK, "admin_login", page{Title: "Billing console login", CSRF: preToken(c, "/admin"),
+			Data: loginPage{LoggedOut: c.QueryParam("out") != ""}})
+	}
+}
+
+// handleAdminLogin checks the admin token in constant time and opens a
+// console session.
+func (w *Web) handleAdminLogin() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !equalConst(strings.TrimSpace(c.FormValue("token")), w.AdminToken) {
+			w.log.WarnContext(c.Request().Context(), "admin console login refused", "remote_ip", c.RealIP())
+			return w.render(c, http.StatusUnauthorized, "admin_login", page{Title: "Billing console login", CSRF: preToken(c, "/admin"),
+				Data: loginPage{Error: "That admin token is wrong."}})
+		}
+		raw, _, err := w.store.createSession(c.Request().Context(), kindAdmin, "", w.AdminTTL)
+		if err != nil {
+			return err
+		}
+		setCookie(c, cookieAdmin, raw, "/admin", int(w.AdminTTL.Seconds()))
+		clearCookie(c, cookiePre, "/admin")
+		return c.Redirect(http.StatusSeeOther, "/admin/tenants")
+	}
+}
+
+func (w *Web) handleAdminHome() echo.HandlerFunc {
+	return func(c echo.Context) error { return c.Redirect(http.StatusSeeOther, "/admin/tenants") }
+}
+
+const tenantsPerPage = 25
+
+type tenantsPage struct {
+	Q          string
+	Page       int
+	Pages      int
+	Total      int64
+	Tenants    []TenantListRow
+	PrevURL    string
+	NextURL    string
+	FirstShown int
+	LastShown  int
+}
+
+func (w *Web) handleAdminTenants() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		q := strings.TrimSpace(c.QueryParam("q"))
+		if len(q) > 200 {
+			q = q[:200]
+		}
+		pg, _ := strconv.Atoi(c.QueryParam("page"))
+		pg = max(pg, 1)
+		rows, total, err := w.store.tenantPage(c.Request().Context(), q, pg, tenantsPerPage)
+		if err != nil {
+			return err
+		}
+		d := tenantsPage{Q: q, Page: pg, Total: total, Tenants: rows,
+			Pages: max(int((total+tenantsPerPage-1)/tenantsPerPage), 1)}
+		link := func(n int) string {
+			v := url.Values{}
+			if q != "" {
+				v.Set("q", q)
+			}
+			v.Set("page", strconv.Itoa(n))
+			return "/admin/tenants?" + v.Encode()
+		}
+		if pg > 1 {
+			d.PrevURL = link(pg - 1)
+		}
+		if pg < d.Pages {
+			d.NextURL = link(pg + 1)
+		}
+		if len(rows) > 0 {
+			d.FirstShown, d.LastShown = (pg-1)*tenantsPerPage+1, (pg-1)*tenantsPerPage+len(rows)
+		}
+		return w.render(c, http.StatusOK, "admin_tenants", page{Title: "Tenants", Nav: "tenants", Data: d})
+	}
+}
+
+// tenantPage is the data of the console's tenant page.
+type tenantPage struct {
+	UsageView
+	Keys      []KeyRow
+	Overrides []OverrideRow
+	Plans     []PlanRow
+	Events    []EventRow
+	Versions  []VersionRow
+	Drift     []DriftRow
+	NewKey    *newKey
+	NewLink   *newLink
+	CanPlan   bool
+	CanKeys   bool
+}
+
+type newLink struct {
+	URL       string
+	ExpiresAt time.Time
+}
+
+func (w *Web) adminTenant(c echo.Context) (page, tenantPage, error) {
+	ctx := c.Request().Context()
+	id := c.Param("id")
+	u, err := w.usageView(ctx, id)
+	if err != nil {
+		return page{}, tenantPage{}, err
+	}
+	d := tenantPage{UsageView: u, CanPlan: w.Plans != nil, CanKeys: w.Keys != nil}
+	if d.Keys, err = w.store.keys(ctx, id); err != nil {
+		return page{}, d, err
+	}
+	if d.Overrides, err = w.store.overrides(ctx, id); err != nil {
+		return page{}, d, err
+	}
+	if d.Plans, err = w.store.plans(ctx); err != nil {
+		return page{}, d, err
+	}
+	if d.Events, err = w.store.events(ctx, "", id, 10); err != nil {
+		return page{}, d, err
+	}
+	if d.Versions, err = w.store.versions(ctx, id, 10); err != nil {
+		return page{}, d, err
+	}
+	if d.Drift, err = w.store.drift(ctx, id, 10); err != nil {
+		return page{}, d, err
+	}
+	return page{Title: u.Tenant.Name, Nav: "tenants"}, d, nil
+}
+
+var adminNotices = map[string]string{
+	"plan":     "Plan changed. The tenant's new limits are in force.",
+	"revoked":  "API key revoked.",
+	"override": "Override saved; it applies through a new entitlement version.",
+	"deleted":  "Override removed.",
+	"replayed": "Event queued for replay.",
+	"created":  "Plan created.",
+	"edited":   "Plan saved; every tenant on it has the new limits.",
+}
+
+func (w *Web) handleAdminTenant() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		p, d, err := w.adminTenant(c)
+		if err != nil {
+			return err
+		}
+		p.Notice, p.Data = adminNotices[c.QueryParam("done")], d
+		return w.render(c, http.StatusOK, "admin_tenant", p)
+	}
+}
+
+func (w *Web) handleAdminChangePlan() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if w.Plans == nil {
+			return apperr.New(apperr.NotFound, "plan changes are not available")
+		}
+		ctx := c.Request().Context()
+		id := c.Param("id")
+		if _, err := w.store.tenant(ctx, id); err != nil {
+			return err
+		}
+		plan := strings.TrimSpace(c.FormValue("plan"))
+		if plan == "" {
+			return apperr.Invalidf("plan", "choose a plan")
+		}
+		if _, err := w.Plans.ChangePlan(ctx, id, plan); err != nil {
+			return err
+		}
+		return c.Redirect(http.StatusSeeOther, "/admin/tenants/"+id+"?done=plan")
+	}
+}
+
+func (w *Web) handleAdminIssueKey() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if w.Keys == nil {
+			return apperr.New(apperr.NotFound, "issuing keys is not available")
+		}
+		ctx := c.Request().Context()
+		id := c.Param("id")
+		if _, err := w.store.tenant(ctx, id); err != nil {
+			return err
+		}
+		name := strings.TrimSpace(c.FormValue("name"))
+		if len(name) > 200 {
+			return apperr.Invalidf("name", "must be at most 200 characters")
+		}
+		k, err := w.Keys.IssueKey(ctx, id, name)
+		if err != nil {
+			return err
+		}
+		p, d, err := w.adminTenant(c)
+		if err != nil {
+			return err
+		}
+		d.NewKey = &newKey{Key: k.Key, Prefix: k.Prefix, Name: name}
+		p.Notice, p.Data = "API key issued. Copy it now: it is shown only once.", d
+		return w.render(c, http.StatusCreated, "admin_tenant", p)
+	}
+}
+
+func (w *Web) handleAdminRevokeKey() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if w.Keys == nil {
+			return apperr.New(apperr.NotFound, "revoking keys is not available")
+		}
+		ctx := c.Request().Context()
+		id, key := c.Param("id"), c.Param("key")
+		if !validUUID(id) {
+			return apperr.New(apperr.NotFound, "tenant not found")
+		}
+		if err := w.store.keyOwnedBy(ctx, key, id); err != nil {
+			return err
+		}
+		if err := w.Keys.RevokeKey(ctx, key); err != nil {
+			return err
+		}
+		return c.Redirect(http.StatusSeeOther, "/admin/tenants/"+id+"?done=revoked#keys")
+	}
+}
+
+// handleAdminMintLink makes a dashboard link and shows it on the tenant's
+// page, for the admin to send to the tenant.
+func (w *Web) handleAdminMintLink() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		u, exp, err := w.MintLink(c.Request().Context(), c.Param("id"))
+		if err != nil {
+			return err
+		}
+		p, d, err := w.adminTenant(c)
+		if err != nil {
+			return err
+		}
+		scheme := "http"
+		if secureRequest(c.Request()) {
+			scheme = "https"
+		}
+		d.NewLink = &newLink{URL: scheme + "://" + c.Request().Host + u, ExpiresAt: exp}
+		p.Notice, p.Data = "Dashboard link made. It works once, until "+fmtTime(exp)+".", d
+		return w.render(c, http.StatusCreated, "admin_tenant", p)
+	}
+}
+
+type eventsPage struct {
+	Status   string
+	Statuses []string
+	Events   []EventRow
+}
+
+var eventStatuses = []string{"failed", "pending", "processed", "ignored"}
+
+func (w *Web) handleAdminEvents() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		status := c.QueryParam("status")
+		valid := status == ""
+		for _, s := range eventStatuses {
+			valid = valid || s == status
+		}
+		if !valid {
+			return apperr.Invalidf("status", "must be one of %s", strings.Join(eventStatuses, ", "))
+		}
+		evs, err := w.store.events(c.Request().Context(), status, "", 200)
+		if err != nil {
+			return err
+		}
+		return w.render(c, http.StatusOK, "admin_events", page{Title: "Stripe events", Nav: "events", Notice: adminNotices[c.QueryParam("done")],
+			Data: eventsPage{Status: status, Statuses: eventStatuses, Events: evs}})
+	}
+}
+
+type eventPage struct {
+	Event     EventRow
+	CanReplay bool
+}
+
+func (w *Web) handleAdminEvent() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		e, err := w.store.event(c.Request().Context(), c.Param("id"))
+		if err != nil {
+			return err
+		}
+		return w.render(c, http.StatusOK, "admin_event", page{Title: "Event " + e.ID, Nav: "events", Notice: adminNotices[c.QueryParam("done")],
+			Data: eventPage{Event: e, CanReplay: w.Replayer != nil}})
+	}
+}
+
+func (w *Web) handleAdminReplay() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if w.Replayer == nil {
+			return apperr.New(apperr.NotFound, "replay is not available")
+		}
+		ctx := c.Request().Context()
+		id := c.Param("id")
+		if _, err := w.store.event(ctx, id); err != nil {
+			return err
+		}
+		if _, err := w.Replayer.Replay(ctx, id); err != nil {
+			return err
+		}
+		return c.Redirect(http.StatusSeeOther, "/admin/events/"+url.PathEscape(id)+"?done=replayed")
+	}
+}
+
+func (w *Web) handleAdminDrift() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		rows, err := w.store.drift(c.Request().Context(), "", 200)
+		if err != nil {
+			return err
+		}
+		return w.render(c, http.StatusOK, "admin_drift", page{Title: "Drift repairs", Nav: "drift", Data: rows})
+	}
+}

@@ -1,0 +1,367 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/metering"
+	"github.com/tollgatehq/tollgate/internal/pgtest"
+)
+
+const chromiumPath = "/usr/bin/chromium"
+
+// newChrome starts Debian's Chromium headless with a fresh profile. Without
+// it the test skips locally and fails in CI.
+func newChrome(t *testing.T) context.Context {
+	t.Helper()
+	if _, err := os.Stat(chromiumPath); err != nil {
+		pgtest.Unavailable(t, "chromium", err)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(chromiumPath),
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Headless,
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.Flag("disable-extensions", true),
+		chromedp.Flag("hide-scrollbars", true),
+		chromedp.Flag("force-color-profile", "srgb"),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1280, 900),
+	}
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	// The first Run starts the browser; it must not carry a timeout.
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	return ctx
+}
+
+// user is one person at the browser: a tab in a browser context of its own,
+// so that each user has its own cookies.
+func user(t *testing.T, browserCtx context.Context) context.Context {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(browserCtx, chromedp.WithNewBrowserContext())
+	t.Cleanup(cancel)
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("new tab: %v", err)
+	}
+	return ctx
+}
+
+// step runs actions that end in a page load and returns the document's
+// HTTP status.
+func step(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) int64 {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	r, err := chromedp.RunResponse(tctx, actions...)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return r.Status
+}
+
+func do(t *testing.T, ctx context.Context, what string, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Do(tctx, actions...); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}
+
+func run[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(tctx, a)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	return v
+}
+
+func location(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	return run(t, ctx, "location", chromedp.Location())
+}
+
+func text(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	return run(t, ctx, "text of "+sel, chromedp.Text(chromedp.CSS(sel)))
+}
+
+// screenshot writes a full-page PNG of the current page at the given width
+// to docs/screenshots/name.png.
+func screenshot(t *testing.T, ctx context.Context, name string, width int64) {
+	t.Helper()
+	do(t, ctx, "viewport", chromedp.EmulateViewport(width, 800))
+	png := run(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
+	dir := filepath.Join("..", "docs", "screenshots")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if len(png) > 400<<10 {
+		t.Errorf("screenshot %s is %d KiB; keep it small", name, len(png)>>10)
+	}
+	do(t, ctx, "viewport back", chromedp.EmulateViewport(1280, 900))
+}
+
+// pageMeter is one meter as the dashboard shows it.
+type pageMeter struct {
+	Meter string `json:"meter"`
+	Used  string `json:"used"`
+	Limit string `json:"limit"`
+}
+
+func pageMeters(t *testing.T, ctx context.Context) map[string]pageMeter {
+	t.Helper()
+	var ms []pageMeter
+	raw := run(t, ctx, "read meters", chromedp.Evaluate[string](`JSON.stringify([...document.querySelectorAll('[data-meter]')].map(e => ({
+		meter: e.dataset.meter,
+		used: e.querySelector('[data-used]')?.dataset.used ?? '',
+		limit: e.querySelector('[data-limit]')?.dataset.limit ?? ''})))`))
+	if err := json.Unmarshal([]byte(raw), &ms); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]pageMeter{}
+	for _, m := range ms {
+		out[m.Meter] = m
+	}
+	return out
+}
+
+// seedUsage gives the tenant a month of history: hourly usage of two meters
+// and refusals, plus usage events for the live figure.
+func (b *bundle) seedUsage(t testing.TB, tenantID string, hours int) {
+	t.Helper()
+	snap, err := b.ents.Snapshot(b.ctx, tenantID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `
+		INSERT INTO usage_hourly (tenant_id, meter, hour, used)
+		SELECT $1, m, h, (50 + 40 * sin(extract(epoch FROM h) / 9000) + (CASE WHEN m = 'exports' THEN 0 ELSE 200 END))::bigint
+		FROM generate_series(date_trunc('hour', now()) - make_interval(hours => $2 - 1), date_trunc('hour', now()), interval '1 hour') h,
+		     unnest(ARRAY['requests', 'exports']) m
+		WHERE h >= $3
+		ON CONFLICT DO NOTHING`, tenantID, hours, snap.PeriodStart); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(b.ctx, `
+		INSERT INTO refusals_daily (tenant_id, day, policy, refused)
+		SELECT $1, d::date, p, (10 + (extract(day FROM d)::int * 7) % 40)::bigint
+		FROM generate_series(now() - interval '20 days', now(), interval '1 day') d, unnest(ARRAY['rate', 'requests']) p
+		WHERE d >= $2
+		ON CONFLICT DO NOTHING`, tenantID, snap.PeriodStart); err != nil {
+		t.Fatal(err)
+	}
+	evs := []metering.Event{}
+	for i := 0; i < 3; i++ {
+		evs = append(evs, metering.Event{ID: uniq("evt"), Meter: "exports", Quantity: 7, Timestamp: time.Now()})
+	}
+	if _, err := b.meter.Ingest(b.ctx, tenantID, evs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBrowser(t *testing.T) {
+	chrome := newChrome(t)
+	b := setup(t)
+	team := uniq("team")
+	b.plan(t, entitlements.PlanInput{Key: team, Name: "Team",
+		Rate:   &entitlements.RateInput{PerSecond: ptr(100.0), Burst: ptr[int64](1000)},
+		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](1000000)}, "exports": {Limit: ptr[int64](500), Mode: "soft"}}})
+	acme := b.tenant(t, "Acme Analytics", b.pro)
+	other := b.tenant(t, "Globex", b.free)
+	acmeKey, otherKey := b.key(t, acme.ID), b.key(t, other.ID)
+	b.seedUsage(t, acme.ID, 24*30)
+	// Some requests through the API, counted by the limiter in Redis.
+	for i := 0; i < 5; i++ {
+		req, _ := http.NewRequest(http.MethodPost, b.srv.URL+"/v1/check", strings.NewReader(`{"cost": 3}`))
+		req.Header.Set("Authorization", "Bearer "+acmeKey.Key)
+		req.Header.Set("Content-Type", "application/json")
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Body.Close()
+		if r.StatusCode != http.StatusOK {
+			t.Fatalf("check: %d", r.StatusCode)
+		}
+	}
+	base := b.srv.URL
+
+	tenant := user(t, chrome)
+	var link string
+	t.Run("dashboard link logs in", func(t *testing.T) {
+		req, _ := http.NewRequest(http.MethodPost, base+"/admin/v1/tenants/"+acme.ID+"/dashboard-links", nil)
+		req.Header.Set("Authorization", "Bearer "+b.admin)
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct{ URL string }
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		r.Body.Close()
+		link = body.URL
+		if st := step(t, tenant, "open link", chromedp.Navigate(base+link)); st != http.StatusOK {
+			t.Fatalf("link page: %d", st)
+		}
+		if st := step(t, tenant, "continue", chromedp.Click(chromedp.CSS("#continue"))); st != http.StatusOK {
+			t.Fatalf("after continue: %d", st)
+		}
+		if loc := location(t, tenant); loc != base+"/dashboard" {
+			t.Fatalf("at %s, want the dashboard", loc)
+		}
+		if h := text(t, tenant, "h1"); h != "Acme Analytics" {
+			t.Fatalf("h1 = %q", h)
+		}
+	})
+
+	t.Run("a used link is refused", func(t *testing.T) {
+		u := user(t, chrome)
+		if st := step(t, u, "open used link", chromedp.Navigate(base+link)); st != http.StatusGone {
+			t.Fatalf("used link: %d, want 410", st)
+		}
+		if !strings.Contains(text(t, u, "#link-error"), "already used") {
+			t.Fatal("no explanation for the used link")
+		}
+		if st := step(t, u, "dashboard", chromedp.Navigate(base+"/dashboard")); st != http.StatusOK || location(t, u) != base+"/dashboard/login" {
+			t.Fatalf("without a session the dashboard must send to login, at %s", location(t, u))
+		}
+	})
+
+	keyUser := user(t, chrome)
+	t.Run("API key login", func(t *testing.T) {
+		step(t, keyUser, "login page", chromedp.Navigate(base+"/dashboard/login"))
+		do(t, keyUser, "type key", chromedp.SendKeys(chromedp.CSS("#api_key"), acmeKey.Key))
+		if st := step(t, keyUser, "submit", chromedp.Submit(chromedp.CSS("#api_key"))); st != http.StatusOK {
+			t.Fatalf("after login: %d", st)
+		}
+		if loc := location(t, keyUser); loc != base+"/dashboard" {
+			t.Fatalf("at %s", loc)
+		}
+	})
+
+	t.Run("dashboard shows the usage the API reports", func(t *testing.T) {
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/usage", nil)
+		req.Header.Set("Authorization", "Bearer "+acmeKey.Key)
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var api metering.Usage
+		_ = json.NewDecoder(r.Body).Decode(&api)
+		r.Body.Close()
+		if r.StatusCode != http.StatusOK || len(api.Meters) < 2 {
+			t.Fatalf("GET /v1/usage: %d %+v", r.StatusCode, api)
+		}
+		step(t, keyUser, "reload", chromedp.Navigate(base+"/dashboard"))
+		got := pageMeters(t, keyUser)
+		for _, m := range api.Meters {
+			pm, ok := got[m.Meter]
+			if !ok {
+				t.Fatalf("meter %s of the API is not on the page (page: %+v)", m.Meter, got)
+			}
+			if pm.Used != itoa(m.Used) || (m.Limit != nil && pm.Limit != itoa(*m.Limit)) {
+				t.Fatalf("meter %s: page used %s limit %s, API used %d limit %v", m.Meter, pm.Used, pm.Limit, m.Used, *m.Limit)
+			}
+		}
+		if got["requests"].Used != "15" || got["exports"].Used != "21" {
+			t.Fatalf("page meters %+v, want requests 15 (5 checks of cost 3) and exports 21", got)
+		}
+		screenshot(t, keyUser, "dashboard-1280", 1280)
+		screenshot(t, keyUser, "dashboard-375", 375)
+	})
+
+	admin := user(t, chrome)
+	t.Run("console refuses without login", func(t *testing.T) {
+		step(t, admin, "tenant page", chromedp.Navigate(base+"/admin/tenants/"+acme.ID))
+		if loc := location(t, admin); loc != base+"/admin/login" {
+			t.Fatalf("at %s, want the login page", loc)
+		}
+		do(t, admin, "type wrong token", chromedp.SendKeys(chromedp.CSS("#token"), "not-the-token"))
+		if st := step(t, admin, "submit", chromedp.Submit(chromedp.CSS("#token"))); st != http.StatusUnauthorized {
+			t.Fatalf("wrong token: %d", st)
+		}
+	})
+
+	t.Run("admin changes the plan and the dashboard shows it", func(t *testing.T) {
+		do(t, admin, "type token", chromedp.SetValue(chromedp.CSS("#token"), b.admin))
+		step(t, admin, "login", chromedp.Submit(chromedp.CSS("#token")))
+		if loc := location(t, admin); loc != base+"/admin/tenants" {
+			t.Fatalf("at %s after login", loc)
+		}
+		step(t, admin, "tenant page", chromedp.Navigate(base+"/admin/tenants/"+acme.ID))
+		do(t, admin, "choose plan", chromedp.SetValue(chromedp.CSS("#plan-select"), team))
+		if st := step(t, admin, "change", chromedp.Click(chromedp.CSS("#change-plan"))); st != http.StatusOK {
+			t.Fatalf("plan change: %d", st)
+		}
+		if p := run(t, admin, "plan", chromedp.AttributeValue(chromedp.CSS("#plan"), "data-plan")); p.Value != team {
+			t.Fatalf("console shows plan %q, want %q", p.Value, team)
+		}
+		screenshot(t, admin, "admin-tenant-1280", 1280)
+		screenshot(t, admin, "admin-tenant-375", 375)
+
+		step(t, keyUser, "dashboard", chromedp.Navigate(base+"/dashboard"))
+		if p := run(t, keyUser, "plan", chromedp.AttributeValue(chromedp.CSS("#plan"), "data-plan")); p.Value != team {
+			t.Fatalf("dashboard shows plan %q, want %q", p.Value, team)
+		}
+		if got := pageMeters(t, keyUser); got["exports"].Limit != "500" {
+			t.Fatalf("dashboard exports limit %q, want the new plan's 500", got["exports"].Limit)
+		}
+	})
+
+	t.Run("a form without its CSRF token is refused", func(t *testing.T) {
+		step(t, admin, "tenant page", chromedp.Navigate(base+"/admin/tenants/"+acme.ID))
+		do(t, admin, "drop token", chromedp.Evaluate[chromedp.Void](`document.querySelector('#change-plan').form.querySelector('[name=csrf]').remove()`))
+		do(t, admin, "choose plan", chromedp.SetValue(chromedp.CSS("#plan-select"), b.free))
+		if st := step(t, admin, "submit", chromedp.Click(chromedp.CSS("#change-plan"))); st != http.StatusForbidden {
+			t.Fatalf("without csrf: %d, want 403", st)
+		}
+		if d, _ := b.ents.GetTenant(b.ctx, acme.ID); d.Plan != team {
+			t.Fatalf("plan changed to %s by a form without csrf", d.Plan)
+		}
+	})
+
+	t.Run("a tenant session is refused on another tenant's data", func(t *testing.T) {
+		// The console's page of the other tenant: the tenant session is no
+		// console session.
+		step(t, keyUser, "other tenant", chromedp.Navigate(base+"/admin/tenants/"+other.ID))
+		if loc := location(t, keyUser); loc != base+"/admin/login" {
+			t.Fatalf("tenant session reached %s", loc)
+		}
+		// A revoke form pointed at the other tenant's key: 404, key intact.
+		step(t, keyUser, "dashboard", chromedp.Navigate(base+"/dashboard"))
+		do(t, keyUser, "retarget", chromedp.Evaluate[chromedp.Void](`(() => { const f = document.querySelector('form[action$="/revoke"]'); f.action = '/dashboard/keys/`+otherKey.ID+`/revoke'; })()`))
+		if st := step(t, keyUser, "submit", chromedp.Click(chromedp.CSS(`form[action$="/revoke"] button`))); st != http.StatusNotFound {
+			t.Fatalf("revoking another tenant's key: %d, want 404", st)
+		}
+		if _, err := b.ents.Authenticate(b.ctx, otherKey.Key); err != nil {
+			t.Fatalf("the other tenant's key was revoked: %v", err)
+		}
+	})
+}
+
+func itoa(n int64) string { return fmtIntPlain(n) }
+
+func fmtIntPlain(n int64) string { return strings.ReplaceAll(fmtInt(n), ",", "") }

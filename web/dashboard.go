@@ -1,0 +1,188 @@
+package web
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+)
+
+// loginPage is the data of the dashboard login page.
+type loginPage struct {
+	Token      string // a dashboard link's token, waiting for "Continue"
+	TenantName string
+	LinkError  string
+	LoggedOut  bool
+	Error      string
+}
+
+// handleDashboardLoginPage shows the API key form, or, for a dashboard link,
+// a "Continue" button: the link is only used by the POST, so a mail scanner
+// or a link preview that fetches the URL cannot burn it.
+func (w *Web) handleDashboardLoginPage() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ctx := c.Request().Context()
+		p := page{Title: "Log in to your dashboard", CSRF: preToken(c, "/dashboard")}
+		lp := loginPage{LoggedOut: c.QueryParam("out") != ""}
+		status := http.StatusOK
+		if tok := c.QueryParam("token"); tok != "" || c.QueryParams().Has("token") {
+			tid, err := w.store.peekLink(ctx, tok)
+			switch {
+			case apperr.CodeOf(err) == apperr.Unauthorized:
+				lp.LinkError, status = err.Error(), http.StatusGone
+			case err != nil:
+				return err
+			default:
+				t, err := w.store.tenant(ctx, tid)
+				if err != nil {
+					return err
+				}
+				lp.Token, lp.TenantName = tok, t.Name
+			}
+		}
+		p.Data = lp
+		return w.render(c, status, "login", p)
+	}
+}
+
+// handleDashboardLogin logs in with a dashboard link's token or an API key.
+func (w *Web) handleDashboardLogin() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ctx := c.Request().Context()
+		var tenantID string
+		if tok := c.FormValue("token"); tok != "" {
+			tid, err := w.store.useLink(ctx, tok)
+			if apperr.CodeOf(err) == apperr.Unauthorized {
+				return w.render(c, http.StatusGone, "login", page{Title: "Log in to your dashboard", CSRF: preToken(c, "/dashboard"),
+					Data: loginPage{LinkError: err.Error()}})
+			}
+			if err != nil {
+				return err
+			}
+			tenantID = tid
+		} else {
+			key := strings.TrimSpace(c.FormValue("api_key"))
+			if key == "" || w.Keys == nil {
+				return w.render(c, http.StatusUnauthorized, "login", page{Title: "Log in to your dashboard", CSRF: preToken(c, "/dashboard"),
+					Data: loginPage{Error: "Enter an API key of your account."}})
+			}
+			info, err := w.Keys.Authenticate(ctx, key)
+			if apperr.CodeOf(err) == apperr.Unauthorized || apperr.CodeOf(err) == apperr.NotFound || apperr.CodeOf(err) == apperr.Invalid {
+				return w.render(c, http.StatusUnauthorized, "login", page{Title: "Log in to your dashboard", CSRF: preToken(c, "/dashboard"),
+					Data: loginPage{Error: "That API key is unknown or revoked."}})
+			}
+			if err != nil {
+				return err
+			}
+			tenantID = info.TenantID
+		}
+		raw, _, err := w.store.createSession(ctx, kindTenant, tenantID, w.TenantTTL)
+		if err != nil {
+			return err
+		}
+		setCookie(c, cookieTenant, raw, "/dashboard", int(w.TenantTTL.Seconds()))
+		clearCookie(c, cookiePre, "/dashboard")
+		return c.Redirect(http.StatusSeeOther, "/dashboard")
+	}
+}
+
+// dashboardPage is the data of the dashboard.
+type dashboardPage struct {
+	UsageView
+	Keys     []KeyRow
+	Plans    []PlanRow
+	NewKey   *newKey
+	CanKeys  bool
+	Upgrades []PlanRow
+}
+
+type newKey struct {
+	Key    string
+	Prefix string
+	Name   string
+}
+
+// dashboard builds the page for the session's tenant: the tenant id comes
+// from the session and nowhere else.
+func (w *Web) dashboard(c echo.Context, nk *newKey) (page, error) {
+	ctx := c.Request().Context()
+	tid := sessionFrom(c).TenantID
+	u, err := w.usageView(ctx, tid)
+	if err != nil {
+		return page{}, err
+	}
+	keys, err := w.store.keys(ctx, tid)
+	if err != nil {
+		return page{}, err
+	}
+	plans, err := w.store.plans(ctx)
+	if err != nil {
+		return page{}, err
+	}
+	d := dashboardPage{UsageView: u, Keys: keys, Plans: plans, NewKey: nk, CanKeys: w.Keys != nil}
+	for _, p := range plans {
+		if p.Key != u.Snap.Plan {
+			d.Upgrades = append(d.Upgrades, p)
+		}
+	}
+	return page{Title: u.Tenant.Name + " · usage", Nav: "usage", Data: d}, nil
+}
+
+func (w *Web) handleDashboard() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		p, err := w.dashboard(c, nil)
+		if err != nil {
+			return err
+		}
+		switch c.QueryParam("done") {
+		case "revoked":
+			p.Notice = "The API key was revoked; requests with it are refused from now on."
+		}
+		return w.render(c, http.StatusOK, "dashboard", p)
+	}
+}
+
+// handleDashboardIssueKey issues a key and shows it once, in the response
+// itself (never in a URL or a cookie).
+func (w *Web) handleDashboardIssueKey() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if w.Keys == nil {
+			return apperr.New(apperr.NotFound, "issuing keys is not available here")
+		}
+		name := strings.TrimSpace(c.FormValue("name"))
+		if len(name) > 200 {
+			return apperr.Invalidf("name", "must be at most 200 characters")
+		}
+		k, err := w.Keys.IssueKey(c.Request().Context(), sessionFrom(c).TenantID, name)
+		if err != nil {
+			return err
+		}
+		p, err := w.dashboard(c, &newKey{Key: k.Key, Prefix: k.Prefix, Name: name})
+		if err != nil {
+			return err
+		}
+		p.Notice = "New API key issued. Copy it now: it is shown only once."
+		return w.render(c, http.StatusCreated, "dashboard", p)
+	}
+}
+
+// handleDashboardRevokeKey revokes one of the session tenant's keys; another
+// tenant's key id is a 404, whatever it is.
+func (w *Web) handleDashboardRevokeKey() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if w.Keys == nil {
+			return apperr.New(apperr.NotFound, "revoking keys is not available here")
+		}
+		ctx := c.Request().Context()
+		id := c.Param("id")
+		if err := w.store.keyOwnedBy(ctx, id, sessionFrom(c).TenantID); err != nil {
+			return err
+		}
+		if err := w.Keys.RevokeKey(ctx, id); err != nil {
+			return err
+		}
+		return c.Redirect(http.StatusSeeOther, "/dashboard?done=revoked")
+	}
+}

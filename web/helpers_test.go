@@ -1,0 +1,225 @@
+package web
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/httpapi"
+	"github.com/tollgatehq/tollgate/internal/metering"
+	"github.com/tollgatehq/tollgate/internal/pgtest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// bundle is one test's world: the real API server with the web registered
+// on it, on the package's database and the test's own Redis prefix.
+type bundle struct {
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	rdb    *redis.Client
+	prefix string
+	store  *limiter.Store
+	ents   *entitlements.Service
+	meter  *metering.Service
+	web    *Web
+	srv    *httptest.Server
+	admin  string // admin token
+	free   string // this test's default plan
+	pro    string // a bigger plan
+}
+
+func uniq(name string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return name + "-" + hex.EncodeToString(b[:])
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func setup(t testing.TB) *bundle {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pool := pgtest.New(t)
+	rdb, prefix := redistest.New(t)
+	log := slog.New(slog.DiscardHandler)
+	b := &bundle{ctx: ctx, pool: pool, rdb: rdb, prefix: prefix, store: limiter.NewStore(rdb, prefix),
+		admin: "tga_" + uniq("admin"), free: uniq("free"), pro: uniq("pro")}
+	b.ents = entitlements.NewService(pool, b.store, log, entitlements.Options{DefaultPlan: b.free, Redis: rdb, Prefix: prefix})
+	// ents.Run is not started: without it Authenticate asks Postgres every
+	// time, which is what these tests want to see.
+	b.meter = metering.NewService(pool, b.store, log, metering.Options{Snapshot: b.ents.LoadSnapshot})
+	w, err := New(Deps{Log: log, DB: pool, Limits: b.store, Snapshots: b.ents, Usage: b.meter, AdminToken: b.admin,
+		Plans: b.ents, PlanAdmin: b.ents, Keys: b.ents})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.web = w
+	lim, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Loader: b.ents.LoadSnapshot, UsageLoader: b.meter.LoadUsage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, AdminToken: b.admin,
+		Entitlements: b.ents, Metering: b.meter, PlanChanger: b.ents, Limiter: lim, DashboardLinks: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Register(api.Echo())
+	b.srv = httptest.NewServer(api)
+	t.Cleanup(func() { b.srv.Close(); cancel(); _ = lim.Close() })
+
+	b.plan(t, entitlements.PlanInput{Key: b.free, Name: "Free",
+		Rate:   &entitlements.RateInput{PerSecond: ptr(100.0), Burst: ptr[int64](100)},
+		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](1000)}}})
+	b.plan(t, entitlements.PlanInput{Key: b.pro, Name: "Pro",
+		Quotas:   map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](100000)}, "exports": {Limit: ptr[int64](50), Mode: "soft"}},
+		Features: []string{"exports"}})
+	return b
+}
+
+func (b *bundle) plan(t testing.TB, in entitlements.PlanInput) {
+	t.Helper()
+	if _, err := b.ents.CreatePlan(b.ctx, in); err != nil {
+		t.Fatalf("create plan: %v", err)
+	}
+}
+
+func (b *bundle) tenant(t testing.TB, name, plan string) entitlements.Tenant {
+	t.Helper()
+	tn, err := b.ents.CreateTenant(b.ctx, entitlements.TenantInput{Name: name, Plan: plan})
+	if err != nil {
+		t.Fatalf("create tenant: %v", err)
+	}
+	return tn
+}
+
+func (b *bundle) key(t testing.TB, tenantID string) entitlements.IssuedKey {
+	t.Helper()
+	k, err := b.ents.IssueKey(b.ctx, tenantID, "test")
+	if err != nil {
+		t.Fatalf("issue key: %v", err)
+	}
+	return k
+}
+
+func (b *bundle) mint(t testing.TB, tenantID string) string {
+	t.Helper()
+	u, _, err := b.web.MintLink(b.ctx, tenantID)
+	if err != nil {
+		t.Fatalf("mint link: %v", err)
+	}
+	return u
+}
+
+// browser is an HTTP client with cookies that does not follow redirects, so
+// that tests see each 303.
+type browser struct {
+	t    testing.TB
+	base string
+	c    *http.Client
+}
+
+func (b *bundle) browser(t testing.TB) *browser {
+	jar, _ := cookiejar.New(nil)
+	return &browser{t: t, base: b.srv.URL, c: &http.Client{Jar: jar, Timeout: 10 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+}
+
+type resp struct {
+	status int
+	body   string
+	header http.Header
+}
+
+func (br *browser) do(req *http.Request) resp {
+	br.t.Helper()
+	r, err := br.c.Do(req)
+	if err != nil {
+		br.t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	defer r.Body.Close()
+	body, _ := io.ReadAll(r.Body)
+	return resp{status: r.StatusCode, body: string(body), header: r.Header}
+}
+
+func (br *browser) get(path string) resp {
+	br.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, br.base+path, nil)
+	return br.do(req)
+}
+
+func (br *browser) post(path string, form url.Values) resp {
+	br.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, br.base+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	return br.do(req)
+}
+
+var csrfRe = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// csrf returns the CSRF token of a page's forms.
+func csrf(t testing.TB, body string) string {
+	t.Helper()
+	m := csrfRe.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no csrf token in page:\n%s", body)
+	}
+	return m[1]
+}
+
+// loginLink logs br in through a dashboard link.
+func (br *browser) loginLink(link string) resp {
+	br.t.Helper()
+	page := br.get(link)
+	if page.status != http.StatusOK {
+		br.t.Fatalf("GET %s = %d, want 200:\n%s", link, page.status, page.body)
+	}
+	u, _ := url.Parse(link)
+	return br.post("/dashboard/login", url.Values{"csrf": {csrf(br.t, page.body)}, "token": {u.Query().Get("token")}})
+}
+
+func (br *browser) loginKey(key string) resp {
+	br.t.Helper()
+	page := br.get("/dashboard/login")
+	return br.post("/dashboard/login", url.Values{"csrf": {csrf(br.t, page.body)}, "api_key": {key}})
+}
+
+func (br *browser) loginAdmin(token string) resp {
+	br.t.Helper()
+	page := br.get("/admin/login")
+	return br.post("/admin/login", url.Values{"csrf": {csrf(br.t, page.body)}, "token": {token}})
+}
+
+func wantStatus(t testing.TB, r resp, want int, what string) {
+	t.Helper()
+	if r.status != want {
+		body := r.body
+		if len(body) > 3000 {
+			body = body[:3000]
+		}
+		t.Fatalf("%s: status %d, want %d\n%s", what, r.status, want, body)
+	}
+}
+
+func wantRedirect(t testing.TB, r resp, to, what string) {
+	t.Helper()
+	if r.status != http.StatusSeeOther || r.header.Get("Location") != to {
+		t.Fatalf("%s: status %d Location %q, want 303 to %q\n%.2000s", what, r.status, r.header.Get("Location"), to, r.body)
+	}
+}

@@ -1,0 +1,249 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"html/template"
+	"sort"
+	"time"
+
+	"github.com/tollgatehq/tollgate/internal/metering"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+// MeterView is one meter's bar.
+type MeterView struct {
+	Meter     string
+	Used      int64
+	Limit     int64
+	HasLimit  bool
+	Mode      string // hard or soft; "" without a limit
+	Remaining int64
+	Overage   int64
+	Pct       float64 // used / limit in percent (may exceed 100)
+	Over      bool
+	Warn      bool
+	// Projection says when the quota runs out at the period's pace so far.
+	Projection string
+	RunsOutAt  *time.Time
+	Bar        template.HTML
+}
+
+// StatusView is the subscription status in words.
+type StatusView struct {
+	Label  string // "Active", "Trial", "Grace period", …
+	Detail string
+	Tone   string // ok, warn or bad
+}
+
+// UsageView is everything the dashboard and the tenant's console page show
+// about usage.
+type UsageView struct {
+	Tenant      TenantRow
+	Sub         *SubscriptionRow
+	Snap        limiter.Snapshot
+	Status      StatusView
+	PeriodStart time.Time
+	PeriodEnd   time.Time
+	ResetIn     string
+	Meters      []MeterView
+	Charts      []Chart // usage per day, one per meter with history or a quota
+	Refusals    Chart   // refused requests per day, stacked by policy
+	Now         time.Time
+}
+
+// usageView reads the tenant's usage. The numbers are GET /v1/usage's: the
+// same metering function computes both.
+func (w *Web) usageView(ctx context.Context, tenantID string) (UsageView, error) {
+	now := w.Now().UTC()
+	t, err := w.store.tenant(ctx, tenantID)
+	if err != nil {
+		return UsageView{}, err
+	}
+	sub, err := w.store.subscription(ctx, tenantID)
+	if err != nil {
+		return UsageView{}, err
+	}
+	snap, err := w.Snapshots.Snapshot(ctx, tenantID)
+	if err != nil {
+		return UsageView{}, fmt.Errorf("web: snapshot: %w", err)
+	}
+	u, err := w.Usage.Usage(ctx, tenantID)
+	if err != nil {
+		return UsageView{}, fmt.Errorf("web: usage: %w", err)
+	}
+	v := UsageView{Tenant: t, Sub: sub, Snap: snap, Now: now,
+		PeriodStart: u.Period.Start, PeriodEnd: u.Period.End, Status: statusOf(snap, sub, t, now)}
+	if v.PeriodEnd.After(now) {
+		v.ResetIn = fmtDuration(v.PeriodEnd.Sub(now))
+	}
+	for _, m := range u.Meters {
+		v.Meters = append(v.Meters, meterView(m, v.PeriodStart, v.PeriodEnd, now))
+	}
+
+	ds := days(v.PeriodStart, v.PeriodEnd)
+	index := make(map[time.Time]int, len(ds))
+	for i, d := range ds {
+		index[d] = i
+	}
+	hist, err := w.store.dailyUsage(ctx, tenantID, v.PeriodStart, v.PeriodEnd)
+	if err != nil {
+		return UsageView{}, err
+	}
+	perMeter := map[string][]int64{}
+	for _, h := range hist {
+		i, ok := index[h.Day]
+		if !ok {
+			continue
+		}
+		if perMeter[h.Meter] == nil {
+			perMeter[h.Meter] = make([]int64, len(ds))
+		}
+		perMeter[h.Meter][i] += h.Used
+	}
+	names := make([]string, 0, len(perMeter))
+	seen := map[string]bool{}
+	for _, m := range v.Meters {
+		names, seen[m.Meter] = append(names, m.Meter), true
+	}
+	for m := range perMeter {
+		if !seen[m] {
+			names = append(names, m)
+		}
+	}
+	sort.Strings(names)
+	for _, m := range names {
+		vals := perMeter[m]
+		if vals == nil {
+			vals = make([]int64, len(ds))
+		}
+		v.Charts = append(v.Charts, newChart(m+" per day", ds, []Series{{Name: m, Values: vals}}, now))
+	}
+
+	refused, err := w.store.dailyRefusals(ctx, tenantID, v.PeriodStart, v.PeriodEnd)
+	if err != nil {
+		return UsageView{}, err
+	}
+	// Today's refusals may not have been flushed yet: the limiter's own
+	// counter for today is at least as new.
+	today := now.Truncate(24 * time.Hour)
+	live, err := w.Limits.Refusals(ctx, tenantID, now)
+	if err != nil {
+		w.log.WarnContext(ctx, "reading live refusals failed", "tenant_id", tenantID, "err", err)
+	}
+	perPolicy := map[string][]int64{}
+	add := func(policy string, day time.Time, n int64, useMax bool) {
+		i, ok := index[day]
+		if !ok {
+			return
+		}
+		if perPolicy[policy] == nil {
+			perPolicy[policy] = make([]int64, len(ds))
+		}
+		if useMax {
+			perPolicy[policy][i] = max(perPolicy[policy][i], n)
+		} else {
+			perPolicy[policy][i] += n
+		}
+	}
+	for _, r := range refused {
+		add(r.Policy, r.Day, r.Refused, false)
+	}
+	for p, n := range live {
+		add(p, today, n, true)
+	}
+	policies := make([]string, 0, len(perPolicy))
+	for p := range perPolicy {
+		policies = append(policies, p)
+	}
+	sort.Strings(policies)
+	series := make([]Series, 0, len(policies))
+	for _, p := range policies {
+		series = append(series, Series{Name: p, Values: perPolicy[p]})
+	}
+	v.Refusals = newChart("refused requests per day", ds, series, now)
+	return v, nil
+}
+
+func meterView(m metering.MeterUsage, start, end, now time.Time) MeterView {
+	v := MeterView{Meter: m.Meter, Used: m.Used, Mode: m.Mode, Overage: m.Overage}
+	if m.Limit == nil {
+		v.Projection = "No limit on this plan."
+		return v
+	}
+	v.HasLimit, v.Limit = true, *m.Limit
+	if m.Remaining != nil {
+		v.Remaining = *m.Remaining
+	}
+	switch {
+	case v.Limit == 0:
+		v.Pct = 100
+	default:
+		v.Pct = 100 * float64(v.Used) / float64(v.Limit)
+	}
+	v.Over = v.Used > v.Limit || (v.Limit == 0 && v.Used > 0)
+	v.Warn = !v.Over && v.Pct >= 80
+	v.Bar = meterBar(v.Pct, v.Over)
+
+	elapsed := now.Sub(start)
+	switch {
+	case v.Used >= v.Limit && v.Mode == limiter.ModeSoft:
+		v.Projection = "Quota used up: further usage is billed as overage until the period resets."
+	case v.Used >= v.Limit:
+		v.Projection = "Quota used up: requests on this meter are refused until the period resets."
+	case v.Used == 0 || elapsed <= 0:
+		v.Projection = "No usage yet this period."
+	default:
+		// Pace so far, in units per second of the period elapsed.
+		pace := float64(v.Used) / elapsed.Seconds()
+		at := now.Add(time.Duration(float64(v.Limit-v.Used) / pace * float64(time.Second)))
+		if at.Before(end) {
+			v.RunsOutAt = &at
+			v.Projection = "At the current pace the quota runs out around " + fmtTime(at.Truncate(time.Hour)) + "."
+		} else {
+			v.Projection = "At the current pace the quota lasts the whole period."
+		}
+	}
+	return v
+}
+
+// statusOf puts the subscription status (and what it means for access) in
+// words.
+func statusOf(snap limiter.Snapshot, sub *SubscriptionRow, t TenantRow, now time.Time) StatusView {
+	if sub == nil {
+		return StatusView{Label: "Active", Detail: "No subscription: plan set by your account manager.", Tone: "ok"}
+	}
+	switch sub.Status {
+	case "active":
+		d := "Renews " + fmtTime(derefTime(sub.PeriodEnd)) + "."
+		if sub.CancelAtPeriodEnd {
+			return StatusView{Label: "Cancels at period end", Detail: "Access to " + t.PlanName + " ends " + fmtTime(derefTime(sub.PeriodEnd)) + ".", Tone: "warn"}
+		}
+		return StatusView{Label: "Active", Detail: d, Tone: "ok"}
+	case "trialing":
+		d := "Trial"
+		if sub.TrialEnd != nil {
+			d = "Trial ends " + fmtTime(*sub.TrialEnd) + " (in " + fmtDuration(sub.TrialEnd.Sub(now)) + ")."
+		}
+		return StatusView{Label: "Trial", Detail: d, Tone: "ok"}
+	case "past_due":
+		if sub.GraceEndsAt != nil && now.Before(*sub.GraceEndsAt) {
+			return StatusView{Label: "Payment failed: grace period", Tone: "warn",
+				Detail: "Your plan stays in force until " + fmtTime(*sub.GraceEndsAt) + "; after that it falls back to " + snap.Plan + " unless the payment succeeds."}
+		}
+		return StatusView{Label: "Payment failed", Tone: "bad",
+			Detail: "The grace period has ended; you are on " + snap.Plan + " until the payment succeeds."}
+	case "canceled", "unpaid", "incomplete_expired", "paused":
+		return StatusView{Label: "Subscription " + sub.Status, Tone: "bad",
+			Detail: "You are on " + snap.Plan + " until a subscription is active again."}
+	default:
+		return StatusView{Label: sub.Status, Tone: "warn"}
+	}
+}
+
+func derefTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}

@@ -1,0 +1,302 @@
+// Package web is Tollgate's browser side: the tenant usage dashboard at
+// /dashboard and the billing admin console at /admin. Pages are rendered on
+// the server from html/template files parsed once at start; CSS is embedded;
+// charts are SVG drawn in Go; nothing needs JavaScript.
+//
+// Rules the package keeps:
+//   - Sessions live in web_sessions; the cookie holds a random id whose
+//     SHA-256 is the only thing stored. Cookies are HttpOnly, SameSite=Lax,
+//     Secure behind TLS, and scoped to /dashboard or /admin.
+//   - Every POST carries the session's CSRF token (the login forms a
+//     pre-session double-submit token), compared in constant time.
+//   - A tenant session reads only its own tenant: every dashboard query takes
+//     the tenant id from the session, never from the URL; another tenant's
+//     object is a 404.
+//   - Reads go straight to Postgres (the read model in store.go) and to the
+//     limiter's Redis counters; changes go through the other parts' services,
+//     through the small interfaces declared in actions.go.
+package web
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+//go:embed static
+var staticFS embed.FS
+
+// Deps is what the web needs; cmd/api wires it. Action services left nil hide
+// their forms.
+type Deps struct {
+	Log *slog.Logger
+	DB  *pgxpool.Pool
+	// Limits reads the limiter's live counters (usage not yet flushed to
+	// Postgres, today's refusals).
+	Limits *limiter.Store
+	// Snapshots gives a tenant's effective entitlements (plan after the
+	// subscription status rules, overrides, period). Required.
+	Snapshots Snapshots
+	// Usage computes the usage of the current period (GET /v1/usage's
+	// function). Required.
+	Usage UsageReader
+	// AdminToken logs into the console (compared in constant time). Required.
+	AdminToken string
+	// Actions; nil hides the form that needs it.
+	Plans     PlanChanger
+	PlanAdmin PlanAdmin
+	Keys      KeyManager
+	Replayer  EventReplayer
+	// TenantTTL and AdminTTL are how long sessions last; default 12h and 8h.
+	TenantTTL time.Duration
+	AdminTTL  time.Duration
+	// Now is the clock of the pages (time until reset, projections);
+	// default time.Now.
+	Now func() time.Time
+}
+
+// Web serves the dashboard and the console.
+type Web struct {
+	Deps
+	log   *slog.Logger
+	store *store
+	pages map[string]*template.Template
+}
+
+// New parses the templates (once) and returns the web.
+func New(d Deps) (*Web, error) {
+	if d.Log == nil {
+		d.Log = slog.New(slog.DiscardHandler)
+	}
+	if d.DB == nil || d.Snapshots == nil || d.Usage == nil || d.Limits == nil {
+		return nil, errors.New("web: DB, Limits, Snapshots and Usage are required")
+	}
+	if d.AdminToken == "" {
+		return nil, errors.New("web: AdminToken is required")
+	}
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.TenantTTL <= 0 {
+		d.TenantTTL = 12 * time.Hour
+	}
+	if d.AdminTTL <= 0 {
+		d.AdminTTL = 8 * time.Hour
+	}
+	w := &Web{Deps: d, log: d.Log, store: &store{db: d.DB}}
+	pages, err := parsePages()
+	if err != nil {
+		return nil, err
+	}
+	w.pages = pages
+	return w, nil
+}
+
+// parsePages builds one template per page: the layout plus the page's file.
+func parsePages() (map[string]*template.Template, error) {
+	base, err := template.New("layout").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/partials.html")
+	if err != nil {
+		return nil, fmt.Errorf("web: parse layout: %w", err)
+	}
+	files, err := fs.Glob(templateFS, "templates/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("web: list templates: %w", err)
+	}
+	pages := map[string]*template.Template{}
+	for _, f := range files {
+		name := strings.TrimSuffix(strings.TrimPrefix(f, "templates/"), ".html")
+		if name == "layout" || name == "partials" {
+			continue
+		}
+		t, err := template.Must(base.Clone()).ParseFS(templateFS, f)
+		if err != nil {
+			return nil, fmt.Errorf("web: parse %s: %w", f, err)
+		}
+		pages[name] = t
+	}
+	return pages, nil
+}
+
+// Register adds the /dashboard*, /admin* (HTML) and /static/* routes to e.
+func (w *Web) Register(e *echo.Echo) {
+	tenant := []echo.MiddlewareFunc{w.html, w.requireSession(kindTenant), w.checkCSRF}
+	admin := []echo.MiddlewareFunc{w.html, w.requireSession(kindAdmin), w.checkCSRF}
+	open := []echo.MiddlewareFunc{w.html, w.checkCSRF}
+
+	e.GET("/static/*", w.handleStatic())
+
+	e.GET("/dashboard/login", w.handleDashboardLoginPage(), open...)
+	e.POST("/dashboard/login", w.handleDashboardLogin(), open...)
+	e.POST("/dashboard/logout", w.handleLogout(kindTenant), tenant...)
+	e.GET("/dashboard", w.handleDashboard(), tenant...)
+	e.POST("/dashboard/keys", w.handleDashboardIssueKey(), tenant...)
+	e.POST("/dashboard/keys/:id/revoke", w.handleDashboardRevokeKey(), tenant...)
+	e.RouteNotFound("/dashboard/*", w.handleNotFound(), w.html)
+
+	e.GET("/admin/login", w.handleAdminLoginPage(), open...)
+	e.POST("/admin/login", w.handleAdminLogin(), open...)
+	e.POST("/admin/logout", w.handleLogout(kindAdmin), admin...)
+	e.GET("/admin", w.handleAdminHome(), admin...)
+	e.GET("/admin/tenants", w.handleAdminTenants(), admin...)
+	e.GET("/admin/tenants/:id", w.handleAdminTenant(), admin...)
+	e.POST("/admin/tenants/:id/plan", w.handleAdminChangePlan(), admin...)
+	e.POST("/admin/tenants/:id/keys", w.handleAdminIssueKey(), admin...)
+	e.POST("/admin/tenants/:id/keys/:key/revoke", w.handleAdminRevokeKey(), admin...)
+	e.POST("/admin/tenants/:id/dashboard-link", w.handleAdminMintLink(), admin...)
+	e.GET("/admin/plans", w.handleAdminPlans(), admin...)
+	e.POST("/admin/plans", w.handleAdminCreatePlan(), admin...)
+	e.GET("/admin/plans/:key", w.handleAdminPlan(), admin...)
+	e.POST("/admin/plans/:key", w.handleAdminEditPlan(), admin...)
+	e.GET("/admin/events", w.handleAdminEvents(), admin...)
+	e.GET("/admin/events/:id", w.handleAdminEvent(), admin...)
+	e.POST("/admin/events/:id/replay", w.handleAdminReplay(), admin...)
+	e.GET("/admin/drift", w.handleAdminDrift(), admin...)
+	e.RouteNotFound("/admin/*", w.handleNotFound(), w.html)
+}
+
+// page is what every template gets.
+type page struct {
+	Title    string
+	Area     string // "dashboard" or "admin"
+	Nav      string // the active navigation item
+	CSRF     string
+	LoggedIn bool
+	Notice   string // a one-line confirmation shown on top
+	Data     any
+}
+
+// render writes the page with status.
+func (w *Web) render(c echo.Context, status int, name string, p page) error {
+	t, ok := w.pages[name]
+	if !ok {
+		return fmt.Errorf("web: no template %q", name)
+	}
+	if p.CSRF == "" {
+		p.CSRF = sessionFrom(c).CSRF
+	}
+	if p.Area == "" {
+		p.Area = "dashboard"
+		if strings.HasPrefix(c.Request().URL.Path, "/admin") {
+			p.Area = "admin"
+		}
+	}
+	p.LoggedIn = sessionFrom(c).Kind != ""
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, "layout", p); err != nil {
+		return fmt.Errorf("web: render %s: %w", name, err)
+	}
+	return c.HTMLBlob(status, buf.Bytes())
+}
+
+// errorPage is the data of the error template.
+type errorPage struct {
+	Status  int
+	Heading string
+	Message string
+	Fields  []apperr.FieldError
+	Back    string
+}
+
+func (w *Web) renderError(c echo.Context, status int, heading, msg string) error {
+	return w.render(c, status, "error", page{Title: heading, Data: errorPage{Status: status, Heading: heading, Message: msg, Back: backLink(c)}})
+}
+
+// backLink is where the error page's "back" goes: the area's home.
+func backLink(c echo.Context) string {
+	if strings.HasPrefix(c.Request().URL.Path, "/admin") {
+		return "/admin"
+	}
+	return "/dashboard"
+}
+
+// html sets the headers every page gets and turns the errors handlers
+// return into HTML error pages (the API's problem+json is for programs).
+func (w *Web) html(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		// Login links carry a token in the URL: never send it on as a Referer.
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-store")
+		err := next(c)
+		if err == nil || c.Response().Committed {
+			return err
+		}
+		e, ok := apperr.As(err)
+		if !ok {
+			var he *echo.HTTPError
+			if errors.As(err, &he) && he.Code < 500 {
+				return w.renderError(c, he.Code, http.StatusText(he.Code), fmt.Sprint(he.Message))
+			}
+			w.log.ErrorContext(c.Request().Context(), "page failed", "method", c.Request().Method, "route", c.Path(), "err", err)
+			return w.renderError(c, http.StatusInternalServerError, "Something went wrong", "The server failed; the error was logged. Try again in a moment.")
+		}
+		status, heading := http.StatusBadRequest, "That did not work"
+		switch e.Code {
+		case apperr.NotFound:
+			status, heading = http.StatusNotFound, "Not found"
+		case apperr.Unauthorized:
+			status, heading = http.StatusUnauthorized, "Not allowed"
+		case apperr.Conflict:
+			status, heading = http.StatusConflict, "Conflict"
+		case apperr.Unavailable:
+			status, heading = http.StatusServiceUnavailable, "Try again shortly"
+		case apperr.Upstream:
+			status, heading = http.StatusBadGateway, "Stripe refused the change"
+		case apperr.TooLarge:
+			status, heading = http.StatusRequestEntityTooLarge, "Too large"
+		}
+		return w.render(c, status, "error", page{Title: heading, Data: errorPage{
+			Status: status, Heading: heading, Message: e.Message, Fields: e.Fields, Back: backLink(c)}})
+	}
+}
+
+func (w *Web) handleNotFound() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		return apperr.New(apperr.NotFound, "There is no page at %s.", c.Request().URL.Path)
+	}
+}
+
+func (w *Web) handleStatic() echo.HandlerFunc {
+	sub, _ := fs.Sub(staticFS, "static")
+	files := http.StripPrefix("/static/", http.FileServerFS(sub))
+	return func(c echo.Context) error {
+		c.Response().Header().Set("Cache-Control", "public, max-age=3600")
+		c.Response().Header().Set("X-Content-Type-Options", "nosniff")
+		files.ServeHTTP(c.Response(), c.Request())
+		return nil
+	}
+}
+
+// handleLogout deletes the session row and the cookie.
+func (w *Web) handleLogout(kind string) echo.HandlerFunc {
+	name, path, to := cookieTenant, "/dashboard", "/dashboard/login"
+	if kind == kindAdmin {
+		name, path, to = cookieAdmin, "/admin", "/admin/login"
+	}
+	return func(c echo.Context) error {
+		if err := w.store.deleteSession(c.Request().Context(), sessionFrom(c)); err != nil {
+			return err
+		}
+		clearCookie(c, name, path)
+		return c.Redirect(http.StatusSeeOther, to+"?out=1")
+	}
+}
