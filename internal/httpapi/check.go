@@ -1,0 +1,106 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+// Limits of POST /v1/check (contract.md).
+const (
+	checkMaxCost  = 1000
+	checkMaxBytes = 4 << 10
+)
+
+var checkMeterRE = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
+
+// checkRequest is the body of POST /v1/check; every field is optional.
+// cost is raw so that 1.5, "x" and 1e3 are refused with one clear message.
+type checkRequest struct {
+	Cost  json.RawMessage `json:"cost"`
+	Meter *string         `json:"meter"`
+}
+
+// checkResponse is the 200 answer; a refusal is the limiter's problem body
+// (the same fields plus allowed=false, policy, retry_after).
+type checkResponse struct {
+	Allowed  bool                    `json:"allowed"`
+	Plan     string                  `json:"plan"`
+	Policies []limiter.ProblemPolicy `json:"policies"`
+}
+
+// handleCheck is POST /v1/check: the limiter's decision for backends that
+// do not run Go. It takes the tenant's rate and the meter's quota, cost
+// units of each, in one decision.
+func (s *Server) handleCheck() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s.Limiter == nil {
+			return apperr.New(apperr.Unavailable, "the rate limiter is not configured")
+		}
+		req, err := parseCheck(c)
+		if err != nil {
+			// A bad request still passes the rate limit (cost 1), so that
+			// garbage is not a free way to hammer, and carries the headers.
+			if d, derr := s.decide(c, limiter.Request{Cost: 1, SkipQuota: true}); derr != nil || d == nil {
+				return derr
+			}
+			return err
+		}
+		d, err := s.decide(c, req)
+		if err != nil || d == nil {
+			return err
+		}
+		policies := limiter.ProblemPolicies(d)
+		return c.JSON(http.StatusOK, checkResponse{Allowed: true, Plan: d.Plan, Policies: policies})
+	}
+}
+
+// parseCheck reads the optional body: an empty body is cost 1 on the meter
+// "requests".
+func parseCheck(c echo.Context) (limiter.Request, error) {
+	req := limiter.Request{Cost: 1, Meter: limiter.DefaultMeter}
+	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, checkMaxBytes))
+	if err != nil {
+		return req, jsonError(err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return req, nil
+	}
+	c.Request().Body = io.NopCloser(bytes.NewReader(body))
+	var in checkRequest
+	if err := decodeJSON(c, &in); err != nil {
+		return req, err
+	}
+	var v apperr.Validation
+	if raw := bytes.TrimSpace(in.Cost); len(raw) > 0 && !bytes.Equal(raw, []byte("null")) {
+		n, err := strconv.ParseInt(string(raw), 10, 64)
+		if err != nil || n < 1 || n > checkMaxCost {
+			v.Add("cost", "must be a whole number from 1 to %d, not %s", checkMaxCost, truncate(string(raw), 40))
+		} else {
+			req.Cost = n
+		}
+	}
+	if in.Meter != nil {
+		if !checkMeterRE.MatchString(*in.Meter) {
+			v.Add("meter", "must match [a-z0-9_.-]{1,64}")
+		} else {
+			req.Meter = *in.Meter
+		}
+	}
+	return req, v.Err()
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

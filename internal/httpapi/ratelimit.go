@@ -1,0 +1,75 @@
+package httpapi
+
+import (
+	"errors"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+// pathCheck is the one /v1 route that makes its own decision (its own cost,
+// and quota), so the group's rate limit skips it.
+const pathCheck = "/v1/check"
+
+// rateLimit passes every /v1 request through its tenant's per-second rate
+// limit (cost 1, no quota: a tenant over its quota can still read why) and
+// sets the rate-limit headers on the response. It runs after requireTenant.
+func (s *Server) rateLimit(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s.Limiter == nil || c.Path() == pathCheck {
+			return next(c)
+		}
+		d, err := s.decide(c, limiter.Request{Cost: 1, SkipQuota: true})
+		if err != nil || d == nil {
+			return err
+		}
+		return next(c)
+	}
+}
+
+// decide makes a decision for the authenticated tenant and answers what
+// must be answered at once: on a refusal it writes the 429 and returns a nil
+// decision; otherwise it sets the headers and returns the decision. A
+// returned error goes to the error handler.
+func (s *Server) decide(c echo.Context, req limiter.Request) (*limiter.Decision, error) {
+	tenant := tenantIDFrom(c)
+	if tenant == "" {
+		return nil, apperr.New(apperr.Unauthorized, "missing bearer token: send Authorization: Bearer <API key>")
+	}
+	d, err := s.Limiter.Allow(c.Request().Context(), tenant, req)
+	if err != nil {
+		return nil, s.limiterError(c, err)
+	}
+	if !d.Allowed {
+		limiter.WriteRefusal(c.Response(), d)
+		return nil, nil
+	}
+	limiter.WriteHeaders(c.Response().Header(), d)
+	return d, nil
+}
+
+// limiterError answers the errors of a decision. Redis trouble and the
+// process cap are 503s with Retry-After (written here, as the limiter
+// words them); nothing about the limiter is ever a 500 for the client.
+func (s *Server) limiterError(c echo.Context, err error) error {
+	ctx := c.Request().Context()
+	switch {
+	case errors.Is(err, limiter.ErrUnavailable), errors.Is(err, limiter.ErrOverloaded):
+		limiter.WriteUnavailable(c.Response(), err)
+		return nil
+	case errors.Is(err, limiter.ErrUnknownTenant):
+		// The key authenticated but its tenant is gone (deleted meanwhile).
+		return apperr.New(apperr.Unauthorized, "the API key's tenant no longer exists")
+	case errors.Is(err, limiter.ErrInvalidRequest):
+		return apperr.New(apperr.Invalid, "%v", err)
+	case ctx.Err() != nil:
+		// The client went away; nobody reads the answer.
+		return apperr.New(apperr.Unavailable, "request cancelled")
+	default:
+		// The snapshot loader failed (Postgres) or Redis answered nonsense.
+		s.log.ErrorContext(ctx, "rate limit decision failed", "route", c.Path(), "err", err)
+		return apperr.New(apperr.Unavailable, "the rate limiter cannot decide right now; retry")
+	}
+}
