@@ -187,7 +187,7 @@ func (s *Service) touch(ctx context.Context, keyID string, now time.Time) {
 	}
 	_, err := s.db.Exec(ctx, `
 UPDATE api_keys SET last_used_at = $2
- WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2 - make_interval(secs => $3))`,
+ WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2::timestamptz - make_interval(secs => $3::float8))`,
 		keyID, now, s.opts.LastUsedEvery.Seconds())
 	if err != nil {
 		s.log.WarnContext(ctx, "recording api key use failed", "key_id", keyID, "err", err)

@@ -128,6 +128,9 @@ func (s *Service) Run(ctx context.Context) error {
 
 func (s *Service) subscribeOnce(ctx context.Context) error {
 	ps := s.opts.Redis.Subscribe(ctx, s.RevokedChannel())
+	// go-redis does not interrupt a blocked read when ctx ends; closing does.
+	stop := context.AfterFunc(ctx, func() { _ = ps.Close() })
+	defer stop()
 	defer ps.Close()
 	// The subscription confirmation proves we will hear every later
 	// revocation; only then may the cache be trusted.

@@ -300,3 +300,23 @@ func (s *Service) LoadSnapshot(ctx context.Context, tenantID string) (limiter.Sn
 	}
 	return snap, nil
 }
+
+// Current is the snapshot the limiter enforces: the one in Redis while its
+// period has not ended, else (missing, expired, or Redis down) the one
+// computed from Postgres, written back. One Redis read in steady state.
+func (s *Service) Current(ctx context.Context, tenantID string) (limiter.Snapshot, error) {
+	if s.store != nil && isUUID(tenantID) {
+		snap, ok, err := s.store.Snapshot(ctx, tenantID)
+		if err != nil {
+			s.log.WarnContext(ctx, "reading snapshot from redis failed", "tenant_id", tenantID, "err", err)
+		}
+		if ok && err == nil && s.opts.Now().Before(snap.PeriodEnd) {
+			return snap, nil
+		}
+	}
+	snap, err := s.LoadSnapshot(ctx, tenantID)
+	if err != nil {
+		return limiter.Snapshot{}, err
+	}
+	return snap, nil
+}

@@ -306,8 +306,8 @@ func (s *Service) detail(ctx context.Context, id string) (TenantDetail, error) {
 	if err != nil {
 		return TenantDetail{}, err
 	}
-	in, err := loadInputs(ctx, s.db, id)
-	if err != nil {
+	in := inputs{tenant: t}
+	if err := s.fill(ctx, s.db, &in); err != nil {
 		return TenantDetail{}, err
 	}
 	snap := s.compute(in)

@@ -1,0 +1,96 @@
+package entitlements_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/pgtest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type bundle struct {
+	ctx    context.Context
+	pool   *pgxpool.Pool
+	rdb    *redis.Client
+	prefix string
+	store  *limiter.Store
+	svc    *entitlements.Service
+	free   string // this test's default plan key
+	now    time.Time
+}
+
+func uniq(name string) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return name + "-" + hex.EncodeToString(b[:])
+}
+
+// setup gives a test its own default plan, Redis prefix and a Service
+// whose revocation subscription runs until the test ends.
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	pool := pgtest.New(t)
+	rdb, prefix := redistest.New(t)
+	b := &bundle{ctx: ctx, pool: pool, rdb: rdb, prefix: prefix, store: limiter.NewStore(rdb, prefix), free: uniq("free")}
+	b.svc = b.newService(t)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = b.svc.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	b.mustPlan(t, entitlements.PlanInput{Key: b.free, Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](100)}}})
+	return b
+}
+
+func (b *bundle) newService(t *testing.T) *entitlements.Service {
+	return entitlements.NewService(b.pool, b.store, slog.New(slog.NewTextHandler(tlog{t}, nil)), entitlements.Options{
+		DefaultPlan: b.free, GracePeriod: time.Hour, Redis: b.rdb, Prefix: b.prefix,
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func (b *bundle) mustPlan(t *testing.T, in entitlements.PlanInput) entitlements.Plan {
+	t.Helper()
+	p, err := b.svc.CreatePlan(b.ctx, in)
+	if err != nil {
+		t.Fatalf("create plan %s: %v", in.Key, err)
+	}
+	return p
+}
+
+func (b *bundle) mustTenant(t *testing.T, plan string) entitlements.Tenant {
+	t.Helper()
+	tn, err := b.svc.CreateTenant(b.ctx, entitlements.TenantInput{Name: uniq("Tenant"), Plan: plan})
+	if err != nil {
+		t.Fatalf("create tenant: %v", err)
+	}
+	return tn
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// tlog sends the service's log lines to the test's output.
+type tlog struct{ t *testing.T }
+
+func (w tlog) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }

@@ -1,0 +1,100 @@
+package entitlements_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+)
+
+func TestIssueAndAuthenticateKey(t *testing.T) {
+	b := setup(t)
+	tn := b.mustTenant(t, b.free)
+	k, err := b.svc.IssueKey(b.ctx, tn.ID, "ci")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(k.Key, "tg_") || len(k.Key) != 46 || k.Prefix != k.Key[:12] {
+		t.Fatalf("issued key %q prefix %q", k.Key, k.Prefix)
+	}
+	info, err := b.svc.Authenticate(b.ctx, k.Key)
+	if err != nil || info.TenantID != tn.ID || info.KeyID != k.ID {
+		t.Fatalf("Authenticate = %+v, %v", info, err)
+	}
+	for _, bogus := range []string{"", "tg_", "nope", k.Key[:45] + "x", strings.ToUpper(k.Key), k.Key + "x"} {
+		if _, err := b.svc.Authenticate(b.ctx, bogus); apperr.CodeOf(err) != apperr.Unauthorized {
+			t.Errorf("Authenticate(%q) = %v", bogus, err)
+		}
+	}
+	keys, err := b.svc.ListKeys(b.ctx, tn.ID)
+	if err != nil || len(keys) != 1 || keys[0].Prefix != k.Prefix || keys[0].LastUsedAt == nil {
+		t.Fatalf("ListKeys = %+v, %v", keys, err)
+	}
+	if _, err := b.svc.IssueKey(b.ctx, "00000000-0000-0000-0000-000000000000", ""); apperr.CodeOf(err) != apperr.NotFound {
+		t.Fatalf("key for unknown tenant: %v", err)
+	}
+	if err := b.svc.RevokeKey(b.ctx, "not-a-uuid"); apperr.CodeOf(err) != apperr.NotFound {
+		t.Fatalf("revoke bad id: %v", err)
+	}
+	if err := b.svc.RevokeKey(b.ctx, "00000000-0000-0000-0000-000000000000"); apperr.CodeOf(err) != apperr.NotFound {
+		t.Fatalf("revoke unknown id: %v", err)
+	}
+}
+
+// In steady state Authenticate costs no database round trip, and
+// last_used_at is written at most once a minute.
+func TestAuthenticateSteadyStateSkipsPostgres(t *testing.T) {
+	b := setup(t)
+	tn := b.mustTenant(t, b.free)
+	k, err := b.svc.IssueKey(b.ctx, tn.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "revocation subscription live", b.svc.KeyCacheLive)
+	if _, err := b.svc.Authenticate(b.ctx, k.Key); err != nil {
+		t.Fatal(err)
+	}
+	before := b.pool.Stat().AcquireCount()
+	for i := 0; i < 200; i++ {
+		if _, err := b.svc.Authenticate(b.ctx, k.Key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := b.pool.Stat().AcquireCount() - before; got != 0 {
+		t.Fatalf("200 cached authentications acquired %d connections", got)
+	}
+}
+
+// A key revoked on one instance is refused at once by another that had it
+// cached.
+func TestRevocationReachesOtherInstances(t *testing.T) {
+	b := setup(t)
+	other := b.newService(t)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = other.Run(b.ctx) }()
+	t.Cleanup(func() { <-done })
+	eventually(t, 5*time.Second, "both subscriptions live", func() bool { return b.svc.KeyCacheLive() && other.KeyCacheLive() })
+
+	tn := b.mustTenant(t, b.free)
+	k, err := b.svc.IssueKey(b.ctx, tn.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Authenticate(b.ctx, k.Key); err != nil { // now cached on other
+		t.Fatal(err)
+	}
+	if err := b.svc.RevokeKey(b.ctx, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.Authenticate(b.ctx, k.Key); apperr.CodeOf(err) != apperr.Unauthorized {
+		t.Fatalf("revoking instance still accepts: %v", err)
+	}
+	eventually(t, time.Second, "other instance refuses the revoked key", func() bool {
+		_, err := other.Authenticate(b.ctx, k.Key)
+		return apperr.CodeOf(err) == apperr.Unauthorized
+	})
+	if err := b.svc.RevokeKey(b.ctx, k.ID); err != nil {
+		t.Fatalf("second revoke: %v", err)
+	}
+}

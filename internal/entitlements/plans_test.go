@@ -1,0 +1,166 @@
+package entitlements_test
+
+import (
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+)
+
+func fieldsOf(err error) []string {
+	e, ok := apperr.As(err)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, f := range e.Fields {
+		out = append(out, f.Field)
+	}
+	return out
+}
+
+func TestPlanInputValidate(t *testing.T) {
+	ok := func() entitlements.PlanInput {
+		return entitlements.PlanInput{Key: "pro", Name: "Pro",
+			Rate:   &entitlements.RateInput{PerSecond: ptr(20.0), Burst: ptr[int64](200)},
+			Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](10), Mode: "hard"}}}
+	}
+	cases := []struct {
+		name   string
+		mutate func(*entitlements.PlanInput)
+		fields []string
+	}{
+		{"valid", func(*entitlements.PlanInput) {}, nil},
+		{"empty key", func(in *entitlements.PlanInput) { in.Key = "" }, []string{"key"}},
+		{"upper-case key", func(in *entitlements.PlanInput) { in.Key = "Pro" }, []string{"key"}},
+		{"key too long", func(in *entitlements.PlanInput) { in.Key = string(make([]byte, 65)) }, []string{"key"}},
+		{"negative rate", func(in *entitlements.PlanInput) { in.Rate.PerSecond = ptr(-1.0) }, []string{"rate.per_second"}},
+		{"NaN rate", func(in *entitlements.PlanInput) { in.Rate.PerSecond = ptr(math.NaN()) }, []string{"rate.per_second"}},
+		{"rate without per_second", func(in *entitlements.PlanInput) { in.Rate.PerSecond = nil }, []string{"rate.per_second"}},
+		{"zero burst", func(in *entitlements.PlanInput) { in.Rate.Burst = ptr[int64](0) }, []string{"rate.burst"}},
+		{"negative concurrency", func(in *entitlements.PlanInput) { in.Concurrency = ptr[int64](-1) }, []string{"concurrency"}},
+		{"negative quota", func(in *entitlements.PlanInput) { in.Quotas["requests"].Limit = ptr[int64](-5) }, []string{"quotas.requests.limit"}},
+		{"quota without limit", func(in *entitlements.PlanInput) { in.Quotas["requests"].Limit = nil }, []string{"quotas.requests.limit"}},
+		{"bad mode", func(in *entitlements.PlanInput) { in.Quotas["requests"].Mode = "maybe" }, []string{"quotas.requests.mode"}},
+		{"bad meter", func(in *entitlements.PlanInput) {
+			in.Quotas["Bad Meter"] = &entitlements.QuotaInput{Limit: ptr[int64](1)}
+		}, []string{"quotas.Bad Meter"}},
+		{"empty feature", func(in *entitlements.PlanInput) { in.Features = []string{"ok", ""} }, []string{"features[1]"}},
+		{"several at once", func(in *entitlements.PlanInput) {
+			in.Key = "!"
+			in.Concurrency = ptr[int64](-2)
+		}, []string{"key", "concurrency"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := ok()
+			tc.mutate(&in)
+			err := in.Validate()
+			if tc.fields == nil {
+				if err != nil {
+					t.Fatalf("want valid, got %v", err)
+				}
+				return
+			}
+			if apperr.CodeOf(err) != apperr.Invalid {
+				t.Fatalf("want Invalid, got %v", err)
+			}
+			if got := fieldsOf(err); !slices.Equal(got, tc.fields) {
+				t.Fatalf("fields = %v, want %v", got, tc.fields)
+			}
+		})
+	}
+}
+
+func TestCreatePlanDefaultsAndConflicts(t *testing.T) {
+	b := setup(t)
+	key := uniq("p")
+	price := uniq("price")
+	p := b.mustPlan(t, entitlements.PlanInput{Key: key, StripePriceID: price,
+		Rate:        &entitlements.RateInput{PerSecond: ptr(2.5)},
+		Concurrency: ptr[int64](0),
+		Quotas:      map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](7)}},
+		Features:    []string{"sso", "exports", "sso"}})
+	if p.Name != key || p.Rate == nil || p.Rate.Burst != 3 || p.Concurrency != nil ||
+		p.Quotas["requests"].Mode != "hard" || !slices.Equal(p.Features, []string{"exports", "sso"}) {
+		t.Fatalf("defaults not applied: %+v", p)
+	}
+	got, err := b.svc.GetPlan(b.ctx, key)
+	if err != nil || got.Quotas["requests"].Limit != 7 || got.StripePriceID != price {
+		t.Fatalf("GetPlan = %+v, %v", got, err)
+	}
+
+	_, err = b.svc.CreatePlan(b.ctx, entitlements.PlanInput{Key: key})
+	if apperr.CodeOf(err) != apperr.Conflict || !slices.Equal(fieldsOf(err), []string{"key"}) {
+		t.Fatalf("duplicate key: %v", err)
+	}
+	_, err = b.svc.CreatePlan(b.ctx, entitlements.PlanInput{Key: uniq("p"), StripePriceID: price})
+	if apperr.CodeOf(err) != apperr.Conflict || !slices.Equal(fieldsOf(err), []string{"stripe_price_id"}) {
+		t.Fatalf("duplicate price: %v", err)
+	}
+	if _, err := b.svc.GetPlan(b.ctx, "no-such-plan"); apperr.CodeOf(err) != apperr.NotFound {
+		t.Fatalf("unknown plan: %v", err)
+	}
+	if _, err := b.svc.GetPlan(b.ctx, "NOT A KEY"); apperr.CodeOf(err) != apperr.NotFound {
+		t.Fatalf("malformed plan key: %v", err)
+	}
+}
+
+func TestPatchPlanReachesTenantsAtOnce(t *testing.T) {
+	b := setup(t)
+	key := uniq("p")
+	b.mustPlan(t, entitlements.PlanInput{Key: key, Rate: &entitlements.RateInput{PerSecond: ptr(1.0)},
+		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](10)}, "exports": {Limit: ptr[int64](1)}}})
+	t1, t2 := b.mustTenant(t, key), b.mustTenant(t, key)
+	other := b.mustTenant(t, b.free)
+
+	p, err := b.svc.PatchPlan(b.ctx, key, func(in *entitlements.PlanInput) error {
+		in.Quotas["requests"] = &entitlements.QuotaInput{Limit: ptr[int64](99)}
+		in.Quotas["exports"] = nil // removes the quota
+		in.Rate = nil
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Rate != nil || p.Quotas["requests"].Limit != 99 || len(p.Quotas) != 1 {
+		t.Fatalf("patched plan = %+v", p)
+	}
+	for _, tn := range []entitlements.Tenant{t1, t2} {
+		snap, ok, err := b.store.Snapshot(b.ctx, tn.ID)
+		if err != nil || !ok {
+			t.Fatalf("snapshot of %s: %v %v", tn.ID, ok, err)
+		}
+		if snap.Version != 2 || snap.Quotas["requests"].Limit != 99 || snap.Rate != nil {
+			t.Fatalf("published snapshot = %+v", snap)
+		}
+		var reason string
+		if err := b.pool.QueryRow(b.ctx, `SELECT reason FROM entitlement_versions WHERE tenant_id = $1 AND version = 2`, tn.ID).Scan(&reason); err != nil {
+			t.Fatalf("entitlement_versions row: %v", err)
+		}
+	}
+	if snap, _, _ := b.store.Snapshot(b.ctx, other.ID); snap.Version != 1 {
+		t.Fatalf("tenant on another plan was bumped: %+v", snap)
+	}
+
+	// A patch that fails validation changes nothing.
+	_, err = b.svc.PatchPlan(b.ctx, key, func(in *entitlements.PlanInput) error {
+		in.Quotas["requests"].Limit = ptr[int64](-1)
+		return nil
+	})
+	if apperr.CodeOf(err) != apperr.Invalid {
+		t.Fatalf("invalid patch: %v", err)
+	}
+	_, err = b.svc.PatchPlan(b.ctx, key, func(in *entitlements.PlanInput) error { in.Key = "renamed"; return nil })
+	if !slices.Equal(fieldsOf(err), []string{"key"}) {
+		t.Fatalf("key change: %v", err)
+	}
+	if got, _ := b.svc.GetPlan(b.ctx, key); got.Quotas["requests"].Limit != 99 {
+		t.Fatalf("failed patch changed the plan: %+v", got)
+	}
+	if _, err := b.svc.PatchPlan(b.ctx, "no-such-plan", func(*entitlements.PlanInput) error { return nil }); apperr.CodeOf(err) != apperr.NotFound {
+		t.Fatalf("unknown plan: %v", err)
+	}
+}
