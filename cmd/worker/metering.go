@@ -16,8 +16,8 @@ import (
 )
 
 // meteringPart is the worker's metering: the flush loop (every worker runs
-// one; claims make that safe) and the River jobs that close periods and
-// expire overrides.
+// one; claims make that safe) and the River jobs that close periods, expire
+// overrides and, with Stripe configured, report usage to Stripe meters.
 type meteringPart struct {
 	svc  *metering.Service
 	ents *entitlements.Service
@@ -39,7 +39,14 @@ func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg config.Confi
 func (m *meteringPart) Register(workers *river.Workers) []*river.PeriodicJob {
 	river.AddWorker(workers, &metering.ClosePeriodsWorker{Service: m.svc})
 	river.AddWorker(workers, &metering.ExpireOverridesWorker{Refresh: m.ents.RefreshExpiredOverrides})
-	return []*river.PeriodicJob{metering.ClosePeriodsPeriodic(), metering.ExpireOverridesPeriodic()}
+	periodic := []*river.PeriodicJob{metering.ClosePeriodsPeriodic(), metering.ExpireOverridesPeriodic()}
+	if m.cfg.StripeSecretKey != "" {
+		// Usage of quotas with a stripe_meter_event goes to Stripe Billing Meters.
+		sender := metering.NewStripeMeterSender(m.cfg.StripeSecretKey, m.cfg.StripeAPIBase)
+		river.AddWorker(workers, &metering.StripeReportWorker{Service: m.svc, Sender: sender})
+		periodic = append(periodic, metering.StripeReportPeriodic())
+	}
+	return periodic
 }
 
 // Start runs the flush loop until ctx ends; Wait waits for its last pass.

@@ -17,6 +17,8 @@ import (
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
+// stripe-mock, when a test started it, dies with the test binary
+// (stripemock sets a parent-death signal), as pgtest.Main exits.
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 type bundle struct {
