@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/internal/config"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/httpapi"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+// newLimiter builds the api's limiter: its own Redis client with context
+// deadlines enforced by go-redis (so that LIMITER_TIMEOUT bounds every call
+// without a goroutine per call), snapshots missing from Redis loaded from
+// Postgres by the entitlements service, quota counters missing from Redis
+// rebuilt from durable usage (usage may be nil), the fail mode of
+// LIMITER_FAIL_MODE for every policy, and Prometheus metrics on reg. The
+// returned close func closes the limiter and its client.
+func newLimiter(cfg config.Config, ents *entitlements.Service, usage limiter.UsageLoader, reg prometheus.Registerer) (*limiter.Limiter, func(), error) {
+	rdb, err := limiterRedis(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := httpapi.NewLimiterMetrics(reg)
+	if err != nil {
+		rdb.Close()
+		return nil, nil, fmt.Errorf("api: limiter metrics: %w", err)
+	}
+	mode := limiter.FailMode(cfg.LimiterFailMode)
+	lim, err := limiter.New(rdb, limiter.Options{
+		Prefix:            limiter.DefaultPrefix,
+		Loader:            ents.LoadSnapshot,
+		UsageLoader:       usage,
+		Timeout:           cfg.LimiterTimeout,
+		FailMode:          limiter.FailModes{Rate: mode, Quota: mode, Concurrency: mode, Window: mode},
+		ExpectedInstances: cfg.ExpectedInstances,
+		Hooks:             m.Hooks(),
+	})
+	if err != nil {
+		rdb.Close()
+		return nil, nil, fmt.Errorf("api: %w", err)
+	}
+	return lim, func() { lim.Close(); rdb.Close() }, nil
+}
+
+// limiterRedis is a client like cfg.NewRedis's with ContextTimeoutEnabled.
+func limiterRedis(cfg config.Config) (redis.UniversalClient, error) {
+	if cfg.RedisClusterURL != "" {
+		opt, err := redis.ParseClusterURL(cfg.RedisClusterURL)
+		if err != nil {
+			return nil, &config.Error{Var: "REDIS_CLUSTER_URL", Err: err}
+		}
+		opt.ContextTimeoutEnabled = true
+		return redis.NewClusterClient(opt), nil
+	}
+	opt, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return nil, &config.Error{Var: "REDIS_URL", Err: err}
+	}
+	opt.ContextTimeoutEnabled = true
+	return redis.NewClient(opt), nil
+}
