@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v79"
@@ -101,6 +102,9 @@ func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (ent
 	if plan.StripePriceID == "" {
 		return entitlements.TenantDetail{}, apperr.Invalidf("plan", "plan %q has no stripe_price_id, so a tenant with a Stripe subscription cannot move to it", planKey)
 	}
+	// Events Stripe created before this call describe the subscription as
+	// it was before the change: once the change is applied they are stale.
+	sent := s.opts.Now().Truncate(time.Second)
 	if plan.StripePriceID != sub.PriceID {
 		if err := s.updateSubscriptionPrice(ctx, tenantID, planKey, sub.ID, sub.ItemID, plan.StripePriceID, sub.Version); err != nil {
 			return entitlements.TenantDetail{}, err
@@ -112,7 +116,8 @@ func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (ent
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('tollgate.stripe_customer:' || $1, 0))`, sub.Customer); err != nil {
 			return fmt.Errorf("billing: lock customer: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE subscriptions SET stripe_price_id = $2, updated_at = now() WHERE id = $1`, sub.ID, plan.StripePriceID); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE subscriptions SET stripe_price_id = $2, updated_at = now(),
+				last_event_at = GREATEST(COALESCE(last_event_at, $3), $3) WHERE id = $1`, sub.ID, plan.StripePriceID, sent); err != nil {
 			return fmt.Errorf("billing: set subscription price: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE tenants SET plan_key = $2, updated_at = now() WHERE id = $1`, tenantID, planKey); err != nil {

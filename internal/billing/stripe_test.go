@@ -219,6 +219,13 @@ func TestPlanChangeGoesThroughStripeAndItsWebhookIsANoop(t *testing.T) {
 		t.Fatalf("echo webhook changed the version %d→%d or plan %s", v, e.version(tenant), e.tenantPlan(tenant))
 	}
 
+	// A late event from before the change does not flip the plan back.
+	before := newEventID(t)
+	e.post(withPeriod(t, subEvent(t, "customer.subscription.updated", before, cus, sub, "active", "price_pro_test", base.Add(time.Second)), base.Add(-time.Hour)))
+	if ev := e.waitEvent(before); ev.Status != billing.StatusIgnored || e.tenantPlan(tenant) != "team" {
+		t.Fatalf("pre-change event: %+v plan %s, want ignored and team", ev, e.tenantPlan(tenant))
+	}
+
 	// A plan without a Stripe price cannot be used with a subscription.
 	e.plan("noprice_"+strings.ToLower(newCustomer()[4:10]), "", 7)
 	var np string
