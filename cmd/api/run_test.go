@@ -87,6 +87,19 @@ func listeningAddr(t *testing.T, logs func() string, exited <-chan int) string {
 	return ""
 }
 
+// waitExit waits for run to return after its ctx was cancelled. Draining an
+// idle server takes milliseconds; 10s means something ignores the cancel.
+func waitExit(t *testing.T, exited <-chan int, logs func() string) int {
+	t.Helper()
+	select {
+	case code := <-exited:
+		return code
+	case <-time.After(10 * time.Second):
+		t.Fatalf("run did not return within 10s of cancel (a goroutine ignores ctx?); logs:\n%s", logs())
+		return 0
+	}
+}
+
 func getStatus(t *testing.T, url string) int {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -237,13 +250,8 @@ func TestRunServeAnswersThenExits0OnCancel(t *testing.T) {
 	}
 
 	cancel() // what SIGTERM does in main
-	select {
-	case code := <-exited:
-		if code != exitOK {
-			t.Fatalf("exit status after cancel = %d, want 0; stderr:\n%s", code, stderr.String())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("serve did not return within 10s of cancel")
+	if code := waitExit(t, exited, stderr.String); code != exitOK {
+		t.Fatalf("exit status after cancel = %d, want 0; stderr:\n%s", code, stderr.String())
 	}
 	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
 		t.Fatal("server still answers after run returned")
@@ -275,7 +283,7 @@ func TestRunServeWithoutAdminTokenLogsAGeneratedOneOnce(t *testing.T) {
 		t.Fatalf("want one log line with a generated tga_ admin token, got %d (%q)", n, token)
 	}
 	cancel()
-	if code := <-exited; code != exitOK {
+	if code := waitExit(t, exited, stderr.String); code != exitOK {
 		t.Fatalf("exit status = %d, want 0", code)
 	}
 }
@@ -331,7 +339,7 @@ func TestServePortInUseExits1(t *testing.T) {
 		t.Fatalf("second serve on %s: exit status = %d, want %d", addr, code, exitFailed)
 	}
 	cancel()
-	<-exited
+	waitExit(t, exited, stderr.String)
 }
 
 // TestBinaryExits0OnSIGTERM runs the real binary: main's signal wiring is

@@ -164,8 +164,13 @@ func TestRunMigrateOnStartFalseSkipsMigrations(t *testing.T) {
 		t.Fatal("MIGRATE_ON_START=false still migrated")
 	}
 	cancel()
-	if code := <-exited; code != exitOK {
-		t.Fatalf("exit status = %d, want 0", code)
+	select {
+	case code := <-exited:
+		if code != exitOK {
+			t.Fatalf("exit status = %d, want 0", code)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("worker did not return within 15s of cancel")
 	}
 }
 
