@@ -49,3 +49,10 @@ type KeyManager interface {
 type EventReplayer interface {
 	Replay(ctx context.Context, eventID string) (billing.Event, error)
 }
+
+// OverrideManager grants and removes per-tenant quota overrides
+// (entitlements.Service); each change is a new entitlement version.
+type OverrideManager interface {
+	CreateOverride(ctx context.Context, tenantID string, in entitlements.OverrideInput) (entitlements.Override, error)
+	DeleteOverride(ctx context.Context, tenantID, overrideID string) error
+}

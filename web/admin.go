@@ -104,6 +104,9 @@ type tenantPage struct {
 	NewLink   *newLink
 	CanPlan   bool
 	CanKeys   bool
+	CanOver   bool
+	OverForm  overrideForm
+	OverErrs  []apperr.FieldError
 }
 
 type newLink struct {
@@ -118,7 +121,7 @@ func (w *Web) adminTenant(c echo.Context) (page, tenantPage, error) {
 	if err != nil {
 		return page{}, tenantPage{}, err
 	}
-	d := tenantPage{UsageView: u, CanPlan: w.Plans != nil, CanKeys: w.Keys != nil}
+	d := tenantPage{UsageView: u, CanPlan: w.Plans != nil, CanKeys: w.Keys != nil, CanOver: w.Overrides != nil}
 	if d.Keys, err = w.store.keys(ctx, id); err != nil {
 		return page{}, d, err
 	}

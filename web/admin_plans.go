@@ -146,7 +146,7 @@ func formError(err error) ([]apperr.FieldError, int, bool) {
 	}
 	fields := e.Fields
 	if len(fields) == 0 {
-		fields = []apperr.FieldError{{Field: "plan", Message: e.Message}}
+		fields = []apperr.FieldError{{Message: e.Message}}
 	}
 	status := http.StatusBadRequest
 	if e.Code == apperr.Conflict {

@@ -111,6 +111,11 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 func screenshot(t *testing.T, ctx context.Context, name string, width int64) {
 	t.Helper()
 	do(t, ctx, "viewport", chromedp.EmulateViewport(width, 800))
+	// Usable at this width: nothing makes the page itself scroll sideways
+	// (wide tables scroll inside their own box).
+	if sw := run(t, ctx, "scroll width", chromedp.Evaluate[int64](`document.documentElement.scrollWidth`)); sw > width {
+		t.Errorf("%s: the page is %d px wide in a %d px viewport", name, sw, width)
+	}
 	png := run(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
 	dir := filepath.Join("..", "docs", "screenshots")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -149,9 +154,23 @@ func pageMeters(t *testing.T, ctx context.Context) map[string]pageMeter {
 	return out
 }
 
-// seedUsage gives the tenant a month of history: hourly usage of two meters
-// and refusals, plus usage events for the live figure.
-func (b *bundle) seedUsage(t testing.TB, tenantID string, hours int) {
+// backdate moves the tenant's period anchor days back, so that its current
+// period has history to show.
+func (b *bundle) backdate(t testing.TB, tenantID string, days int) {
+	t.Helper()
+	if _, err := b.pool.Exec(b.ctx, `UPDATE tenants SET period_anchor = now() - make_interval(days => $2) WHERE id = $1`, tenantID, days); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ents.Refresh(b.ctx, tenantID, "test: period anchor moved back"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// seedUsage gives the tenant hours of hourly history of two meters in its
+// current period (the durable meters hold the same totals), refusals per
+// day, and a few usage events. It returns the durable totals before the
+// events.
+func (b *bundle) seedUsage(t testing.TB, tenantID string, hours int) (requests, exports int64) {
 	t.Helper()
 	snap, err := b.ents.Snapshot(b.ctx, tenantID)
 	if err != nil {
@@ -159,17 +178,26 @@ func (b *bundle) seedUsage(t testing.TB, tenantID string, hours int) {
 	}
 	if _, err := b.pool.Exec(b.ctx, `
 		INSERT INTO usage_hourly (tenant_id, meter, hour, used)
-		SELECT $1, m, h, (50 + 40 * sin(extract(epoch FROM h) / 9000) + (CASE WHEN m = 'exports' THEN 0 ELSE 200 END))::bigint
-		FROM generate_series(date_trunc('hour', now()) - make_interval(hours => $2 - 1), date_trunc('hour', now()), interval '1 hour') h,
+		SELECT $1, m, h, CASE WHEN m = 'requests' THEN (150 + 60 * sin(extract(epoch FROM h) / 20000))::bigint
+		                      WHEN extract(hour FROM h) IN (9, 15) THEN 1 ELSE 0 END
+		FROM generate_series(date_trunc('hour', now()) - make_interval(hours => $2 - 1), date_trunc('hour', now()) - interval '1 hour', interval '1 hour') h,
 		     unnest(ARRAY['requests', 'exports']) m
 		WHERE h >= $3
 		ON CONFLICT DO NOTHING`, tenantID, hours, snap.PeriodStart); err != nil {
 		t.Fatal(err)
 	}
+	if err := b.pool.QueryRow(b.ctx, `
+		WITH s AS (SELECT meter, sum(used)::bigint AS n FROM usage_hourly WHERE tenant_id = $1 AND hour >= $2 GROUP BY meter),
+		ins AS (INSERT INTO usage_periods (tenant_id, meter, period_start, period_end, used)
+		        SELECT $1, meter, $2, $3, n FROM s ON CONFLICT (tenant_id, meter, period_start) DO UPDATE SET used = EXCLUDED.used)
+		SELECT COALESCE((SELECT n FROM s WHERE meter = 'requests'), 0), COALESCE((SELECT n FROM s WHERE meter = 'exports'), 0)`,
+		tenantID, snap.PeriodStart, snap.PeriodEnd).Scan(&requests, &exports); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := b.pool.Exec(b.ctx, `
 		INSERT INTO refusals_daily (tenant_id, day, policy, refused)
-		SELECT $1, d::date, p, (10 + (extract(day FROM d)::int * 7) % 40)::bigint
-		FROM generate_series(now() - interval '20 days', now(), interval '1 day') d, unnest(ARRAY['rate', 'requests']) p
+		SELECT $1, d::date, p, (CASE WHEN p = 'rate' THEN 4 ELSE 0 END + (extract(day FROM d)::int * 7) % 23)::bigint
+		FROM generate_series(now() - interval '28 days', now(), interval '1 day') d, unnest(ARRAY['rate', 'requests']) p
 		WHERE d >= $2
 		ON CONFLICT DO NOTHING`, tenantID, snap.PeriodStart); err != nil {
 		t.Fatal(err)
@@ -181,6 +209,7 @@ func (b *bundle) seedUsage(t testing.TB, tenantID string, hours int) {
 	if _, err := b.meter.Ingest(b.ctx, tenantID, evs); err != nil {
 		t.Fatal(err)
 	}
+	return requests, exports
 }
 
 func TestBrowser(t *testing.T) {
@@ -193,7 +222,8 @@ func TestBrowser(t *testing.T) {
 	acme := b.tenant(t, "Acme Analytics", b.pro)
 	other := b.tenant(t, "Globex", b.free)
 	acmeKey, otherKey := b.key(t, acme.ID), b.key(t, other.ID)
-	b.seedUsage(t, acme.ID, 24*30)
+	b.backdate(t, acme.ID, 20)
+	seededRequests, seededExports := b.seedUsage(t, acme.ID, 24*30)
 	// Some requests through the API, counted by the limiter in Redis.
 	for i := 0; i < 5; i++ {
 		req, _ := http.NewRequest(http.MethodPost, b.srv.URL+"/v1/check", strings.NewReader(`{"cost": 3}`))
@@ -286,8 +316,8 @@ func TestBrowser(t *testing.T) {
 				t.Fatalf("meter %s: page used %s limit %s, API used %d limit %v", m.Meter, pm.Used, pm.Limit, m.Used, *m.Limit)
 			}
 		}
-		if got["requests"].Used != "15" || got["exports"].Used != "21" {
-			t.Fatalf("page meters %+v, want requests 15 (5 checks of cost 3) and exports 21", got)
+		if got["requests"].Used != itoa(seededRequests+15) || got["exports"].Used != itoa(seededExports+21) {
+			t.Fatalf("page meters %+v, want requests %d (+5 checks of cost 3) and exports %d (+21)", got, seededRequests, seededExports)
 		}
 		screenshot(t, keyUser, "dashboard-1280", 1280)
 		screenshot(t, keyUser, "dashboard-375", 375)

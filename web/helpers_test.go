@@ -18,8 +18,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
+	"github.com/tollgatehq/tollgate/internal/jobs"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
@@ -65,8 +67,16 @@ func setup(t testing.TB) *bundle {
 	// ents.Run is not started: without it Authenticate asks Postgres every
 	// time, which is what these tests want to see.
 	b.meter = metering.NewService(pool, b.store, log, metering.Options{Snapshot: b.ents.LoadSnapshot})
-	w, err := New(Deps{Log: log, DB: pool, Limits: b.store, Snapshots: b.ents, Usage: b.meter, AdminToken: b.admin,
-		Plans: b.ents, PlanAdmin: b.ents, Keys: b.ents})
+	ins, err := jobs.NewInsertClient(pool, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bill, err := billing.New(pool, b.ents, ins, log, billing.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(Deps{Log: log, DB: pool, Limits: b.store, Snapshots: b.ents, Usage: b.meter, AdminToken: b.admin, DefaultPlan: b.free,
+		Plans: b.ents, PlanAdmin: b.ents, Keys: b.ents, Overrides: b.ents, Replayer: bill})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"html/template"
+	"math"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/metering"
@@ -21,6 +23,7 @@ type MeterView struct {
 	Remaining int64
 	Overage   int64
 	Pct       float64 // used / limit in percent (may exceed 100)
+	PctText   string  // Pct for people: "0%", "<1%", "42%", "130%"
 	Over      bool
 	Warn      bool
 	// Projection says when the quota runs out at the period's pace so far.
@@ -73,7 +76,7 @@ func (w *Web) usageView(ctx context.Context, tenantID string) (UsageView, error)
 		return UsageView{}, fmt.Errorf("web: usage: %w", err)
 	}
 	v := UsageView{Tenant: t, Sub: sub, Snap: snap, Now: now,
-		PeriodStart: u.Period.Start, PeriodEnd: u.Period.End, Status: statusOf(snap, sub, t, now)}
+		PeriodStart: u.Period.Start, PeriodEnd: u.Period.End, Status: statusOf(snap, sub, t, w.DefaultPlan, now)}
 	if v.PeriodEnd.After(now) {
 		v.ResetIn = fmtDuration(v.PeriodEnd.Sub(now))
 	}
@@ -181,6 +184,12 @@ func meterView(m metering.MeterUsage, start, end, now time.Time) MeterView {
 	default:
 		v.Pct = 100 * float64(v.Used) / float64(v.Limit)
 	}
+	switch {
+	case v.Pct > 0 && v.Pct < 1:
+		v.PctText = "<1%"
+	default:
+		v.PctText = strconv.FormatFloat(math.Floor(v.Pct), 'f', 0, 64) + "%"
+	}
 	v.Over = v.Used > v.Limit || (v.Limit == 0 && v.Used > 0)
 	v.Warn = !v.Over && v.Pct >= 80
 	v.Bar = meterBar(v.Pct, v.Over)
@@ -195,9 +204,12 @@ func meterView(m metering.MeterUsage, start, end, now time.Time) MeterView {
 		v.Projection = "No usage yet this period."
 	default:
 		// Pace so far, in units per second of the period elapsed.
+		// Compared in float seconds first: a slow pace would overflow a
+		// time.Duration.
 		pace := float64(v.Used) / elapsed.Seconds()
-		at := now.Add(time.Duration(float64(v.Limit-v.Used) / pace * float64(time.Second)))
-		if at.Before(end) {
+		secs := float64(v.Limit-v.Used) / pace
+		if secs < end.Sub(now).Seconds() {
+			at := now.Add(time.Duration(secs * float64(time.Second)))
 			v.RunsOutAt = &at
 			v.Projection = "At the current pace the quota runs out around " + fmtTime(at.Truncate(time.Hour)) + "."
 		} else {
@@ -209,7 +221,7 @@ func meterView(m metering.MeterUsage, start, end, now time.Time) MeterView {
 
 // statusOf puts the subscription status (and what it means for access) in
 // words.
-func statusOf(snap limiter.Snapshot, sub *SubscriptionRow, t TenantRow, now time.Time) StatusView {
+func statusOf(snap limiter.Snapshot, sub *SubscriptionRow, t TenantRow, defaultPlan string, now time.Time) StatusView {
 	if sub == nil {
 		return StatusView{Label: "Active", Detail: "No subscription: plan set by your account manager.", Tone: "ok"}
 	}
@@ -229,7 +241,7 @@ func statusOf(snap limiter.Snapshot, sub *SubscriptionRow, t TenantRow, now time
 	case "past_due":
 		if sub.GraceEndsAt != nil && now.Before(*sub.GraceEndsAt) {
 			return StatusView{Label: "Payment failed: grace period", Tone: "warn",
-				Detail: "Your plan stays in force until " + fmtTime(*sub.GraceEndsAt) + "; after that it falls back to " + snap.Plan + " unless the payment succeeds."}
+				Detail: "Your plan stays in force until " + fmtTime(*sub.GraceEndsAt) + "; after that it falls back to " + defaultPlan + " unless the payment succeeds."}
 		}
 		return StatusView{Label: "Payment failed", Tone: "bad",
 			Detail: "The grace period has ended; you are on " + snap.Plan + " until the payment succeeds."}

@@ -62,7 +62,11 @@ type Deps struct {
 	Plans     PlanChanger
 	PlanAdmin PlanAdmin
 	Keys      KeyManager
+	Overrides OverrideManager
 	Replayer  EventReplayer
+	// DefaultPlan is the plan tenants fall back to when their subscription
+	// lapses (DEFAULT_PLAN), named on the dashboard; default "free".
+	DefaultPlan string
 	// TenantTTL and AdminTTL are how long sessions last; default 12h and 8h.
 	TenantTTL time.Duration
 	AdminTTL  time.Duration
@@ -92,6 +96,9 @@ func New(d Deps) (*Web, error) {
 	}
 	if d.Now == nil {
 		d.Now = time.Now
+	}
+	if d.DefaultPlan == "" {
+		d.DefaultPlan = "free"
 	}
 	if d.TenantTTL <= 0 {
 		d.TenantTTL = 12 * time.Hour
@@ -158,6 +165,8 @@ func (w *Web) Register(e *echo.Echo) {
 	e.POST("/admin/tenants/:id/plan", w.handleAdminChangePlan(), admin...)
 	e.POST("/admin/tenants/:id/keys", w.handleAdminIssueKey(), admin...)
 	e.POST("/admin/tenants/:id/keys/:key/revoke", w.handleAdminRevokeKey(), admin...)
+	e.POST("/admin/tenants/:id/overrides", w.handleAdminAddOverride(), admin...)
+	e.POST("/admin/tenants/:id/overrides/:oid/delete", w.handleAdminDeleteOverride(), admin...)
 	e.POST("/admin/tenants/:id/dashboard-link", w.handleAdminMintLink(), admin...)
 	e.GET("/admin/plans", w.handleAdminPlans(), admin...)
 	e.POST("/admin/plans", w.handleAdminCreatePlan(), admin...)

@@ -1,0 +1,103 @@
+package web
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+)
+
+// overrideForm is the override form as typed.
+type overrideForm struct {
+	Meter       string
+	Extra       string
+	Limit       string
+	Mode        string
+	Reason      string
+	ExpiresDays string
+}
+
+func (f overrideForm) input(now time.Time) (entitlements.OverrideInput, error) {
+	var v apperr.Validation
+	in := entitlements.OverrideInput{Meter: f.Meter, Mode: f.Mode, Reason: f.Reason}
+	num := func(field, s string) *int64 {
+		if s == "" {
+			return nil
+		}
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			v.Add(field, "must be a whole number")
+			return nil
+		}
+		return &n
+	}
+	in.Extra, in.Limit = num("extra", f.Extra), num("limit", f.Limit)
+	if f.ExpiresDays != "" {
+		d, err := strconv.ParseFloat(f.ExpiresDays, 64)
+		if err != nil || d <= 0 || d > 3660 {
+			v.Add("expires_days", "must be a number of days between 0 and 3660")
+		} else {
+			at := now.Add(time.Duration(d * float64(24*time.Hour))).Truncate(time.Second)
+			in.ExpiresAt = &at
+		}
+	}
+	return in, v.Err()
+}
+
+// handleAdminAddOverride grants a quota override; a refused form comes back
+// filled in, with the reasons next to it.
+func (w *Web) handleAdminAddOverride() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if w.Overrides == nil {
+			return apperr.New(apperr.NotFound, "overrides are not available")
+		}
+		ctx := c.Request().Context()
+		id := c.Param("id")
+		if _, err := w.store.tenant(ctx, id); err != nil {
+			return err
+		}
+		f := overrideForm{
+			Meter: strings.TrimSpace(c.FormValue("meter")), Extra: strings.TrimSpace(c.FormValue("extra")),
+			Limit: strings.TrimSpace(c.FormValue("limit")), Mode: strings.TrimSpace(c.FormValue("mode")),
+			Reason: strings.TrimSpace(c.FormValue("reason")), ExpiresDays: strings.TrimSpace(c.FormValue("expires_days")),
+		}
+		in, err := f.input(w.Now())
+		if err == nil {
+			_, err = w.Overrides.CreateOverride(ctx, id, in)
+		}
+		if fields, status, ok := formError(err); ok {
+			p, d, err := w.adminTenant(c)
+			if err != nil {
+				return err
+			}
+			d.OverForm, d.OverErrs = f, fields
+			p.Data = d
+			return w.render(c, status, "admin_tenant", p)
+		}
+		if err != nil {
+			return err
+		}
+		return c.Redirect(http.StatusSeeOther, "/admin/tenants/"+id+"?done=override#overrides")
+	}
+}
+
+func (w *Web) handleAdminDeleteOverride() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if w.Overrides == nil {
+			return apperr.New(apperr.NotFound, "overrides are not available")
+		}
+		id, oid := c.Param("id"), c.Param("oid")
+		if !validUUID(id) || !validUUID(oid) {
+			return apperr.New(apperr.NotFound, "override not found")
+		}
+		if err := w.Overrides.DeleteOverride(c.Request().Context(), id, oid); err != nil {
+			return err
+		}
+		return c.Redirect(http.StatusSeeOther, "/admin/tenants/"+id+"?done=deleted#overrides")
+	}
+}
