@@ -166,7 +166,7 @@ func TestHardQuotaSurvivesFlushAll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(u.Meters) != 1 || u.Meters[0].Used != 23 || *u.Meters[0].Remaining != 0 || u.Meters[0].Overage != 3 {
+	if len(u.Meters) != 1 || u.Meters[0].Used != 23 || *u.Meters[0].Remaining != 0 || u.Meters[0].Overage != 0 {
 		t.Fatalf("usage = %+v", u.Meters)
 	}
 }

@@ -21,8 +21,9 @@ type MeterUsage struct {
 	Limit     *int64 `json:"limit"`
 	Remaining *int64 `json:"remaining"`
 	Mode      string `json:"mode,omitempty"`
-	// Overage is how far used is over the limit (what a soft quota bills
-	// extra; a hard quota can only be over through usage events).
+	// Overage is how far used is over a soft quota's limit (what it bills
+	// extra); 0 for hard quotas, whose excess (only possible through usage
+	// events) shows as used > limit.
 	Overage int64 `json:"overage"`
 }
 
@@ -110,7 +111,9 @@ func (s *Service) Usage(ctx context.Context, tenantID string) (Usage, error) {
 			if mu.Mode == "" {
 				mu.Mode = limiter.ModeHard
 			}
-			mu.Overage = max(used-q.Limit, 0)
+			if mu.Mode == limiter.ModeSoft {
+				mu.Overage = max(used-q.Limit, 0)
+			}
 		}
 		out.Meters = append(out.Meters, mu)
 	}
