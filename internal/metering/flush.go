@@ -51,9 +51,23 @@ SELECT count(*) FROM f`
 func (s *Service) FlushOnce(ctx context.Context) (FlushStats, error) {
 	var st FlushStats
 	periods := map[string]tenantPeriods{}
+	var first error
 	err := s.store.ScanPending(ctx, func(k limiter.PendingKey) error {
-		return s.flushOne(ctx, k, periods, &st)
+		// One counter that cannot be flushed (its claim stays for the next
+		// pass) must not hold back the others.
+		if err := s.flushOne(ctx, k, periods, &st); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if first == nil {
+				first = fmt.Errorf("counter %s/%s/%d: %w", k.Tenant, k.Meter, k.PeriodStart.Unix(), err)
+			}
+		}
+		return nil
 	})
+	if err == nil {
+		err = first
+	}
 	if err != nil {
 		return st, fmt.Errorf("metering: flush: %w", err)
 	}
