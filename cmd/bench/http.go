@@ -102,7 +102,7 @@ func benchHTTP(ctx context.Context, c config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	lim, err := limiter.New(limRDB, limiter.Options{Prefix: prefix, Loader: ents.LoadSnapshot, Hooks: lm.Hooks()})
+	lim, err := limiter.New(limRDB, limiter.Options{Prefix: prefix, Loader: ents.LoadSnapshot, Hooks: lm.Hooks(), Timeout: c.timeout})
 	if err != nil {
 		return err
 	}
@@ -184,6 +184,7 @@ func benchHTTP(ctx context.Context, c config, stdout io.Writer) error {
 		return nil
 	}
 	queries0, trips0 := queries.n.Load(), limTrips.n.Load()
+	fallbacks0, redisErrs0 := limiterCounts(reg)
 	var checks atomic.Int64
 	cs := []contender{
 		{name: "POST /v1/check (key auth + rate + quota)", op: func(ctx context.Context, rng *mrand.Rand) error {
@@ -200,17 +201,19 @@ func benchHTTP(ctx context.Context, c config, stdout io.Writer) error {
 	qPer := float64(queries.n.Load()-queries0) / float64(n)
 	tPer := float64(limTrips.n.Load()-trips0) / float64(n)
 	tbl := table(rows, "")
+	fallbacks, redisErrs := limiterCounts(reg)
 	extra := fmt.Sprintf("During the measured slices: %d checks, %.4f Postgres queries per check (API-key cache refreshes and "+
-		"last-used writes, not a lookup per request), %.3f limiter Redis round trips per check, %d refused (should be 0).\n",
-		n, qPer, tPer, refused.Load())
+		"last-used writes, not a lookup per request), %.3f limiter Redis round trips per check, %d refused (should be 0), "+
+		"%d decided by the fail mode because Redis did not answer within the limiter's %v timeout (%d Redis errors or timeouts).\n",
+		n, qPer, tPer, refused.Load(), fallbacks-fallbacks0, c.timeout, redisErrs-redisErrs0)
 	fmt.Fprintf(stdout, "\n%s\n%s", tbl, extra)
 	if c.out == "" {
 		return nil
 	}
 	bodyMD := fmt.Sprintf("Measured %s with `%s` (median of %d runs of %v per contender in %v slices, alternated; %d tenants each with "+
 		"its own API key, a plan of 1000/s and a hard monthly quota; the api runs in the same process as the load generator, "+
-		"with Postgres and Redis on the same machine).\n\nMachine: %s.\n\n%s\n%s\n%s",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), c.command, c.runs, c.duration, c.slice, c.tenants, m, tbl, extra, httpNotes)
+		"with Postgres and Redis on the same machine; limiter timeout %v so that every decision is Redis's, see -timeout).\n\nMachine: %s.\n\n%s\n%s\n%s",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), c.command, c.runs, c.duration, c.slice, c.tenants, c.timeout, m, tbl, extra, httpNotes)
 	if err := writeSection(c.out, "check-http", "POST /v1/check over HTTP", bodyMD); err != nil {
 		return err
 	}
@@ -268,4 +271,28 @@ func deleteBenchTenants(ctx context.Context, pool *pgxpool.Pool, runID string) e
 	}
 	_, err := pool.Exec(ctx, `DELETE FROM plans WHERE key = $1`, "bench-"+runID)
 	return err
+}
+
+// limiterCounts reads, from the api's metrics, the decisions made by a fail
+// mode and the limiter's Redis errors so far.
+func limiterCounts(reg *prometheus.Registry) (fallbacks, redisErrors int64) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return -1, -1
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "tollgate_limiter_decisions_total":
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "fallback" && l.GetValue() != "none" {
+						fallbacks += int64(m.GetCounter().GetValue())
+					}
+				}
+			case "tollgate_limiter_redis_errors_total":
+				redisErrors += int64(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return fallbacks, redisErrors
 }
