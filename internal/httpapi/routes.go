@@ -25,6 +25,18 @@ func (s *Server) routes() {
 
 	admin := e.Group("/admin/v1", middleware.BodyLimit(bodyLimitDefault), s.requireAdmin)
 	// --- admin: plans, tenants, plan changes, API keys (entitlements) ---
+	admin.POST("/plans", s.handleCreatePlan())
+	admin.GET("/plans", s.handleListPlans())
+	admin.GET("/plans/:key", s.handleGetPlan())
+	admin.PATCH("/plans/:key", s.handlePatchPlan())
+	admin.POST("/tenants", s.handleCreateTenant())
+	admin.GET("/tenants", s.handleListTenants())
+	admin.GET("/tenants/:id", s.handleGetTenant())
+	admin.PUT("/tenants/:id/plan", s.handleChangePlan())
+	admin.POST("/tenants/:id/api-keys", s.handleIssueKey())
+	admin.GET("/tenants/:id/api-keys", s.handleListKeys())
+	admin.DELETE("/api-keys/:id", s.handleRevokeKey())
+	admin.RouteNotFound("/*", s.routeNotFound) // 405 for a known path, wrong method
 
 	// --- admin: overrides (metering) ---
 
@@ -39,6 +51,9 @@ func (s *Server) routes() {
 	admin.POST("/tenants/:id/dashboard-links", s.handleMintDashboardLink())
 
 	// --- tenant API /v1 (API key; every route passes the tenant's rate limit) ---
+	v1 := e.Group("/v1", s.requireTenant)
+	v1.GET("/entitlements", s.handleEntitlements())
+	v1.RouteNotFound("/*", s.routeNotFound) // 405 for a known path, wrong method
 
 	// --- Stripe webhook ---
 	// No body-limit middleware: the handler reads the raw body through

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
 // Deps is what the server needs; cmd/api wires it.
@@ -26,6 +27,11 @@ type Deps struct {
 	Registry *prometheus.Registry // where the server's metrics register; /metrics serves it
 	// AdminToken guards /admin/v1/* (compared in constant time).
 	AdminToken string
+	// Entitlements serves plans, tenants, API keys and /v1/entitlements.
+	Entitlements *entitlements.Service
+	// PlanChanger changes plans for PUT /admin/v1/tenants/{id}/plan; nil
+	// means Entitlements (a local change, no Stripe).
+	PlanChanger PlanChanger
 	// Billing takes Stripe's webhooks and serves the admin's Stripe views
 	// (events, replay, resync, drift); nil answers those routes 503.
 	Billing *billing.Service
@@ -52,6 +58,9 @@ func NewServer(d Deps) (*Server, error) {
 	}
 	if d.AdminToken == "" {
 		return nil, errors.New("httpapi: AdminToken is required")
+	}
+	if d.Entitlements == nil {
+		return nil, errors.New("httpapi: Entitlements is required")
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
