@@ -10,7 +10,6 @@ import (
 	"math/big"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/jackc/pgx/v5"
 
@@ -67,7 +66,7 @@ func newRawKey() (string, error) {
 // IssueKey makes a new API key for the tenant. Only its hash is stored.
 func (s *Service) IssueKey(ctx context.Context, tenantID, name string) (IssuedKey, error) {
 	name = strings.TrimSpace(name)
-	if len([]rune(name)) > maxNameLen || strings.ContainsFunc(name, unicode.IsControl) {
+	if len([]rune(name)) > maxNameLen || !cleanText(name) {
 		return IssuedKey{}, apperr.Invalidf("name", "must be at most %d characters without control characters", maxNameLen)
 	}
 	if _, err := getTenant(ctx, s.db, tenantID, false); err != nil {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -93,12 +94,14 @@ func (in *PlanInput) Validate() error {
 	if !planKeyRe.MatchString(in.Key) {
 		v.Add("key", "must match [a-z0-9_-]{1,64}")
 	}
-	if n := len([]rune(in.Name)); n > maxNameLen {
+	if !cleanText(in.Name) {
+		v.Add("name", "must be UTF-8 text without control characters")
+	} else if n := len([]rune(in.Name)); n > maxNameLen {
 		v.Add("name", "must be at most %d characters", maxNameLen)
 	} else if strings.TrimSpace(in.Name) == "" && in.Name != "" {
 		v.Add("name", "must not be blank")
 	}
-	if len(in.StripePriceID) > 255 || strings.ContainsFunc(in.StripePriceID, unicode.IsSpace) {
+	if len(in.StripePriceID) > 255 || !token(in.StripePriceID) {
 		v.Add("stripe_price_id", "must be a Stripe price id such as price_123")
 	}
 	if r := in.Rate; r != nil {
@@ -137,7 +140,7 @@ func (in *PlanInput) Validate() error {
 		if q.Mode != "" && q.Mode != limiter.ModeHard && q.Mode != limiter.ModeSoft {
 			v.Add(field+".mode", `must be "hard" or "soft"`)
 		}
-		if len(q.StripeMeterEvent) > 100 || strings.ContainsFunc(q.StripeMeterEvent, unicode.IsSpace) {
+		if len(q.StripeMeterEvent) > 100 || !token(q.StripeMeterEvent) {
 			v.Add(field+".stripe_meter_event", "must be a Stripe meter event name without spaces")
 		}
 	}
@@ -145,7 +148,7 @@ func (in *PlanInput) Validate() error {
 		v.Add("features", "must have at most %d entries", maxFeatures)
 	}
 	for i, f := range in.Features {
-		if f == "" || len(f) > maxFeatureLen || strings.ContainsFunc(f, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		if f == "" || len(f) > maxFeatureLen || !token(f) {
 			v.Add(fmt.Sprintf("features[%d]", i), "must be 1-%d characters without spaces", maxFeatureLen)
 		}
 	}
@@ -439,4 +442,14 @@ func uniqueSorted(in []string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// cleanText is valid UTF-8 without control characters (Postgres refuses NUL).
+func cleanText(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
+}
+
+// token is cleanText without spaces: ids and names such as Stripe's.
+func token(s string) bool {
+	return cleanText(s) && !strings.ContainsFunc(s, unicode.IsSpace)
 }

@@ -196,7 +196,7 @@ func pgError(err error) error {
 			field = "plan"
 		}
 		return apperr.Invalidf(field, "refers to something that does not exist")
-	case "23514", "23502", "22001", "22003", "22P02": // check, not null, too long, out of range, bad text
+	case "23514", "23502", "22001", "22003", "22P02", "22021": // check, not null, too long, out of range, bad text, bad encoding
 		return apperr.Invalidf(field, "is not acceptable: %s", pe.Message)
 	}
 	return err

@@ -26,8 +26,8 @@ func TestSnapshotFollowsSubscriptionStatus(t *testing.T) {
 	}{
 		{"active", nil, nil, paid},
 		{"trialing", nil, nil, paid},
-		{"past_due", ptr(now.Add(-time.Minute)), nil, paid},                       // within GracePeriod (1h)
-		{"past_due", ptr(now.Add(-2 * time.Hour)), nil, b.free},                   // GracePeriod over
+		{"past_due", ptr(now.Add(-time.Minute)), nil, paid},                        // within GracePeriod (1h)
+		{"past_due", ptr(now.Add(-2 * time.Hour)), nil, b.free},                    // GracePeriod over
 		{"past_due", ptr(now.Add(-48 * time.Hour)), ptr(now.Add(time.Hour)), paid}, // grace_ends_at wins
 		{"past_due", nil, ptr(now.Add(-time.Second)), b.free},
 		{"unpaid", nil, nil, b.free},

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/jackc/pgx/v5"
 
@@ -45,13 +44,13 @@ func (in *TenantInput) Validate() error {
 		v.Add("name", "is required")
 	case len([]rune(name)) > maxNameLen:
 		v.Add("name", "must be at most %d characters", maxNameLen)
-	case strings.ContainsFunc(name, unicode.IsControl):
-		v.Add("name", "must not contain control characters")
+	case !cleanText(name):
+		v.Add("name", "must be UTF-8 text without control characters")
 	}
 	if in.Plan != "" && !planKeyRe.MatchString(in.Plan) {
 		v.Add("plan", "must be a plan key [a-z0-9_-]{1,64}")
 	}
-	if c := in.StripeCustomerID; c != "" && (len(c) > 255 || strings.ContainsFunc(c, unicode.IsSpace)) {
+	if c := in.StripeCustomerID; c != "" && (len(c) > 255 || !token(c)) {
 		v.Add("stripe_customer_id", "must be a Stripe customer id such as cus_123")
 	}
 	return v.Err()
@@ -169,8 +168,8 @@ func (s *Service) ListTenants(ctx context.Context, q ListQuery) (Page, error) {
 	if q.Limit < 1 || q.Limit > 200 {
 		return Page{}, apperr.Invalidf("limit", "must be between 1 and 200")
 	}
-	if len(q.Q) > 200 {
-		return Page{}, apperr.Invalidf("q", "must be at most 200 characters")
+	if len(q.Q) > 200 || !cleanText(q.Q) {
+		return Page{}, apperr.Invalidf("q", "must be at most 200 characters of UTF-8 text")
 	}
 	var (
 		curAt *time.Time

@@ -53,7 +53,8 @@ func (s *Server) routes() {
 	// --- tenant API /v1 (API key; every route passes the tenant's rate limit) ---
 	v1 := e.Group("/v1", s.requireTenant)
 	v1.GET("/entitlements", s.handleEntitlements())
-	v1.RouteNotFound("/*", s.routeNotFound) // 405 for a known path, wrong method
+	// 405 for a known path with a wrong method (after authentication).
+	v1.RouteNotFound("/*", s.routeNotFound)
 
 	// --- Stripe webhook ---
 	// No body-limit middleware: the handler reads the raw body through

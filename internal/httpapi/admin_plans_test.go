@@ -1,0 +1,143 @@
+package httpapi
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestAdminRequiresToken(t *testing.T) {
+	a := newTestAPI(t, testAPIOptions{})
+	for _, c := range []struct{ method, path string }{
+		{"GET", "/admin/v1/plans"}, {"POST", "/admin/v1/plans"}, {"GET", "/admin/v1/tenants"},
+		{"DELETE", "/admin/v1/api-keys/00000000-0000-0000-0000-000000000000"}, {"GET", "/admin/v1/no-such-route"},
+	} {
+		assertProblem(t, "no token "+c.path, a.do(t, c.method, c.path, "", nil), http.StatusUnauthorized)
+		assertProblem(t, "wrong token "+c.path, a.do(t, c.method, c.path, "tga_wrong", nil), http.StatusUnauthorized)
+		assertProblem(t, "API key as admin token "+c.path, a.do(t, c.method, c.path, "tg_"+strings.Repeat("a", 43), nil), http.StatusUnauthorized)
+	}
+	r := a.do(t, "GET", "/admin/v1/plans", "", nil)
+	if strings.Contains(string(r.Raw), testAdminToken) {
+		t.Fatal("the admin token leaked into a response")
+	}
+}
+
+func TestPlansCreateGetListPatch(t *testing.T) {
+	a := newTestAPI(t, testAPIOptions{})
+	key := uniqueName("pro")
+	price := uniqueName("price")
+	r := a.admin(t, "POST", "/admin/v1/plans", map[string]any{
+		"key": key, "name": "Pro", "stripe_price_id": price,
+		"rate": map[string]any{"per_second": 20, "burst": 200}, "concurrency": 10,
+		"quotas":   map[string]any{"requests": map[string]any{"limit": 100000, "mode": "hard"}, "exports": map[string]any{"limit": 50, "mode": "soft"}},
+		"features": []string{"sso", "exports"},
+	}, http.StatusCreated)
+	if r.JSON["key"] != key || r.JSON["stripe_price_id"] != price || r.JSON["concurrency"] != float64(10) {
+		t.Fatalf("created: %s", r.Raw)
+	}
+	if rate := r.JSON["rate"].(map[string]any); rate["per_second"] != float64(20) || rate["burst"] != float64(200) {
+		t.Fatalf("rate: %s", r.Raw)
+	}
+	if q := r.JSON["quotas"].(map[string]any)["exports"].(map[string]any); q["limit"] != float64(50) || q["mode"] != "soft" {
+		t.Fatalf("quotas: %s", r.Raw)
+	}
+	if loc := r.Header.Get("Location"); loc != "/admin/v1/plans/"+key {
+		t.Fatalf("Location %q", loc)
+	}
+
+	got := a.admin(t, "GET", "/admin/v1/plans/"+key, nil, http.StatusOK)
+	if got.JSON["name"] != "Pro" {
+		t.Fatalf("get: %s", got.Raw)
+	}
+	var list struct {
+		Plans []struct{ Key string } `json:"plans"`
+	}
+	a.admin(t, "GET", "/admin/v1/plans", nil, http.StatusOK).Decode(t, &list)
+	if !slices.ContainsFunc(list.Plans, func(p struct{ Key string }) bool { return p.Key == key }) {
+		t.Fatalf("list misses %s", key)
+	}
+
+	// PATCH merges: absent fields stay, null makes unlimited, a null meter loses its quota.
+	p := a.admin(t, "PATCH", "/admin/v1/plans/"+key, map[string]any{
+		"rate": map[string]any{"burst": 300}, "concurrency": nil, "quotas": map[string]any{"exports": nil},
+	}, http.StatusOK)
+	rate := p.JSON["rate"].(map[string]any)
+	quotas := p.JSON["quotas"].(map[string]any)
+	if rate["burst"] != float64(300) || rate["per_second"] != float64(20) || p.JSON["concurrency"] != nil ||
+		quotas["exports"] != nil || quotas["requests"] == nil || p.JSON["name"] != "Pro" {
+		t.Fatalf("patched: %s", p.Raw)
+	}
+}
+
+func TestPlanErrors(t *testing.T) {
+	a := newTestAPI(t, testAPIOptions{})
+	taken := a.createPlan(t, map[string]any{"stripe_price_id": uniqueName("price")})
+	takenPrice := a.admin(t, "GET", "/admin/v1/plans/"+taken, nil, http.StatusOK).JSON["stripe_price_id"]
+	cases := []struct {
+		name   string
+		method string
+		path   string
+		body   any
+		status int
+		fields []string
+	}{
+		{"malformed JSON", "POST", "/admin/v1/plans", `{"key": "x",`, 400, nil},
+		{"not an object", "POST", "/admin/v1/plans", `[1,2]`, 400, nil},
+		{"empty body", "POST", "/admin/v1/plans", "", 400, nil},
+		{"trailing data", "POST", "/admin/v1/plans", `{"key":"a"} {"key":"b"}`, 400, nil},
+		{"unknown field", "POST", "/admin/v1/plans", map[string]any{"key": uniqueName("p"), "colour": "red"}, 400, []string{"colour"}},
+		{"invalid plan key", "POST", "/admin/v1/plans", map[string]any{"key": "Not OK!"}, 400, []string{"key"}},
+		{"missing plan key", "POST", "/admin/v1/plans", map[string]any{"name": "x"}, 400, []string{"key"}},
+		{"negative rate", "POST", "/admin/v1/plans", map[string]any{"key": uniqueName("p"), "rate": map[string]any{"per_second": -1, "burst": 5}}, 400, []string{"rate.per_second"}},
+		{"negative burst", "POST", "/admin/v1/plans", map[string]any{"key": uniqueName("p"), "rate": map[string]any{"per_second": 1, "burst": -5}}, 400, []string{"rate.burst"}},
+		{"negative concurrency", "POST", "/admin/v1/plans", map[string]any{"key": uniqueName("p"), "concurrency": -3}, 400, []string{"concurrency"}},
+		{"negative quota", "POST", "/admin/v1/plans", map[string]any{"key": uniqueName("p"), "quotas": map[string]any{"requests": map[string]any{"limit": -1}}}, 400, []string{"quotas.requests.limit"}},
+		{"bad quota mode", "POST", "/admin/v1/plans", map[string]any{"key": uniqueName("p"), "quotas": map[string]any{"requests": map[string]any{"limit": 1, "mode": "strict"}}}, 400, []string{"quotas.requests.mode"}},
+		{"wrong type", "POST", "/admin/v1/plans", map[string]any{"key": uniqueName("p"), "rate": map[string]any{"per_second": 1, "burst": "lots"}}, 400, []string{"rate.burst"}},
+		{"fractional burst", "POST", "/admin/v1/plans", map[string]any{"key": uniqueName("p"), "rate": map[string]any{"per_second": 1, "burst": 1.5}}, 400, []string{"rate.burst"}},
+		{"duplicate plan key", "POST", "/admin/v1/plans", map[string]any{"key": taken}, 409, []string{"key"}},
+		{"duplicate price", "POST", "/admin/v1/plans", map[string]any{"key": uniqueName("p"), "stripe_price_id": takenPrice}, 409, []string{"stripe_price_id"}},
+		{"unknown plan", "GET", "/admin/v1/plans/no-such-plan", nil, 404, nil},
+		{"malformed plan key in URL", "GET", "/admin/v1/plans/NO%20SUCH", nil, 404, nil},
+		{"patch unknown plan", "PATCH", "/admin/v1/plans/no-such-plan", map[string]any{"name": "x"}, 404, nil},
+		{"patch renames key", "PATCH", "/admin/v1/plans/" + taken, map[string]any{"key": "other"}, 400, []string{"key"}},
+		{"patch negative limit", "PATCH", "/admin/v1/plans/" + taken, map[string]any{"quotas": map[string]any{"requests": map[string]any{"limit": -10}}}, 400, []string{"quotas.requests.limit"}},
+		{"patch malformed", "PATCH", "/admin/v1/plans/" + taken, `{"name":`, 400, nil},
+		{"wrong method", "DELETE", "/admin/v1/plans", nil, 405, nil},
+		{"wrong method on item", "POST", "/admin/v1/plans/" + taken, nil, 405, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := a.do(t, tc.method, tc.path, testAdminToken, tc.body)
+			assertProblem(t, tc.name, r, tc.status)
+			if tc.fields != nil && !slices.Equal(r.FieldErrors(), tc.fields) {
+				t.Fatalf("fields %v, want %v: %s", r.FieldErrors(), tc.fields, r.Raw)
+			}
+		})
+	}
+	// The failed patch changed nothing.
+	if got := a.admin(t, "GET", "/admin/v1/plans/"+taken, nil, 200); got.JSON["key"] != taken {
+		t.Fatalf("plan changed: %s", got.Raw)
+	}
+}
+
+func TestOversizedBodyIs413(t *testing.T) {
+	a := newTestAPI(t, testAPIOptions{})
+	big := `{"key":"big","name":"` + strings.Repeat("x", 70<<10) + `"}`
+	assertProblem(t, "plan body over 64K", a.do(t, "POST", "/admin/v1/plans", testAdminToken, big), http.StatusRequestEntityTooLarge)
+	assertProblem(t, "tenant body over 64K", a.do(t, "POST", "/admin/v1/tenants", testAdminToken, big), http.StatusRequestEntityTooLarge)
+}
+
+func TestUnknownRouteAndWrongMethod(t *testing.T) {
+	a := newTestAPI(t, testAPIOptions{})
+	assertProblem(t, "unknown route", a.do(t, "GET", "/no/such/route", "", nil), http.StatusNotFound)
+	assertProblem(t, "unknown admin route", a.do(t, "GET", "/admin/v1/nope", testAdminToken, nil), http.StatusNotFound)
+	assertProblem(t, "wrong method on tenant", a.do(t, "DELETE", "/admin/v1/tenants/00000000-0000-0000-0000-000000000000", testAdminToken, nil), http.StatusMethodNotAllowed)
+	key, _ := a.issueKey(t, a.createTenant(t, a.createPlan(t, map[string]any{})))
+	r := a.do(t, "POST", "/v1/entitlements", key, nil)
+	assertProblem(t, "wrong method on /v1/entitlements", r, http.StatusMethodNotAllowed)
+	if r.Header.Get("Allow") == "" {
+		t.Fatal("405 without Allow")
+	}
+}

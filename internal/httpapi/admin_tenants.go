@@ -1,0 +1,93 @@
+package httpapi
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+)
+
+// PlanChanger changes a tenant's plan for PUT /admin/v1/tenants/{id}/plan:
+// the entitlements service locally, or billing through Stripe when
+// STRIPE_SECRET_KEY is set.
+type PlanChanger interface {
+	ChangePlan(ctx context.Context, tenantID, planKey string) (entitlements.TenantDetail, error)
+}
+
+func (s *Server) handleCreateTenant() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		var in entitlements.TenantInput
+		if err := decodeJSON(c, &in); err != nil {
+			return err
+		}
+		t, err := s.Entitlements.CreateTenant(c.Request().Context(), in)
+		if err != nil {
+			return err
+		}
+		c.Response().Header().Set(echo.HeaderLocation, "/admin/v1/tenants/"+t.ID)
+		return c.JSON(http.StatusCreated, t)
+	}
+}
+
+func (s *Server) handleListTenants() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		q := entitlements.ListQuery{Q: c.QueryParam("q"), Cursor: c.QueryParam("cursor")}
+		if l := c.QueryParam("limit"); l != "" {
+			n, err := strconv.Atoi(l)
+			if err != nil {
+				return apperr.Invalidf("limit", "must be a whole number between 1 and 200")
+			}
+			q.Limit = n
+			if n == 0 {
+				return apperr.Invalidf("limit", "must be between 1 and 200")
+			}
+		}
+		page, err := s.Entitlements.ListTenants(c.Request().Context(), q)
+		if err != nil {
+			return err
+		}
+		// next_cursor is always present: null on the last page.
+		var next *string
+		if page.NextCursor != "" {
+			next = &page.NextCursor
+		}
+		return c.JSON(http.StatusOK, map[string]any{"tenants": page.Tenants, "next_cursor": next})
+	}
+}
+
+func (s *Server) handleGetTenant() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		d, err := s.Entitlements.GetTenant(c.Request().Context(), c.Param("id"))
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, d)
+	}
+}
+
+func (s *Server) handleChangePlan() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		var body struct {
+			Plan string `json:"plan"`
+		}
+		if err := decodeJSON(c, &body); err != nil {
+			return err
+		}
+		if body.Plan == "" {
+			return apperr.Invalidf("plan", "is required")
+		}
+		var changer PlanChanger = s.Entitlements
+		if s.PlanChanger != nil {
+			changer = s.PlanChanger
+		}
+		d, err := changer.ChangePlan(c.Request().Context(), c.Param("id"), body.Plan)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, d)
+	}
+}

@@ -1,0 +1,43 @@
+package httpapi
+
+import (
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+)
+
+// Context keys set by requireTenant.
+const (
+	ctxTenantID = "tollgate.tenant_id"
+	ctxAPIKeyID = "tollgate.api_key_id"
+)
+
+// requireTenant authenticates /v1/* by API key (Authorization: Bearer
+// tg_…) and puts the tenant into the request context.
+func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		raw, ok := bearer(c)
+		if !ok {
+			return apperr.New(apperr.Unauthorized, "missing bearer token: send Authorization: Bearer <API key>")
+		}
+		info, err := s.Entitlements.Authenticate(c.Request().Context(), raw)
+		if err != nil {
+			return err
+		}
+		c.Set(ctxTenantID, info.TenantID)
+		c.Set(ctxAPIKeyID, info.KeyID)
+		return next(c)
+	}
+}
+
+// tenantIDFrom is the tenant requireTenant authenticated ("" outside /v1).
+func tenantIDFrom(c echo.Context) string {
+	id, _ := c.Get(ctxTenantID).(string)
+	return id
+}
+
+// apiKeyIDFrom is the id of the API key the request used.
+func apiKeyIDFrom(c echo.Context) string {
+	id, _ := c.Get(ctxAPIKeyID).(string)
+	return id
+}
