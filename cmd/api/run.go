@@ -4,18 +4,24 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/config"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
 	"github.com/tollgatehq/tollgate/internal/logging"
+	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/postgres"
+	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/web"
 )
 
 const usage = `usage: api [serve|migrate|seed-demo]
@@ -102,10 +108,42 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 		// Logged once, on purpose: without it nobody could use the admin API.
 		log.Warn("ADMIN_TOKEN is empty; generated one for this process", "admin_token", cfg.AdminToken)
 	}
-	srv, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, Registry: reg, AdminToken: cfg.AdminToken})
+	ents := newEntitlements(pool, rdb, cfg, log)
+	// The revocation subscription lives as long as the server; it must end
+	// before rdb is closed.
+	subCtx, stopSub := context.WithCancel(ctx)
+	subDone := make(chan struct{})
+	go func() { defer close(subDone); _ = ents.Run(subCtx) }()
+	defer func() { stopSub(); <-subDone }()
+	bill, err := newBilling(pool, ents, cfg, log, reg)
 	if err != nil {
 		return err
 	}
+	// The limiter rebuilds a quota counter lost with Redis from metering's
+	// durable usage, so a Redis restart never hands out a fresh quota.
+	meter := metering.NewService(pool, limiter.NewStore(rdb, limiter.DefaultPrefix), log, metering.Options{Snapshot: ents.Current})
+	lim, closeLimiter, err := newLimiter(cfg, ents, meter.LoadUsage, reg)
+	if err != nil {
+		return err
+	}
+	defer closeLimiter()
+	// The dashboard and the console (web) read Postgres and the limiter's
+	// counters, and act through the same services as the admin API.
+	// One failed-login window per client IP for the API and the pages.
+	authLim := httpapi.NewAuthLimiter(lim, httpapi.AuthLimitOptions{})
+	pages, err := web.New(web.Deps{Log: log, DB: pool, Limits: limiter.NewStore(rdb, limiter.DefaultPrefix),
+		Snapshots: ents, Usage: meter, AdminToken: cfg.AdminToken, DefaultPlan: cfg.DefaultPlan,
+		Plans: planChanger(cfg, ents, bill), PlanAdmin: ents, Keys: ents, Overrides: ents, Replayer: bill, Guard: authLim})
+	if err != nil {
+		return err
+	}
+	srv, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, Registry: reg, AdminToken: cfg.AdminToken,
+		Entitlements: ents, PlanChanger: planChanger(cfg, ents, bill), Billing: bill, Metering: meter, Limiter: lim,
+		AuthLimiter: authLim, DashboardLinks: pages})
+	if err != nil {
+		return err
+	}
+	pages.Register(srv.Echo())
 	return httpapi.ListenAndServe(ctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, func(addr string) {
 		log.Info("api listening", "addr", addr)
 		if ready != nil {
@@ -114,8 +152,137 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	})
 }
 
+// newEntitlements builds the entitlements service of a process: snapshots
+// and revocations go through rdb under the limiter's key prefix.
+func newEntitlements(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg config.Config, log *slog.Logger) *entitlements.Service {
+	var store *limiter.Store
+	if rdb != nil {
+		store = limiter.NewStore(rdb, limiter.DefaultPrefix)
+	}
+	return entitlements.NewService(pool, store, log, entitlements.Options{
+		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Redis: rdb, Prefix: limiter.DefaultPrefix,
+	})
+}
+
+// demoPlans are what seed-demo creates when missing.
+func demoPlans() []entitlements.PlanInput {
+	i64 := func(n int64) *int64 { return &n }
+	f64 := func(f float64) *float64 { return &f }
+	return []entitlements.PlanInput{
+		{Key: "free", Name: "Free",
+			Rate:   &entitlements.RateInput{PerSecond: f64(5), Burst: i64(10)},
+			Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: i64(1000), Mode: "hard"}}},
+		{Key: "pro", Name: "Pro", StripePriceID: "price_pro_monthly",
+			Rate:        &entitlements.RateInput{PerSecond: f64(20), Burst: i64(200)},
+			Concurrency: i64(10),
+			Quotas: map[string]*entitlements.QuotaInput{
+				"requests": {Limit: i64(100000), Mode: "hard"},
+				"exports":  {Limit: i64(50), Mode: "soft"}},
+			Features: []string{"exports", "sso"}},
+		{Key: "team", Name: "Team",
+			Rate:        &entitlements.RateInput{PerSecond: f64(100), Burst: i64(1000)},
+			Concurrency: i64(50),
+			Quotas: map[string]*entitlements.QuotaInput{
+				"requests": {Limit: i64(1000000), Mode: "hard"},
+				"exports":  {Limit: i64(500), Mode: "soft"}},
+			Features: []string{"exports", "sso"}},
+	}
+}
+
+// demoTenant is the name seed-demo finds its tenant by.
+const demoTenant = "Demo Co"
+
+// seedDemo creates the demo plans and tenant unless they exist (several
+// runs, even at once, leave one of each), issues a fresh API key and prints
+// how to use it. Existing plans are left as they are.
 func seedDemo(ctx context.Context, cfg config.Config, log *slog.Logger, stdout io.Writer) error {
-	return errors.New("seed-demo: not wired yet")
+	if err := migrate(ctx, cfg, log); err != nil {
+		return err
+	}
+	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var rdb redis.UniversalClient
+	if c, err := cfg.NewRedis(); err == nil {
+		if err := c.Ping(ctx).Err(); err == nil {
+			rdb = c
+			defer c.Close()
+		} else {
+			// Snapshots are loaded from Postgres on first use anyway.
+			log.Warn("seed-demo: redis unreachable; snapshots will be loaded on first use", "err", err)
+			c.Close()
+		}
+	}
+	ents := newEntitlements(pool, rdb, cfg, log)
+
+	// One seeder at a time: the checks below and the creates must not interleave.
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("seed-demo: %w", err)
+	}
+	defer conn.Release()
+	const seedLock = 774412
+	if _, err := conn.Exec(ctx, `SELECT pg_advisory_lock($1)`, seedLock); err != nil {
+		return fmt.Errorf("seed-demo: lock: %w", err)
+	}
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, seedLock) }()
+
+	for _, in := range demoPlans() {
+		_, err := ents.GetPlan(ctx, in.Key)
+		if apperr.CodeOf(err) == apperr.NotFound {
+			_, err = ents.CreatePlan(ctx, in)
+		}
+		if err != nil {
+			return fmt.Errorf("seed-demo: plan %s: %w", in.Key, err)
+		}
+	}
+	tenantID, err := findDemoTenant(ctx, ents)
+	if err != nil {
+		return err
+	}
+	if tenantID == "" {
+		t, err := ents.CreateTenant(ctx, entitlements.TenantInput{Name: demoTenant, Plan: "pro"})
+		if err != nil && t.ID == "" {
+			return fmt.Errorf("seed-demo: tenant: %w", err)
+		}
+		tenantID = t.ID
+	}
+	key, err := ents.IssueKey(ctx, tenantID, "seed-demo")
+	if err != nil {
+		return fmt.Errorf("seed-demo: api key: %w", err)
+	}
+	fmt.Fprintf(stdout, "tenant_id: %s\n", tenantID)
+	fmt.Fprintf(stdout, "api_key: %s\n", key.Key)
+	fmt.Fprintf(stdout, "admin_token: %s\n", cfg.AdminToken)
+	if cfg.AdminTokenGenerated {
+		fmt.Fprintln(stdout, "note: ADMIN_TOKEN is not set, so the token above is new; start api with ADMIN_TOKEN set to it")
+	}
+	fmt.Fprintf(stdout, "dashboard: %s/dashboard\n", cfg.PublicURL)
+	fmt.Fprintf(stdout, "try: curl -H \"Authorization: Bearer %s\" %s/v1/entitlements\n", key.Key, cfg.PublicURL)
+	return nil
+}
+
+func findDemoTenant(ctx context.Context, ents *entitlements.Service) (string, error) {
+	q := entitlements.ListQuery{Q: demoTenant, Limit: 200}
+	oldest := ""
+	for {
+		page, err := ents.ListTenants(ctx, q)
+		if err != nil {
+			return "", fmt.Errorf("seed-demo: find tenant: %w", err)
+		}
+		// Pages run newest first: the last match seen is the oldest, the demo tenant.
+		for _, t := range page.Tenants {
+			if t.Name == demoTenant {
+				oldest = t.ID
+			}
+		}
+		if page.NextCursor == "" {
+			return oldest, nil
+		}
+		q.Cursor = page.NextCursor
+	}
 }
 
 func randomToken() string {
