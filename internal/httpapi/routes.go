@@ -23,7 +23,8 @@ func (s *Server) routes() {
 	e.GET("/readyz", s.handleReadyz())
 	e.GET("/metrics", s.handleMetrics())
 
-	admin := e.Group("/admin/v1", middleware.BodyLimit(bodyLimitDefault), s.requireAdmin)
+	// authLimit refuses an IP out of failed logins before the token is checked.
+	admin := e.Group("/admin/v1", middleware.BodyLimit(bodyLimitDefault), s.authLimit, s.requireAdmin)
 	// --- admin: plans, tenants, plan changes, API keys (entitlements) ---
 	admin.POST("/plans", s.handleCreatePlan())
 	admin.GET("/plans", s.handleListPlans())
@@ -39,6 +40,9 @@ func (s *Server) routes() {
 	admin.RouteNotFound("/*", s.routeNotFound) // 405 for a known path, wrong method
 
 	// --- admin: overrides (metering) ---
+	admin.POST("/tenants/:id/overrides", s.handleCreateOverride())
+	admin.GET("/tenants/:id/overrides", s.handleListOverrides())
+	admin.DELETE("/tenants/:id/overrides/:override_id", s.handleDeleteOverride())
 
 	// --- admin: Stripe events, replay, resync, drift (billing) ---
 	admin.GET("/stripe/events", s.handleListStripeEvents())
@@ -51,10 +55,16 @@ func (s *Server) routes() {
 	admin.POST("/tenants/:id/dashboard-links", s.handleMintDashboardLink())
 
 	// --- tenant API /v1 (API key; every route passes the tenant's rate limit) ---
-	v1 := e.Group("/v1", s.requireTenant)
+	// v1 authenticates the API key; routes add their own body limits.
+	// authLimit (failed keys per IP, before the key is looked up) and
+	// rateLimit (the tenant's rate, cost 1, headers on every response).
+	v1 := e.Group("/v1", s.authLimit, s.requireTenant, s.rateLimit)
+	v1.POST("/check", s.handleCheck()) // its own decision: cost, quota
 	v1.GET("/entitlements", s.handleEntitlements())
 	// 405 for a known path with a wrong method (after authentication).
 	v1.RouteNotFound("/*", s.routeNotFound)
+	v1.GET("/usage", s.handleUsage())                                                     // metering: never consumes quota
+	v1.POST("/usage/events", s.handleUsageEvents(), middleware.BodyLimit(bodyLimitUsage)) // metering: never consumes quota
 
 	// --- Stripe webhook ---
 	// No body-limit middleware: the handler reads the raw body through

@@ -17,6 +17,8 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/metering"
+	"github.com/tollgatehq/tollgate/limiter"
 )
 
 // Deps is what the server needs; cmd/api wires it.
@@ -29,9 +31,17 @@ type Deps struct {
 	AdminToken string
 	// Entitlements serves plans, tenants, API keys and /v1/entitlements.
 	Entitlements *entitlements.Service
+	// Metering records usage events and answers GET /v1/usage.
+	Metering *metering.Service
 	// PlanChanger changes plans for PUT /admin/v1/tenants/{id}/plan; nil
 	// means Entitlements (a local change, no Stripe).
 	PlanChanger PlanChanger
+	// Limiter decides the tenants' rate limits on /v1/* and POST /v1/check;
+	// nil turns rate limiting off (tests of other areas).
+	Limiter *limiter.Limiter
+	// AuthLimiter limits failed authentication per client IP; nil means
+	// NewAuthLimiter(Limiter, AuthLimitOptions{}) when Limiter is set.
+	AuthLimiter *AuthLimiter
 	// Billing takes Stripe's webhooks and serves the admin's Stripe views
 	// (events, replay, resync, drift); nil answers those routes 503.
 	Billing *billing.Service
@@ -61,6 +71,9 @@ func NewServer(d Deps) (*Server, error) {
 	}
 	if d.Entitlements == nil {
 		return nil, errors.New("httpapi: Entitlements is required")
+	}
+	if d.AuthLimiter == nil && d.Limiter != nil {
+		d.AuthLimiter = NewAuthLimiter(d.Limiter, AuthLimitOptions{})
 	}
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
