@@ -5,7 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
 func TestIssueAndAuthenticateKey(t *testing.T) {
@@ -97,4 +100,58 @@ func TestRevocationReachesOtherInstances(t *testing.T) {
 	if err := b.svc.RevokeKey(b.ctx, k.ID); err != nil {
 		t.Fatalf("second revoke: %v", err)
 	}
+}
+
+// A revocation published while an instance had lost its subscription would
+// be missed: so losing it must drop the cache.
+func TestLostSubscriptionDropsKeyCache(t *testing.T) {
+	b := setup(t)
+	name := uniq("entsub")
+	rdb := redis.NewClient(&redis.Options{Addr: b.rdb.Options().Addr, DB: b.rdb.Options().DB, ClientName: name})
+	t.Cleanup(func() { rdb.Close() })
+	svc := entitlements.NewService(b.pool, b.store, nil, entitlements.Options{DefaultPlan: b.free, Redis: rdb, Prefix: b.prefix})
+	done := make(chan struct{})
+	go func() { defer close(done); _ = svc.Run(b.ctx) }()
+	t.Cleanup(func() { <-done })
+	eventually(t, 5*time.Second, "subscription live", svc.KeyCacheLive)
+
+	tn := b.mustTenant(t, b.free)
+	k, err := b.svc.IssueKey(b.ctx, tn.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Authenticate(b.ctx, k.Key); err != nil { // cached for 30s
+		t.Fatal(err)
+	}
+	// Kill only this service's pub/sub connection (other packages share the server).
+	list, err := b.rdb.ClientList(b.ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := 0
+	for _, line := range strings.Split(list, "\n") {
+		if !strings.Contains(line, " name="+name+" ") || !strings.Contains(line, "sub=1") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if id, ok := strings.CutPrefix(f, "id="); ok {
+				if err := b.rdb.Do(b.ctx, "CLIENT", "KILL", "ID", id).Err(); err != nil {
+					t.Fatal(err)
+				}
+				killed++
+			}
+		}
+	}
+	if killed != 1 {
+		t.Fatalf("killed %d pub/sub connections, want 1:\n%s", killed, list)
+	}
+	// Revoked while the subscription was down: nobody hears about it.
+	if _, err := b.pool.Exec(b.ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1`, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "revoked key refused after the lost subscription", func() bool {
+		_, err := svc.Authenticate(b.ctx, k.Key)
+		return apperr.CodeOf(err) == apperr.Unauthorized
+	})
+	eventually(t, 5*time.Second, "subscription back", svc.KeyCacheLive)
 }
