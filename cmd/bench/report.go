@@ -35,8 +35,16 @@ func machine(ctx context.Context, rdb redis.UniversalClient) string {
 			}
 		}
 	}
-	return fmt.Sprintf("%d CPUs (nproc), %s, %s/%s, %s, Redis %s on loopback (same machine)",
-		runtime.NumCPU(), model, runtime.GOOS, runtime.GOARCH, runtime.Version(), redisVersion)
+	load := "unknown"
+	if raw, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(raw)); len(f) >= 3 {
+			load = strings.Join(f[:3], " ")
+		}
+	}
+	// The load average says how much else was running: these machines are
+	// shared, and the figures move with it.
+	return fmt.Sprintf("%d CPUs (nproc), %s, %s/%s, %s, Redis %s on loopback (same machine); load average at start %s",
+		runtime.NumCPU(), model, runtime.GOOS, runtime.GOARCH, runtime.Version(), redisVersion, load)
 }
 
 const benchIntro = `# Benchmarks
