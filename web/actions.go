@@ -56,3 +56,11 @@ type OverrideManager interface {
 	CreateOverride(ctx context.Context, tenantID string, in entitlements.OverrideInput) (entitlements.Override, error)
 	DeleteOverride(ctx context.Context, tenantID, overrideID string) error
 }
+
+// LoginGuard limits failed logins per client IP, shared by every instance
+// (httpapi.AuthLimiter): Before refuses an IP that has used up its
+// failures, Failed records one.
+type LoginGuard interface {
+	Before(ctx context.Context, ip string) error
+	Failed(ctx context.Context, ip string)
+}

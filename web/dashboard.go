@@ -51,10 +51,14 @@ func (w *Web) handleDashboardLoginPage() echo.HandlerFunc {
 func (w *Web) handleDashboardLogin() echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ctx := c.Request().Context()
+		if err := w.guardBefore(c); err != nil {
+			return err
+		}
 		var tenantID string
 		if tok := c.FormValue("token"); tok != "" {
 			tid, err := w.store.useLink(ctx, tok)
 			if apperr.CodeOf(err) == apperr.Unauthorized {
+				w.guardFailed(c)
 				return w.render(c, http.StatusGone, "login", page{Title: "Log in to your dashboard", CSRF: preToken(c, "/dashboard"),
 					Data: loginPage{LinkError: err.Error()}})
 			}
@@ -70,6 +74,7 @@ func (w *Web) handleDashboardLogin() echo.HandlerFunc {
 			}
 			info, err := w.Keys.Authenticate(ctx, key)
 			if apperr.CodeOf(err) == apperr.Unauthorized || apperr.CodeOf(err) == apperr.NotFound || apperr.CodeOf(err) == apperr.Invalid {
+				w.guardFailed(c)
 				return w.render(c, http.StatusUnauthorized, "login", page{Title: "Log in to your dashboard", CSRF: preToken(c, "/dashboard"),
 					Data: loginPage{Error: "That API key is unknown or revoked."}})
 			}

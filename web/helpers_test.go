@@ -67,6 +67,11 @@ func setup(t testing.TB) *bundle {
 	// ents.Run is not started: without it Authenticate asks Postgres every
 	// time, which is what these tests want to see.
 	b.meter = metering.NewService(pool, b.store, log, metering.Options{Snapshot: b.ents.LoadSnapshot})
+	lim, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Loader: b.ents.LoadSnapshot, UsageLoader: b.meter.LoadUsage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	guard := httpapi.NewAuthLimiter(lim, httpapi.AuthLimitOptions{Limit: 5, Window: time.Minute})
 	ins, err := jobs.NewInsertClient(pool, log)
 	if err != nil {
 		t.Fatal(err)
@@ -76,17 +81,13 @@ func setup(t testing.TB) *bundle {
 		t.Fatal(err)
 	}
 	w, err := New(Deps{Log: log, DB: pool, Limits: b.store, Snapshots: b.ents, Usage: b.meter, AdminToken: b.admin, DefaultPlan: b.free,
-		Plans: b.ents, PlanAdmin: b.ents, Keys: b.ents, Overrides: b.ents, Replayer: bill})
+		Plans: b.ents, PlanAdmin: b.ents, Keys: b.ents, Overrides: b.ents, Replayer: bill, Guard: guard})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.web = w
-	lim, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Loader: b.ents.LoadSnapshot, UsageLoader: b.meter.LoadUsage})
-	if err != nil {
-		t.Fatal(err)
-	}
 	api, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, AdminToken: b.admin,
-		Entitlements: b.ents, Metering: b.meter, PlanChanger: b.ents, Limiter: lim, DashboardLinks: w})
+		Entitlements: b.ents, Metering: b.meter, PlanChanger: b.ents, Limiter: lim, AuthLimiter: guard, DashboardLinks: w})
 	if err != nil {
 		t.Fatal(err)
 	}

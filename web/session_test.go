@@ -275,3 +275,29 @@ func TestConsoleNeedsLogin(t *testing.T) {
 	wantRedirect(t, br.loginAdmin(b.admin), "/admin/tenants", "right admin token")
 	wantStatus(t, br.get("/admin/tenants"), http.StatusOK, "tenants")
 }
+
+func TestFailedLoginsAreLimitedPerIP(t *testing.T) {
+	b := setup(t)
+	tn := b.tenant(t, "Acme Guard", b.free)
+	k := b.key(t, tn.ID)
+	br := b.browser(t)
+	for i := 0; i < 5; i++ {
+		wantStatus(t, br.loginAdmin("wrong"), http.StatusUnauthorized, "wrong admin token")
+	}
+	// Out of failures: refused before the token is even compared, the right
+	// one too, and the dashboard's login shares the window.
+	r := br.loginAdmin(b.admin)
+	wantStatus(t, r, http.StatusTooManyRequests, "right token after too many failures")
+	if r.header.Get("Retry-After") == "" {
+		t.Fatal("429 without Retry-After")
+	}
+	wantStatus(t, br.loginKey(k.Key), http.StatusTooManyRequests, "key login from the same address")
+}
+
+func TestFormBodiesAreLimited(t *testing.T) {
+	b := setup(t)
+	br := b.browser(t)
+	page := br.get("/dashboard/login")
+	r := br.post("/dashboard/login", url.Values{"csrf": {csrf(t, page.body)}, "api_key": {strings.Repeat("k", 100<<10)}})
+	wantStatus(t, r, http.StatusRequestEntityTooLarge, "100 KiB form")
+}

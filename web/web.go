@@ -31,6 +31,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/limiter"
@@ -64,6 +65,9 @@ type Deps struct {
 	Keys      KeyManager
 	Overrides OverrideManager
 	Replayer  EventReplayer
+	// Guard limits failed logins (API key, admin token, used links) per
+	// client IP; nil means no limit beyond the secrets' strength.
+	Guard LoginGuard
 	// DefaultPlan is the plan tenants fall back to when their subscription
 	// lapses (DEFAULT_PLAN), named on the dashboard; default "free".
 	DefaultPlan string
@@ -142,9 +146,11 @@ func parsePages() (map[string]*template.Template, error) {
 
 // Register adds the /dashboard*, /admin* (HTML) and /static/* routes to e.
 func (w *Web) Register(e *echo.Echo) {
-	tenant := []echo.MiddlewareFunc{w.html, w.requireSession(kindTenant), w.checkCSRF}
-	admin := []echo.MiddlewareFunc{w.html, w.requireSession(kindAdmin), w.checkCSRF}
-	open := []echo.MiddlewareFunc{w.html, w.checkCSRF}
+	// Forms are small: 64 KiB is far more than any of them needs.
+	limit := middleware.BodyLimit("64K")
+	tenant := []echo.MiddlewareFunc{w.html, limit, w.requireSession(kindTenant), w.checkCSRF}
+	admin := []echo.MiddlewareFunc{w.html, limit, w.requireSession(kindAdmin), w.checkCSRF}
+	open := []echo.MiddlewareFunc{w.html, limit, w.checkCSRF}
 
 	e.GET("/static/*", w.handleStatic())
 
@@ -248,6 +254,11 @@ func (w *Web) html(next echo.HandlerFunc) echo.HandlerFunc {
 		err := next(c)
 		if err == nil || c.Response().Committed {
 			return err
+		}
+		if errors.Is(err, errTooManyLogins) {
+			c.Response().Header().Set("Retry-After", "60")
+			return w.renderError(c, http.StatusTooManyRequests, "Too many failed logins",
+				"Too many failed logins came from your address. Wait a minute, then try again.")
 		}
 		e, ok := apperr.As(err)
 		if !ok {
