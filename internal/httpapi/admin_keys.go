@@ -14,7 +14,7 @@ func (s *Server) handleIssueKey() echo.HandlerFunc {
 			Name string `json:"name"`
 		}
 		if c.Request().ContentLength != 0 {
-			if err := decodeJSON(c, &body); err != nil {
+			if err := decodeBody(c, &body); err != nil {
 				return err
 			}
 		}

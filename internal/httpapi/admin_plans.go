@@ -1,17 +1,20 @@
 package httpapi
 
 import (
+	"errors"
+	"io"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
 func (s *Server) handleCreatePlan() echo.HandlerFunc {
 	return func(c echo.Context) error {
 		var in entitlements.PlanInput
-		if err := decodeJSON(c, &in); err != nil {
+		if err := decodeBody(c, &in); err != nil {
 			return err
 		}
 		p, err := s.Entitlements.CreatePlan(c.Request().Context(), in)
@@ -49,11 +52,39 @@ func (s *Server) handleGetPlan() echo.HandlerFunc {
 func (s *Server) handlePatchPlan() echo.HandlerFunc {
 	return func(c echo.Context) error {
 		p, err := s.Entitlements.PatchPlan(c.Request().Context(), c.Param("key"), func(in *entitlements.PlanInput) error {
-			return decodeJSON(c, in)
+			return decodeBody(c, in)
 		})
 		if err != nil {
 			return err
 		}
 		return c.JSON(http.StatusOK, p)
 	}
+}
+
+// decodeBody is decodeJSON that also answers 413 for a body without
+// Content-Length (chunked) that crosses the body limit while being read:
+// the limit middleware then fails the read, which decodeJSON alone would
+// report as malformed JSON.
+func decodeBody(c echo.Context, v any) error {
+	tr := &tooLargeReader{ReadCloser: c.Request().Body}
+	c.Request().Body = tr
+	err := decodeJSON(c, v)
+	if tr.tooLarge {
+		return apperr.New(apperr.TooLarge, "request body over %s", bodyLimitDefault)
+	}
+	return err
+}
+
+type tooLargeReader struct {
+	io.ReadCloser
+	tooLarge bool
+}
+
+func (r *tooLargeReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	var mbe *http.MaxBytesError
+	if errors.Is(err, echo.ErrStatusRequestEntityTooLarge) || errors.As(err, &mbe) {
+		r.tooLarge = true
+	}
+	return n, err
 }

@@ -21,7 +21,7 @@ type PlanChanger interface {
 func (s *Server) handleCreateTenant() echo.HandlerFunc {
 	return func(c echo.Context) error {
 		var in entitlements.TenantInput
-		if err := decodeJSON(c, &in); err != nil {
+		if err := decodeBody(c, &in); err != nil {
 			return err
 		}
 		t, err := s.Entitlements.CreateTenant(c.Request().Context(), in)
@@ -74,7 +74,7 @@ func (s *Server) handleChangePlan() echo.HandlerFunc {
 		var body struct {
 			Plan string `json:"plan"`
 		}
-		if err := decodeJSON(c, &body); err != nil {
+		if err := decodeBody(c, &body); err != nil {
 			return err
 		}
 		if body.Plan == "" {
