@@ -17,7 +17,9 @@ func TestSubscriptionPeriodRollStartsAtZero(t *testing.T) {
 	b := setup(t)
 	b.svc.opts.CloseGrace = time.Millisecond
 	tenant := b.newTenant(t, time.Now().Add(-90*24*time.Hour))
-	oldEnd := time.Now().Add(2 * time.Second).Truncate(time.Second)
+	// Far enough ahead that the old period's usage lands before it ends, even
+	// on a loaded machine.
+	oldEnd := time.Now().Add(3 * time.Second).Truncate(time.Second)
 	oldStart := oldEnd.Add(-30 * 24 * time.Hour)
 	if _, err := b.db.Exec(b.ctx, `
 INSERT INTO subscriptions (id, tenant_id, stripe_customer_id, status, current_period_start, current_period_end)
