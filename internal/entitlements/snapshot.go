@@ -280,7 +280,7 @@ func (s *Service) Refresh(ctx context.Context, tenantID, reason string) (limiter
 	if err != nil {
 		return limiter.Snapshot{}, fmt.Errorf("entitlements: refresh: %w", err)
 	}
-	return snap, s.Publish(ctx, snap)
+	return snap, s.publishCommitted(ctx, snap)
 }
 
 // LoadSnapshot is the limiter's Loader: the current snapshot, written back

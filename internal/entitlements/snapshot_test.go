@@ -3,8 +3,11 @@ package entitlements_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
@@ -158,5 +161,25 @@ func TestSetPlanAndCurrent(t *testing.T) {
 	var n int
 	if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM entitlement_versions WHERE tenant_id = $1`, tn.ID).Scan(&n); err != nil || n != 2 {
 		t.Fatalf("entitlement_versions rows = %d, %v", n, err)
+	}
+}
+
+// With Redis unreachable, a new tenant is still created (its snapshot is
+// loaded on first use) and a plan change says it was saved but not published.
+func TestRedisDownWhilePublishing(t *testing.T) {
+	b := setup(t)
+	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
+	t.Cleanup(func() { dead.Close() })
+	svc := entitlements.NewService(b.pool, limiter.NewStore(dead, b.prefix), nil, entitlements.Options{DefaultPlan: b.free})
+	tn, err := svc.CreateTenant(b.ctx, entitlements.TenantInput{Name: "Offline", Plan: b.free})
+	if err != nil || tn.ID == "" {
+		t.Fatalf("CreateTenant with Redis down: %+v %v", tn, err)
+	}
+	_, err = svc.SetPlan(b.ctx, tn.ID, b.free, "again")
+	if apperr.CodeOf(err) != apperr.Unavailable || !strings.Contains(err.Error(), "saved") {
+		t.Fatalf("SetPlan with Redis down: %v", err)
+	}
+	if snap, err := b.svc.Snapshot(b.ctx, tn.ID); err != nil || snap.Version != 2 {
+		t.Fatalf("the change was not saved: %+v %v", snap, err)
 	}
 }

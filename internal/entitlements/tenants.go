@@ -157,7 +157,12 @@ RETURNING `+tenantCols, strings.TrimSpace(in.Name), in.Plan, in.StripeCustomerID
 		return Tenant{}, fmt.Errorf("entitlements: create tenant: %w", err)
 	}
 	s.log.InfoContext(ctx, "tenant created", "tenant_id", t.ID, "plan", t.Plan)
-	return t, s.Publish(ctx, snap)
+	if err := s.Publish(ctx, snap); err != nil {
+		// Nothing stale can be in Redis for a new tenant: the limiter's
+		// loader reads this snapshot from Postgres on first use.
+		s.log.WarnContext(ctx, "publishing new tenant's snapshot failed", "tenant_id", t.ID, "err", err)
+	}
+	return t, nil
 }
 
 // ListTenants returns one page of tenants, newest first.
@@ -410,7 +415,7 @@ func (s *Service) SetPlan(ctx context.Context, tenantID, planKey, reason string)
 		return TenantDetail{}, fmt.Errorf("entitlements: set plan: %w", err)
 	}
 	s.log.InfoContext(ctx, "tenant plan set", "tenant_id", tenantID, "plan", planKey, "version", snap.Version)
-	if err := s.Publish(ctx, snap); err != nil {
+	if err := s.publishCommitted(ctx, snap); err != nil {
 		return TenantDetail{}, err
 	}
 	return s.GetTenant(ctx, tenantID)
