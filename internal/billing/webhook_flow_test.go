@@ -162,6 +162,12 @@ func TestDuplicateDeliveriesToTwoInstancesHaveOneEffect(t *testing.T) {
 	if rows != 1 || jobsN != 1 {
 		t.Fatalf("rows %d jobs %d, want 1 and 1", rows, jobsN)
 	}
+	var queue string
+	var maxAttempts int
+	_ = a.pool.QueryRow(ctx, `SELECT queue, max_attempts FROM river_job WHERE args->>'event_id' = $1`, id).Scan(&queue, &maxAttempts)
+	if queue != "stripe" || maxAttempts != billing.MaxAttempts {
+		t.Fatalf("job on queue %q with max_attempts %d, want stripe and %d", queue, maxAttempts, billing.MaxAttempts)
+	}
 	if v := a.version(tenant); v != v0+1 {
 		t.Fatalf("version %d, want %d (one effect)", v, v0+1)
 	}
