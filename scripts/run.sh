@@ -12,7 +12,13 @@ data=${TOLLGATE_DATA:-$PWD/.data}
 mkdir -p "$data"
 
 export HTTP_ADDR=${HTTP_ADDR:-127.0.0.1:8080}
-export PUBLIC_URL=${PUBLIC_URL:-http://$HTTP_ADDR}
+# Where this script reaches the api: a wildcard listen address is probed on
+# loopback.
+port=${HTTP_ADDR##*:}
+host=${HTTP_ADDR%:*}
+case "$host" in "" | 0.0.0.0 | "[::]") host=127.0.0.1 ;; esac
+probe="$host:$port"
+export PUBLIC_URL=${PUBLIC_URL:-http://$probe}
 base=${PUBLIC_URL%/}
 
 # A fixed admin token, made once and kept in .data/admin_token, so that the
@@ -30,10 +36,11 @@ for b in bin/api bin/worker; do
   [ -x "$b" ] || { echo "run: $b is missing; run 'make run' (or 'make build') instead" >&2; exit 1; }
 done
 
-# Something else answering on HTTP_ADDR would make the readiness wait below
-# succeed against the wrong process.
-if curl -fsS -o /dev/null --max-time 1 "http://$HTTP_ADDR/healthz" 2>/dev/null; then
-  echo "run: something already answers on $HTTP_ADDR; stop it or set HTTP_ADDR=127.0.0.1:<port>" >&2
+# Something else listening on HTTP_ADDR would make the readiness wait below
+# succeed against the wrong process (a previous `make run`, say).
+h=${host#[}; h=${h%]}
+if (exec 3<>"/dev/tcp/$h/$port") 2>/dev/null; then
+  echo "run: something already listens on $probe; stop it or set HTTP_ADDR=127.0.0.1:<port>" >&2
   exit 1
 fi
 
@@ -73,13 +80,13 @@ pids+=($!)
 alive() { kill -0 "$1" 2>/dev/null; }
 ready=false
 for _ in $(seq 1 300); do
-  if curl -fsS -o /dev/null --max-time 1 "http://$HTTP_ADDR/readyz" 2>/dev/null; then ready=true; break; fi
+  if curl -fsS -o /dev/null --max-time 1 "http://$probe/readyz" 2>/dev/null; then ready=true; break; fi
   for p in "${pids[@]}"; do
     alive "$p" || { echo "run: a process exited during start; last lines of the logs:" >&2; tail -n 5 "$data/api.log" "$data/worker.log" >&2; exit 1; }
   done
   sleep 0.1
 done
-$ready || { echo "run: the api was not ready after 30s; see $data/api.log" >&2; curl -sS "http://$HTTP_ADDR/readyz" >&2 || true; exit 1; }
+$ready || { echo "run: the api was not ready after 30s; see $data/api.log" >&2; curl -sS "http://$probe/readyz" >&2 || true; exit 1; }
 
 cat <<EOF
 
