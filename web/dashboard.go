@@ -126,12 +126,7 @@ func (w *Web) dashboard(c echo.Context, nk *newKey) (page, error) {
 	if err != nil {
 		return page{}, err
 	}
-	d := dashboardPage{UsageView: u, Keys: keys, Plans: plans, NewKey: nk, CanKeys: w.Keys != nil}
-	for _, p := range plans {
-		if p.Key != u.Snap.Plan {
-			d.Upgrades = append(d.Upgrades, p)
-		}
-	}
+	d := dashboardPage{UsageView: u, Keys: keys, Plans: plans, NewKey: nk, CanKeys: w.Keys != nil, Upgrades: upgrades(plans, u.Snap.Plan)}
 	return page{Title: u.Tenant.Name + " · usage", Nav: "usage", Data: d}, nil
 }
 
@@ -190,4 +185,48 @@ func (w *Web) handleDashboardRevokeKey() echo.HandlerFunc {
 		}
 		return c.Redirect(http.StatusSeeOther, "/dashboard?done=revoked")
 	}
+}
+
+// upgrades are the plans that give at least as much of every meter the
+// current plan limits, and more of one: what "how to upgrade" offers.
+func upgrades(plans []PlanRow, current string) []PlanRow {
+	var cur *PlanRow
+	for i := range plans {
+		if plans[i].Key == current {
+			cur = &plans[i]
+		}
+	}
+	if cur == nil {
+		return nil
+	}
+	limitOf := func(p PlanRow, meter string) (int64, bool) {
+		for _, q := range p.Quotas {
+			if q.Meter == meter {
+				return q.Limit, true
+			}
+		}
+		return 0, false // no quota: unlimited
+	}
+	var out []PlanRow
+	for _, p := range plans {
+		if p.Key == cur.Key {
+			continue
+		}
+		atLeast, more := true, false
+		for _, q := range cur.Quotas {
+			l, limited := limitOf(p, q.Meter)
+			switch {
+			case !limited:
+				more = true
+			case l < q.Limit:
+				atLeast = false
+			case l > q.Limit:
+				more = true
+			}
+		}
+		if atLeast && more {
+			out = append(out, p)
+		}
+	}
+	return out
 }

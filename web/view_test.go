@@ -124,3 +124,25 @@ func TestStatusInWords(t *testing.T) {
 		}
 	}
 }
+
+func TestUpgradesAreBiggerPlans(t *testing.T) {
+	plan := func(key string, qs ...QuotaRow) PlanRow { return PlanRow{Key: key, Quotas: qs} }
+	plans := []PlanRow{
+		plan("free", QuotaRow{Meter: "requests", Limit: 1000}),
+		plan("pro", QuotaRow{Meter: "requests", Limit: 100000}, QuotaRow{Meter: "exports", Limit: 50}),
+		plan("pro-same", QuotaRow{Meter: "requests", Limit: 100000}, QuotaRow{Meter: "exports", Limit: 50}),
+		plan("mixed", QuotaRow{Meter: "requests", Limit: 200000}, QuotaRow{Meter: "exports", Limit: 10}),
+		plan("team", QuotaRow{Meter: "requests", Limit: 1000000}, QuotaRow{Meter: "exports", Limit: 500}),
+		plan("enterprise"),
+	}
+	var got []string
+	for _, p := range upgrades(plans, "pro") {
+		got = append(got, p.Key)
+	}
+	if strings.Join(got, ",") != "team,enterprise" {
+		t.Fatalf("upgrades of pro: %v", got)
+	}
+	if len(upgrades(plans, "enterprise")) != 0 || len(upgrades(plans, "gone")) != 0 {
+		t.Fatal("nothing is bigger than unlimited, and an unknown plan has no upgrades")
+	}
+}
