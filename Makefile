@@ -34,6 +34,7 @@ lint: ## go vet and gofmt check
 .PHONY: bench
 bench: services ## side-by-side benchmarks; writes BENCHMARKS.md sections
 	$(GO) run ./cmd/bench
+	$(GO) run ./cmd/bench -http
 
 .PHONY: clean
 clean: ## remove built binaries and throwaway service data
