@@ -1,11 +1,18 @@
 package billing_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -191,8 +198,43 @@ func TestWorkerKilledMidEventProcessesItAfterRestartOnce(t *testing.T) {
 	}
 }
 
+// recorded is one request that reached stripe-mock through recordingProxy.
+type recorded struct {
+	method, path, idempotencyKey string
+	form                         url.Values
+}
+
+// recordingProxy forwards to stripe-mock and records each request, so that
+// tests see the shape of what was sent (stripe-mock only validates it).
+func recordingProxy(t *testing.T, target string) (string, func() []recorded) {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var reqs []recorded
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		form, _ := url.ParseQuery(string(body))
+		mu.Lock()
+		reqs = append(reqs, recorded{method: r.Method, path: r.URL.Path, idempotencyKey: r.Header.Get("Idempotency-Key"), form: form})
+		mu.Unlock()
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, func() []recorded {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(reqs)
+	}
+}
+
 func TestPlanChangeGoesThroughStripeAndItsWebhookIsANoop(t *testing.T) {
-	e := newEnv(t, envOpts{stripeBase: stripemock.Start(t)})
+	base0, requests := recordingProxy(t, stripemock.Start(t))
+	e := newEnv(t, envOpts{stripeBase: base0})
 	e.plans()
 	cus, sub := newCustomer(), "sub_pc_"+newCustomer()
 	tenant := e.tenant("free", cus)
@@ -207,6 +249,15 @@ func TestPlanChangeGoesThroughStripeAndItsWebhookIsANoop(t *testing.T) {
 	}
 	if p := e.sub(sub).Price; p == nil || *p != "price_team_test" {
 		t.Fatalf("subscription price %v, want price_team_test", p)
+	}
+	reqs := requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests to Stripe, want 1: %+v", len(reqs), reqs)
+	}
+	rq := reqs[0]
+	if rq.method != http.MethodPost || rq.path != "/v1/subscriptions/"+sub || rq.form.Get("items[0][id]") != "si_"+sub ||
+		rq.form.Get("items[0][price]") != "price_team_test" || rq.form.Get("proration_behavior") != "create_prorations" || rq.idempotencyKey == "" {
+		t.Fatalf("Stripe request %s %s key %q form %v", rq.method, rq.path, rq.idempotencyKey, rq.form)
 	}
 	v := e.version(tenant)
 	// Stripe's webhook of our own change: nothing left to change.
