@@ -6,6 +6,9 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/stripemock"
 )
 
 // adminBrowser is a browser logged into the console, with its CSRF token.
@@ -237,5 +240,47 @@ func TestPlanFormParsing(t *testing.T) {
 	}
 	if in, _ := (planForm{}).input(); in.Rate != nil || in.Concurrency != nil {
 		t.Fatal("empty rate and concurrency mean unlimited")
+	}
+}
+
+func TestConsolePlanChangeThroughStripe(t *testing.T) {
+	b := setup(t, setupOpts{stripeBase: stripemock.Start(t)})
+	small, big, local := uniq("small"), uniq("big"), uniq("local")
+	b.plan(t, entitlements.PlanInput{Key: small, StripePriceID: "price_" + small, Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](10)}}})
+	b.plan(t, entitlements.PlanInput{Key: big, StripePriceID: "price_" + big, Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](1000)}}})
+	b.plan(t, entitlements.PlanInput{Key: local, Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](99)}}})
+	cus := "cus_" + uniq("web")
+	tn, err := b.ents.CreateTenant(b.ctx, entitlements.TenantInput{Name: "Stripe Co", Plan: small, StripeCustomerID: cus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := "sub_" + uniq("web")
+	if _, err := b.pool.Exec(b.ctx, `
+		INSERT INTO subscriptions (id, tenant_id, stripe_customer_id, stripe_price_id, stripe_item_id, status, current_period_start, current_period_end)
+		VALUES ($1, $2, $3, $4, 'si_123', 'active', now() - interval '1 day', now() + interval '29 days')`,
+		sub, tn.ID, cus, "price_"+small); err != nil {
+		t.Fatal(err)
+	}
+	br, tok := b.adminBrowser(t)
+	page := br.get("/admin/tenants/" + tn.ID)
+	if !strings.Contains(page.body, "subscription's price is swapped") || !strings.Contains(page.body, sub) {
+		t.Fatal("the tenant page must show the subscription and say the change goes through Stripe")
+	}
+	// Through Stripe (stripe-mock accepts the price swap), then applied here.
+	wantRedirect(t, br.post("/admin/tenants/"+tn.ID+"/plan", url.Values{"csrf": {tok}, "plan": {big}}), "/admin/tenants/"+tn.ID+"?done=plan", "change through Stripe")
+	var price string
+	_ = b.pool.QueryRow(b.ctx, `SELECT stripe_price_id FROM subscriptions WHERE id = $1`, sub).Scan(&price)
+	if d, _ := b.ents.GetTenant(b.ctx, tn.ID); d.Plan != big || price != "price_"+big {
+		t.Fatalf("plan %s, subscription price %s", d.Plan, price)
+	}
+	// A plan Stripe does not know cannot be given to a subscribed tenant:
+	// the page says why and nothing changes.
+	r := br.post("/admin/tenants/"+tn.ID+"/plan", url.Values{"csrf": {tok}, "plan": {local}})
+	wantStatus(t, r, http.StatusBadRequest, "plan without a Stripe price")
+	if !strings.Contains(r.body, "stripe_price_id") {
+		t.Fatal("the refusal does not say why")
+	}
+	if d, _ := b.ents.GetTenant(b.ctx, tn.ID); d.Plan != big {
+		t.Fatalf("plan changed to %s", d.Plan)
 	}
 }

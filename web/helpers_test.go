@@ -55,8 +55,20 @@ func uniq(name string) string {
 
 func ptr[T any](v T) *T { return &v }
 
-func setup(t testing.TB) *bundle {
+// setupOpts change the world of one test.
+type setupOpts struct {
+	// stripeBase, when set, configures billing against stripe-mock there and
+	// makes billing the console's plan changer (as cmd/api does with
+	// STRIPE_SECRET_KEY).
+	stripeBase string
+}
+
+func setup(t testing.TB, opts ...setupOpts) *bundle {
 	t.Helper()
+	var o setupOpts
+	if len(opts) > 0 {
+		o = opts[0]
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
@@ -76,18 +88,26 @@ func setup(t testing.TB) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bill, err := billing.New(pool, b.ents, ins, log, billing.Options{})
+	bo := billing.Options{}
+	if o.stripeBase != "" {
+		bo.SecretKey, bo.APIBase, bo.StripeTimeout = "sk_test_123", o.stripeBase, 5*time.Second
+	}
+	bill, err := billing.New(pool, b.ents, ins, log, bo)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var plans PlanChanger = b.ents
+	if o.stripeBase != "" {
+		plans = bill
+	}
 	w, err := New(Deps{Log: log, DB: pool, Limits: b.store, Snapshots: b.ents, Usage: b.meter, AdminToken: b.admin, DefaultPlan: b.free,
-		Plans: b.ents, PlanAdmin: b.ents, Keys: b.ents, Overrides: b.ents, Replayer: bill, Guard: guard})
+		Plans: plans, PlanAdmin: b.ents, Keys: b.ents, Overrides: b.ents, Replayer: bill, Guard: guard})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.web = w
 	api, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, AdminToken: b.admin,
-		Entitlements: b.ents, Metering: b.meter, PlanChanger: b.ents, Limiter: lim, AuthLimiter: guard, DashboardLinks: w})
+		Entitlements: b.ents, Metering: b.meter, PlanChanger: plans, Limiter: lim, AuthLimiter: guard, DashboardLinks: w})
 	if err != nil {
 		t.Fatal(err)
 	}
