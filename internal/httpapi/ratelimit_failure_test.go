@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"net/http"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -71,8 +72,17 @@ func TestRedisDownFailModes(t *testing.T) {
 				statuses = append(statuses, check("redis killed").status)
 			}
 			for _, path := range []string{"/v1/entitlements"} {
-				if r := in.call(t, http.MethodGet, path, key, nil); r.status >= 500 && r.status != http.StatusServiceUnavailable {
+				r := in.call(t, http.MethodGet, path, key, nil)
+				if r.status >= 500 && r.status != http.StatusServiceUnavailable {
 					t.Errorf("GET %s with Redis down: %d %s", path, r.status, r.raw)
+				}
+				t.Logf("GET %s with Redis down: %d in %v", path, r.status, r.took)
+				// Known entitlements bug (reported): Current reads Redis
+				// without a short deadline, so with Redis dead this takes
+				// go-redis's retries (~3.4 s) when the rate limit lets it
+				// through (open mode).
+				if os.Getenv("TOLLGATE_KNOWN_BUGS") != "" && r.took > timeout+slack {
+					t.Errorf("GET %s with Redis down took %v", path, r.took)
 				}
 			}
 			switch mode {
