@@ -109,6 +109,11 @@ func New(db *pgxpool.Pool, ents *entitlements.Service, jobs *river.Client[pgx.Tx
 		return nil, fmt.Errorf("billing: metrics: %w", err)
 	}
 	s := &Service{db: db, ents: ents, jobs: jobs, log: log, opts: opts, m: m}
+	if opts.Registerer != nil {
+		if _, err := register(opts.Registerer, prometheus.Collector(newBacklogCollector(s))); err != nil {
+			return nil, fmt.Errorf("billing: metrics: %w", err)
+		}
+	}
 	if opts.SecretKey != "" {
 		s.stripe = newStripeClient(opts.SecretKey, opts.APIBase)
 	}

@@ -1,8 +1,11 @@
 package billing
 
 import (
+	"context"
 	"errors"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -96,4 +99,61 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 		return c, err
 	}
 	return c, nil
+}
+
+// backlogCollector reports, at scrape time, the stored events by status and
+// the age of the oldest pending one. The worker's own counters live in the
+// worker process; these come from Postgres, so any api instance's /metrics
+// shows a stuck queue or failed events (alert on failed > 0, or on the
+// oldest pending event growing old).
+type backlogCollector struct {
+	s      *Service
+	events *prometheus.Desc
+	oldest *prometheus.Desc
+}
+
+func newBacklogCollector(s *Service) *backlogCollector {
+	return &backlogCollector{
+		s: s,
+		events: prometheus.NewDesc("tollgate_stripe_events",
+			"Stored Stripe events by status (read from Postgres at scrape time).", []string{"status"}, nil),
+		oldest: prometheus.NewDesc("tollgate_stripe_oldest_pending_event_age_seconds",
+			"Age of the oldest pending Stripe event (0 when none is pending).", nil, nil),
+	}
+}
+
+func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.events
+	ch <- c.oldest
+}
+
+func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	counts := map[string]float64{StatusPending: 0, StatusProcessed: 0, StatusIgnored: 0, StatusFailed: 0}
+	rows, err := c.s.db.Query(ctx, `SELECT status, count(*) FROM stripe_events GROUP BY status`)
+	if err != nil {
+		c.s.log.Warn("stripe event backlog not read", "err", err)
+		return
+	}
+	var status string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&status, &n}, func() error { counts[status] = float64(n); return nil })
+	if err != nil {
+		c.s.log.Warn("stripe event backlog not read", "err", err)
+		return
+	}
+	for st, v := range counts {
+		ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, v, st)
+	}
+	var oldest *time.Time
+	if err := c.s.db.QueryRow(ctx, `SELECT min(received_at) FROM stripe_events WHERE status = 'pending'`).Scan(&oldest); err != nil {
+		c.s.log.Warn("stripe event backlog not read", "err", err)
+		return
+	}
+	age := 0.0
+	if oldest != nil {
+		age = c.s.opts.Now().Sub(*oldest).Seconds()
+	}
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age)
 }

@@ -47,9 +47,15 @@ func TestSubscriptionLifecycleSetsPlanStatusAndFallsBack(t *testing.T) {
 		t.Fatalf("after deleted: plan %s status %s, want free canceled", snap.Plan, snap.Status)
 	}
 	// The limiter's copy in Redis follows too.
-	cached, ok, err := limiter.NewStore(e.rdb, e.prefix).Snapshot(context.Background(), tenant)
-	if err != nil || !ok || cached.Plan != "free" || cached.Version != e.version(tenant) {
-		t.Fatalf("redis snapshot %+v ok %v err %v, want free at version %d", cached, ok, err, e.version(tenant))
+	// (published just after the commit that waitEvent saw: poll)
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		cached, ok, err := limiter.NewStore(e.rdb, e.prefix).Snapshot(context.Background(), tenant)
+		if err == nil && ok && cached.Plan == "free" && cached.Version == e.version(tenant) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis snapshot %+v ok %v err %v, want free at version %d", cached, ok, err, e.version(tenant))
+		}
 	}
 }
 
@@ -314,34 +320,55 @@ func TestMetricsCountWebhooksProcessingAndLag(t *testing.T) {
 		`tollgate_stripe_webhook_events_total{outcome="rejected",type="unknown"}`:                         1,
 		`tollgate_stripe_events_processed_total{status="processed",type="customer.subscription.created"}`: 1,
 	}
-	families, err := e.reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]float64{}
 	lagCount := uint64(0)
-	for _, f := range families {
-		for _, m := range f.GetMetric() {
-			name := f.GetName() + "{"
-			for i, l := range m.GetLabel() {
-				if i > 0 {
-					name += ","
+	gather := func() {
+		families, err := e.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, lagCount = map[string]float64{}, 0
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				name := f.GetName() + "{"
+				for i, l := range m.GetLabel() {
+					if i > 0 {
+						name += ","
+					}
+					name += l.GetName() + "=\"" + l.GetValue() + "\""
 				}
-				name += l.GetName() + "=\"" + l.GetValue() + "\""
+				name += "}"
+				if m.GetCounter() != nil {
+					got[name] = m.GetCounter().GetValue()
+				}
+				if m.GetGauge() != nil {
+					got[name] = m.GetGauge().GetValue()
+				}
+				if f.GetName() == "tollgate_stripe_event_processing_lag_seconds" {
+					lagCount = m.GetHistogram().GetSampleCount()
+				}
 			}
-			name += "}"
-			if m.GetCounter() != nil {
-				got[name] = m.GetCounter().GetValue()
-			}
-			if f.GetName() == "tollgate_stripe_event_processing_lag_seconds" {
-				lagCount = m.GetHistogram().GetSampleCount()
-			}
+		}
+	}
+	// The worker counts just after it commits: poll for it.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		gather()
+		if lagCount == 1 || time.Now().After(deadline) {
+			break
 		}
 	}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
 		}
+	}
+	// The backlog read from Postgres at scrape time (the package's database
+	// is shared by its tests, so at least this test's event).
+	if got[`tollgate_stripe_events{status="processed"}`] < 1 {
+		t.Errorf("tollgate_stripe_events{processed} = %v", got[`tollgate_stripe_events{status="processed"}`])
+	}
+	if _, ok := got[`tollgate_stripe_oldest_pending_event_age_seconds{}`]; !ok {
+		t.Errorf("no oldest pending age gauge: %v", got)
 	}
 	if lagCount != 1 {
 		t.Errorf("lag histogram has %d samples, want 1", lagCount)
