@@ -62,7 +62,9 @@ func (s *Service) ResyncTenant(ctx context.Context, tenantID string) ([]DriftRep
 }
 
 func (s *Service) fetchCustomer(ctx context.Context, customer string) (stripeState, error) {
-	st := stripeState{at: s.opts.Now()}
+	// Whole seconds, as Stripe's event times: an event of the same second
+	// may be newer than what was read, so it is not made stale.
+	st := stripeState{at: s.opts.Now().Truncate(time.Second)}
 	cctx, cancel := context.WithTimeout(ctx, s.opts.StripeTimeout)
 	defer cancel()
 	params := &stripe.SubscriptionListParams{Customer: stripe.String(customer), Status: stripe.String("all")}
