@@ -116,6 +116,12 @@ func screenshot(t *testing.T, ctx context.Context, name string, width int64) {
 	if sw := run(t, ctx, "scroll width", chromedp.Evaluate[int64](`document.documentElement.scrollWidth`)); sw > width {
 		t.Errorf("%s: the page is %d px wide in a %d px viewport", name, sw, width)
 	}
+	// Every control has a name people and screen readers can see.
+	if bad := run(t, ctx, "labels", chromedp.Evaluate[string](`[...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
+		.filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label') && !e.textContent.trim())
+		.map(e => e.outerHTML.slice(0, 80)).join('\n')`)); bad != "" {
+		t.Errorf("%s: controls without a label:\n%s", name, bad)
+	}
 	png := run(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
 	dir := filepath.Join("..", "docs", "screenshots")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -284,7 +290,8 @@ func TestBrowser(t *testing.T) {
 	t.Run("API key login", func(t *testing.T) {
 		step(t, keyUser, "login page", chromedp.Navigate(base+"/dashboard/login"))
 		do(t, keyUser, "type key", chromedp.SendKeys(chromedp.CSS("#api_key"), acmeKey.Key))
-		if st := step(t, keyUser, "submit", chromedp.Submit(chromedp.CSS("#api_key"))); st != http.StatusOK {
+		// Submitted from the keyboard: Enter in the field.
+		if st := step(t, keyUser, "submit", chromedp.SendKeys(chromedp.CSS("#api_key"), "\r")); st != http.StatusOK {
 			t.Fatalf("after login: %d", st)
 		}
 		if loc := location(t, keyUser); loc != base+"/dashboard" {

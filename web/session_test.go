@@ -272,8 +272,51 @@ func TestConsoleNeedsLogin(t *testing.T) {
 	}
 	wantStatus(t, br.post("/admin/tenants/"+tn.ID+"/plan", url.Values{"plan": {b.pro}}), http.StatusUnauthorized, "POST without a session")
 	wantStatus(t, br.loginAdmin("wrong-token"), http.StatusUnauthorized, "wrong admin token")
-	wantRedirect(t, br.loginAdmin(b.admin), "/admin/tenants", "right admin token")
-	wantStatus(t, br.get("/admin/tenants"), http.StatusOK, "tenants")
+	page := br.get("/admin/login")
+	req, _ := http.NewRequest(http.MethodPost, b.srv.URL+"/admin/login",
+		strings.NewReader(url.Values{"csrf": {csrf(t, page.body)}, "token": {b.admin}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("X-Forwarded-Proto", "https")
+	r, err := br.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != http.StatusSeeOther || r.Header.Get("Location") != "/admin/tenants" {
+		t.Fatalf("right admin token: %d %s", r.StatusCode, r.Header.Get("Location"))
+	}
+	var ck *http.Cookie
+	for _, c := range r.Cookies() {
+		if c.Name == cookieAdmin {
+			ck = c
+		}
+	}
+	if ck == nil || !ck.HttpOnly || !ck.Secure || ck.SameSite != http.SameSiteLaxMode || ck.Path != "/admin" {
+		t.Fatalf("admin cookie %+v", ck)
+	}
+	tenants := br.get("/admin/tenants")
+	wantStatus(t, tenants, http.StatusOK, "tenants")
+
+	// The console session expires server-side and logout deletes it.
+	if _, err := b.pool.Exec(b.ctx, `UPDATE web_sessions SET expires_at = now() - interval '1 second' WHERE id_hash = $1`, hashToken(ck.Value)); err != nil {
+		t.Fatal(err)
+	}
+	wantRedirect(t, br.get("/admin/tenants"), "/admin/login", "expired console session")
+	wantRedirect(t, br.loginAdmin(b.admin), "/admin/tenants", "login again")
+	sid := ""
+	for _, c := range br.c.Jar.Cookies(mustURL(b.srv.URL + "/admin")) {
+		if c.Name == cookieAdmin {
+			sid = c.Value
+		}
+	}
+	tenants = br.get("/admin/tenants")
+	wantRedirect(t, br.post("/admin/logout", url.Values{"csrf": {csrf(t, tenants.body)}}), "/admin/login?out=1", "logout")
+	wantRedirect(t, br.get("/admin/tenants"), "/admin/login", "after logout")
+	var n int
+	_ = b.pool.QueryRow(b.ctx, `SELECT count(*) FROM web_sessions WHERE id_hash = $1`, hashToken(sid)).Scan(&n)
+	if sid == "" || n != 0 {
+		t.Fatalf("session row still there after logout (%d rows, cookie %q)", n, sid)
+	}
 }
 
 func TestFailedLoginsAreLimitedPerIP(t *testing.T) {
