@@ -106,9 +106,11 @@ func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (ent
 	// it was before the change: once the change is applied they are stale.
 	sent := s.opts.Now().Truncate(time.Second)
 	if plan.StripePriceID != sub.PriceID {
-		if err := s.updateSubscriptionPrice(ctx, tenantID, planKey, sub.ID, sub.ItemID, plan.StripePriceID, sub.Version); err != nil {
+		itemID, err := s.updateSubscriptionPrice(ctx, tenantID, planKey, sub.ID, sub.ItemID, plan.StripePriceID, sub.Version)
+		if err != nil {
 			return entitlements.TenantDetail{}, err
 		}
+		sub.ItemID = itemID
 	}
 	// Stripe accepted: apply the same change here, as its webhook would.
 	var snap limiter.Snapshot
@@ -117,7 +119,8 @@ func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (ent
 			return fmt.Errorf("billing: lock customer: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE subscriptions SET stripe_price_id = $2, updated_at = now(),
-				last_event_at = GREATEST(COALESCE(last_event_at, $3), $3) WHERE id = $1`, sub.ID, plan.StripePriceID, sent); err != nil {
+				stripe_item_id = COALESCE(NULLIF($4, ''), stripe_item_id),
+				last_event_at = GREATEST(COALESCE(last_event_at, $3), $3) WHERE id = $1`, sub.ID, plan.StripePriceID, sent, sub.ItemID); err != nil {
 			return fmt.Errorf("billing: set subscription price: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE tenants SET plan_key = $2, updated_at = now() WHERE id = $1`, tenantID, planKey); err != nil {
@@ -136,7 +139,9 @@ func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (ent
 	return s.ents.GetTenant(ctx, tenantID)
 }
 
-func (s *Service) updateSubscriptionPrice(ctx context.Context, tenantID, planKey, subID, itemID, priceID string, version int64) error {
+// updateSubscriptionPrice swaps the item's price in Stripe and returns the
+// item's id (read from Stripe when we did not know it).
+func (s *Service) updateSubscriptionPrice(ctx context.Context, tenantID, planKey, subID, itemID, priceID string, version int64) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.StripeTimeout)
 	defer cancel()
 	if itemID == "" {
@@ -145,10 +150,10 @@ func (s *Service) updateSubscriptionPrice(ctx context.Context, tenantID, planKey
 		gp.Context = ctx
 		got, err := s.stripe.Subscriptions.Get(subID, gp)
 		if err != nil {
-			return stripeError("read the subscription", err)
+			return "", stripeError("read the subscription", err)
 		}
 		if got.Items == nil || len(got.Items.Data) == 0 {
-			return apperr.New(apperr.Upstream, "Stripe subscription %s has no items", subID)
+			return "", apperr.New(apperr.Upstream, "Stripe subscription %s has no items", subID)
 		}
 		itemID = got.Items.Data[0].ID
 	}
@@ -163,7 +168,7 @@ func (s *Service) updateSubscriptionPrice(ctx context.Context, tenantID, planKey
 	params.SetIdempotencyKey("tollgate-" + hex.EncodeToString(sum[:16]))
 	if _, err := s.stripe.Subscriptions.Update(subID, params); err != nil {
 		s.log.WarnContext(ctx, "stripe plan change refused", "tenant_id", tenantID, "subscription_id", subID, "err", err)
-		return stripeError("change the subscription's price", err)
+		return "", stripeError("change the subscription's price", err)
 	}
-	return nil
+	return itemID, nil
 }

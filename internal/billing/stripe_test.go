@@ -284,6 +284,28 @@ func TestPlanChangeGoesThroughStripeAndItsWebhookIsANoop(t *testing.T) {
 	if r := e.admin(http.MethodPut, "/admin/v1/tenants/"+tenant+"/plan", []byte(`{"plan":"`+np+`"}`)); r.Status != http.StatusBadRequest || !strings.Contains(r.Raw, `"field":"plan"`) {
 		t.Fatalf("plan without price: %d %s", r.Status, r.Raw)
 	}
+	// A subscription stored without its item id: the item is read from
+	// Stripe first (stripe-mock's canned item), then updated, then kept.
+	cus2, sub2 := newCustomer(), "sub_noitem_"+newCustomer()
+	t2 := e.tenant("pro", cus2)
+	if _, err := e.pool.Exec(context.Background(), `INSERT INTO subscriptions (id, tenant_id, stripe_customer_id, stripe_price_id, status)
+		VALUES ($1, $2, $3, 'price_pro_test', 'active')`, sub2, t2, cus2); err != nil {
+		t.Fatal(err)
+	}
+	n := len(requests())
+	if r := e.admin(http.MethodPut, "/admin/v1/tenants/"+t2+"/plan", []byte(`{"plan":"team"}`)); r.Status != http.StatusOK {
+		t.Fatalf("change without item id: %d %s", r.Status, r.Raw)
+	}
+	reqs = requests()[n:]
+	if len(reqs) != 2 || reqs[0].method != http.MethodGet || reqs[1].form.Get("items[0][id]") != "si_QXhVBoJ7NQdNXh" {
+		t.Fatalf("requests without item id: %+v", reqs)
+	}
+	var item string
+	_ = e.pool.QueryRow(context.Background(), `SELECT stripe_item_id FROM subscriptions WHERE id = $1`, sub2).Scan(&item)
+	if item != "si_QXhVBoJ7NQdNXh" || e.tenantPlan(t2) != "team" {
+		t.Fatalf("item %q plan %s after the change", item, e.tenantPlan(t2))
+	}
+
 	// A tenant without a subscription changes locally.
 	local := e.tenant("free", "")
 	if r := e.admin(http.MethodPut, "/admin/v1/tenants/"+local+"/plan", []byte(`{"plan":"pro"}`)); r.Status != http.StatusOK || e.tenantPlan(local) != "pro" {
