@@ -68,6 +68,9 @@ type Deps struct {
 	// Guard limits failed logins (API key, admin token, used links) per
 	// client IP; nil means no limit beyond the secrets' strength.
 	Guard LoginGuard
+	// PublicURL is how people reach the api (PUBLIC_URL), the base of the
+	// dashboard links the console shows; empty = the request's own host.
+	PublicURL string
 	// DefaultPlan is the plan tenants fall back to when their subscription
 	// lapses (DEFAULT_PLAN), named on the dashboard; default "free".
 	DefaultPlan string

@@ -132,7 +132,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	// One failed-login window per client IP for the API and the pages.
 	authLim := httpapi.NewAuthLimiter(lim, httpapi.AuthLimitOptions{})
 	pages, err := web.New(web.Deps{Log: log, DB: pool, Limits: limiter.NewStore(rdb, limiter.DefaultPrefix),
-		Snapshots: ents, Usage: meter, AdminToken: cfg.AdminToken, DefaultPlan: cfg.DefaultPlan,
+		Snapshots: ents, Usage: meter, AdminToken: cfg.AdminToken, DefaultPlan: cfg.DefaultPlan, PublicURL: cfg.PublicURL,
 		Plans: planChanger(cfg, ents, bill), PlanAdmin: ents, Keys: ents, Overrides: ents, Replayer: bill, Guard: authLim})
 	if err != nil {
 		return err
