@@ -64,15 +64,23 @@ func Next(anchor time.Time, p Period) Period {
 // Current is the period at time at: the subscription's when given and
 // containing at (Stripe's own figures win), else the monthly one from the
 // anchor. A subscription period that at has passed (its renewal webhook has
-// not arrived yet) rolls forward monthly from its own start, the way Stripe
-// will renew it.
+// not arrived yet) rolls forward monthly on its billing anchor day, the way
+// Stripe will renew it.
 func Current(anchor time.Time, sub *Period, at time.Time) Period {
 	if sub != nil && !sub.Start.IsZero() && sub.End.After(sub.Start) {
 		if sub.Contains(at) {
 			return Period{Start: sub.Start.UTC(), End: sub.End.UTC()}
 		}
 		if !at.Before(sub.End) {
-			return Monthly(sub.Start, at)
+			// Roll on the subscription's billing anchor day. A clamped
+			// boundary (Feb 28 of an anchor on the 31st) must not become
+			// the anchor: of the two boundaries, the later day of month is
+			// the anchor's (or both are the same day).
+			a := sub.Start
+			if sub.End.UTC().Day() > a.UTC().Day() {
+				a = sub.End
+			}
+			return Monthly(a, at)
 		}
 	}
 	return Monthly(anchor, at)

@@ -141,3 +141,31 @@ func TestCurrentPropertiesWithSubscription(t *testing.T) {
 		}
 	}
 }
+
+// A Stripe subscription's period is one of the monthly periods of its
+// billing anchor, clamped (an anchor on the 31st gives [Feb 28, Mar 31)).
+// When its end passes before the renewal arrives, Current must go on with
+// the periods Stripe will bill: contiguous from the subscription's end, the
+// same as the anchor's own monthly periods.
+func TestCurrentRollsLikeTheSubscriptionAnchor(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, uint64(time.Now().UnixNano())))
+	from := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	to := time.Date(2060, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := 0; i < 20000; i++ {
+		billing := randomInstant(r, from, to)
+		if i%2 == 0 {
+			y, m, _ := billing.Date()
+			billing = time.Date(y, m, min(29+r.IntN(3), daysIn(y, m)), billing.Hour(), billing.Minute(), billing.Second(), 0, time.UTC)
+		}
+		sub := Monthly(billing, randomInstant(r, billing, to.AddDate(1, 0, 0)))
+		at := sub.End.Add(time.Duration(r.Int64N(int64(400 * 24 * time.Hour))))
+		got, want := Current(time.Time{}, &sub, at), Monthly(billing, at)
+		if got != want {
+			t.Fatalf("billing anchor %s, subscription [%s, %s), at %s: Current = [%s, %s), want [%s, %s)",
+				billing, sub.Start, sub.End, at, got.Start, got.End, want.Start, want.End)
+		}
+		if n := Current(time.Time{}, &sub, sub.End); !n.Start.Equal(sub.End) {
+			t.Fatalf("subscription [%s, %s): the period after it starts %s", sub.Start, sub.End, n.Start)
+		}
+	}
+}
