@@ -64,3 +64,9 @@ type LoginGuard interface {
 	Before(ctx context.Context, ip string) error
 	Failed(ctx context.Context, ip string)
 }
+
+// Resyncer re-reads a tenant's Stripe customer and repairs what differs
+// (billing); nil hides the button.
+type Resyncer interface {
+	ResyncTenant(ctx context.Context, tenantID string) ([]billing.DriftRepair, error)
+}

@@ -109,6 +109,7 @@ type tenantPage struct {
 	CanPlan   bool
 	CanKeys   bool
 	CanOver   bool
+	CanResync bool
 	OverForm  overrideForm
 	OverErrs  []apperr.FieldError
 }
@@ -125,7 +126,7 @@ func (w *Web) adminTenant(c echo.Context) (page, tenantPage, error) {
 	if err != nil {
 		return page{}, tenantPage{}, err
 	}
-	d := tenantPage{UsageView: u, CanPlan: w.Plans != nil, CanKeys: w.Keys != nil, CanOver: w.Overrides != nil}
+	d := tenantPage{UsageView: u, CanPlan: w.Plans != nil, CanKeys: w.Keys != nil, CanOver: w.Overrides != nil, CanResync: w.Resyncer != nil}
 	if d.Keys, err = w.store.keys(ctx, id); err != nil {
 		return page{}, d, err
 	}
@@ -330,5 +331,33 @@ func (w *Web) handleAdminDrift() echo.HandlerFunc {
 			return err
 		}
 		return w.render(c, http.StatusOK, "admin_drift", page{Title: "Drift repairs", Nav: "drift", Data: rows})
+	}
+}
+
+// handleAdminResync re-reads the tenant's Stripe customer now (the periodic
+// resync does the same for everyone) and shows what it repaired.
+func (w *Web) handleAdminResync() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if w.Resyncer == nil {
+			return apperr.New(apperr.NotFound, "resync is not available")
+		}
+		repairs, err := w.Resyncer.ResyncTenant(c.Request().Context(), c.Param("id"))
+		if err != nil {
+			return err
+		}
+		p, d, err := w.adminTenant(c)
+		if err != nil {
+			return err
+		}
+		p.Data = d
+		switch len(repairs) {
+		case 0:
+			p.Notice = "Resynced with Stripe: nothing differed."
+		case 1:
+			p.Notice = "Resynced with Stripe: 1 field repaired (see Drift repaired)."
+		default:
+			p.Notice = "Resynced with Stripe: " + strconv.Itoa(len(repairs)) + " fields repaired (see Drift repaired)."
+		}
+		return w.render(c, http.StatusOK, "admin_tenant", p)
 	}
 }

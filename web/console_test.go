@@ -98,6 +98,15 @@ func TestConsoleTenantPage(t *testing.T) {
 	link = link[:strings.IndexByte(link, '"')]
 	wantRedirect(t, b.browser(t).loginLink(strings.ReplaceAll(link, "&amp;", "&")), "/dashboard", "login with the console's link")
 
+	// Without Stripe the tenant has no customer: no button, and a resync
+	// posted anyway is refused with a reason, never a 500.
+	if strings.Contains(page.body, `id="resync"`) {
+		t.Fatal("resync offered for a tenant without a Stripe customer")
+	}
+	if r := br.post("/admin/tenants/"+tn.ID+"/resync", url.Values{"csrf": {tok}}); r.status < 400 || r.status == http.StatusInternalServerError {
+		t.Fatalf("resync without Stripe: %d", r.status)
+	}
+
 	// Overrides: a bad one comes back with its reasons, a good one applies.
 	r = br.post("/admin/tenants/"+tn.ID+"/overrides", url.Values{"csrf": {tok}, "meter": {"requests"}, "extra": {"ten"}})
 	wantStatus(t, r, http.StatusBadRequest, "bad override")
@@ -273,9 +282,18 @@ func TestConsolePlanChangeThroughStripe(t *testing.T) {
 	if d, _ := b.ents.GetTenant(b.ctx, tn.ID); d.Plan != big || price != "price_"+big {
 		t.Fatalf("plan %s, subscription price %s", d.Plan, price)
 	}
+	// Resync reads the customer from Stripe (stripe-mock answers canned
+	// objects) and says what it repaired.
+	r := br.post("/admin/tenants/"+tn.ID+"/resync", url.Values{"csrf": {tok}})
+	wantStatus(t, r, http.StatusOK, "resync")
+	if !strings.Contains(r.body, "Resynced with Stripe") {
+		t.Fatal("the resync result is not shown")
+	}
+	wantStatus(t, br.post("/admin/tenants/"+tn.ID+"/resync", url.Values{}), http.StatusForbidden, "resync without csrf")
+
 	// A plan Stripe does not know cannot be given to a subscribed tenant:
 	// the page says why and nothing changes.
-	r := br.post("/admin/tenants/"+tn.ID+"/plan", url.Values{"csrf": {tok}, "plan": {local}})
+	r = br.post("/admin/tenants/"+tn.ID+"/plan", url.Values{"csrf": {tok}, "plan": {local}})
 	wantStatus(t, r, http.StatusBadRequest, "plan without a Stripe price")
 	if !strings.Contains(r.body, "stripe_price_id") {
 		t.Fatal("the refusal does not say why")

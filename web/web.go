@@ -65,6 +65,7 @@ type Deps struct {
 	Keys      KeyManager
 	Overrides OverrideManager
 	Replayer  EventReplayer
+	Resyncer  Resyncer
 	// Guard limits failed logins (API key, admin token, used links) per
 	// client IP; nil means no limit beyond the secrets' strength.
 	Guard LoginGuard
@@ -177,6 +178,7 @@ func (w *Web) Register(e *echo.Echo) {
 	e.POST("/admin/tenants/:id/overrides", w.handleAdminAddOverride(), admin...)
 	e.POST("/admin/tenants/:id/overrides/:oid/delete", w.handleAdminDeleteOverride(), admin...)
 	e.POST("/admin/tenants/:id/dashboard-link", w.handleAdminMintLink(), admin...)
+	e.POST("/admin/tenants/:id/resync", w.handleAdminResync(), admin...)
 	e.GET("/admin/plans", w.handleAdminPlans(), admin...)
 	e.POST("/admin/plans", w.handleAdminCreatePlan(), admin...)
 	e.GET("/admin/plans/:key", w.handleAdminPlan(), admin...)

@@ -131,9 +131,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	// counters, and act through the same services as the admin API.
 	// One failed-login window per client IP for the API and the pages.
 	authLim := httpapi.NewAuthLimiter(lim, httpapi.AuthLimitOptions{})
+	var resync web.Resyncer // the console's "resync now" needs Stripe
+	if cfg.StripeSecretKey != "" {
+		resync = bill
+	}
 	pages, err := web.New(web.Deps{Log: log, DB: pool, Limits: limiter.NewStore(rdb, limiter.DefaultPrefix),
 		Snapshots: ents, Usage: meter, AdminToken: cfg.AdminToken, DefaultPlan: cfg.DefaultPlan, PublicURL: cfg.PublicURL,
-		Plans: planChanger(cfg, ents, bill), PlanAdmin: ents, Keys: ents, Overrides: ents, Replayer: bill, Guard: authLim})
+		Plans: planChanger(cfg, ents, bill), PlanAdmin: ents, Keys: ents, Overrides: ents, Replayer: bill, Resyncer: resync, Guard: authLim})
 	if err != nil {
 		return err
 	}
