@@ -2,6 +2,7 @@ package metering
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
@@ -110,7 +111,7 @@ SELECT up.tenant_id, up.meter, up.period_start, up.period_end, q.stripe_meter_ev
 		return st, fmt.Errorf("metering: stripe report: %w", err)
 	}
 	for _, t := range todos {
-		id := fmt.Sprintf("%s:%s:%d:%d", t.tenant, t.meter, t.start.Unix(), t.n+1)
+		id := reportID(t.tenant, t.meter, t.start, t.n+1)
 		tag, err := s.db.Exec(ctx, `
 INSERT INTO stripe_meter_reports (identifier, tenant_id, meter, event_name, period_start, quantity)
 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (identifier) DO NOTHING`, id, t.tenant, t.meter, t.event, t.start, t.delta)
@@ -172,6 +173,21 @@ UPDATE stripe_meter_reports SET status = 'failed',
 		return st, fmt.Errorf("metering: stripe report: %w", err)
 	}
 	return st, nil
+}
+
+// maxIdentifier is the longest identifier Stripe accepts for a meter event.
+const maxIdentifier = 100
+
+// reportID is the identifier of the seq-th report of a tenant's meter in
+// the period starting at start. A meter name too long for Stripe's limit
+// is replaced by a hash of it, so the identifier stays deterministic.
+func reportID(tenant, meter string, start time.Time, seq int64) string {
+	id := fmt.Sprintf("%s:%s:%d:%d", tenant, meter, start.Unix(), seq)
+	if len(id) > maxIdentifier {
+		sum := sha256.Sum256([]byte(meter))
+		id = fmt.Sprintf("%s:h%x:%d:%d", tenant, sum[:8], start.Unix(), seq)
+	}
+	return id
 }
 
 func truncate(s string, n int) string {

@@ -3,6 +3,7 @@ package metering
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -163,5 +164,20 @@ func TestReportToStripeNeverDoubleBills(t *testing.T) {
 	}
 	if len(rs) != 3 || total != 14 {
 		t.Fatalf("reports = %+v, want 3 summing to 14", rs)
+	}
+}
+
+func TestReportIDFitsStripe(t *testing.T) {
+	tenant := "0b5e1f8e-4c1a-4d2b-9c3e-123456789abc"
+	start := time.Unix(1764460800, 0)
+	if got := reportID(tenant, "exports", start, 3); got != tenant+":exports:1764460800:3" {
+		t.Fatalf("reportID = %q", got)
+	}
+	long := reportID(tenant, strings.Repeat("m", 64), start, 12345)
+	if len(long) > maxIdentifier || long != reportID(tenant, strings.Repeat("m", 64), start, 12345) {
+		t.Fatalf("long meter: %q (%d chars)", long, len(long))
+	}
+	if long == reportID(tenant, strings.Repeat("n", 64), start, 12345) {
+		t.Fatal("two long meters share an identifier")
 	}
 }
