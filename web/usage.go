@@ -223,7 +223,7 @@ func meterView(m metering.MeterUsage, start, end, now time.Time) MeterView {
 // words.
 func statusOf(snap limiter.Snapshot, sub *SubscriptionRow, t TenantRow, defaultPlan string, now time.Time) StatusView {
 	if sub == nil {
-		return StatusView{Label: "Active", Detail: "No subscription: plan set by your account manager.", Tone: "ok"}
+		return StatusView{Label: "Active", Detail: "No subscription: the plan is set by an admin.", Tone: "ok"}
 	}
 	switch sub.Status {
 	case "active":
@@ -241,13 +241,13 @@ func statusOf(snap limiter.Snapshot, sub *SubscriptionRow, t TenantRow, defaultP
 	case "past_due":
 		if sub.GraceEndsAt != nil && now.Before(*sub.GraceEndsAt) {
 			return StatusView{Label: "Payment failed: grace period", Tone: "warn",
-				Detail: "Your plan stays in force until " + fmtTime(*sub.GraceEndsAt) + "; after that it falls back to " + defaultPlan + " unless the payment succeeds."}
+				Detail: "The plan stays in force until " + fmtTime(*sub.GraceEndsAt) + "; after that it falls back to " + defaultPlan + " unless the payment succeeds."}
 		}
 		return StatusView{Label: "Payment failed", Tone: "bad",
-			Detail: "The grace period has ended; you are on " + snap.Plan + " until the payment succeeds."}
+			Detail: "The grace period has ended: on " + snap.Plan + " until the payment succeeds."}
 	case "canceled", "unpaid", "incomplete_expired", "paused":
 		return StatusView{Label: "Subscription " + sub.Status, Tone: "bad",
-			Detail: "You are on " + snap.Plan + " until a subscription is active again."}
+			Detail: "On " + snap.Plan + " until a subscription is active again."}
 	default:
 		return StatusView{Label: sub.Status, Tone: "warn"}
 	}
