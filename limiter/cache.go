@@ -16,6 +16,18 @@ type prepared struct {
 	quotas   map[string]*preparedQuota
 	rfBase   string
 	refusalK string
+	// plans caches the decision plans built from this snapshot (keys and
+	// script arguments ready to send), keyed by planKey: at most
+	// 4 × (quotas + 1) entries.
+	plans sync.Map
+}
+
+// planKey is what of a Request shapes a snapshot's plan; meter is "" when
+// the snapshot has no quota for it.
+type planKey struct {
+	meter      string
+	skipQuota  bool
+	concurrent bool
 }
 
 type preparedRate struct {
@@ -34,7 +46,8 @@ type preparedQuota struct {
 	mode    string
 	keys    [4]string // Q, P, Qnext, Pnext
 	flush   [2]string // qf current, qf next
-	ends    string    // "<end ms>:<next end ms>"
+	endS    string    // period end, ms
+	nextS   string    // next period end, ms
 	starts  [2]time.Time
 	endsT   [2]time.Time
 	windows [2]time.Duration
@@ -85,7 +98,8 @@ func (k Keys) prepare(s Snapshot) *prepared {
 				mode:    q.Mode,
 				keys:    [4]string{k.Quota(t, m, s.PeriodStart), k.Pending(t, m, s.PeriodStart), k.Quota(t, m, s.PeriodEnd), k.Pending(t, m, s.PeriodEnd)},
 				flush:   [2]string{k.Flushing(t, m, s.PeriodStart), k.Flushing(t, m, s.PeriodEnd)},
-				ends:    strconv.FormatInt(s.PeriodEnd.UnixMilli(), 10) + ":" + strconv.FormatInt(next.UnixMilli(), 10),
+				endS:    strconv.FormatInt(s.PeriodEnd.UnixMilli(), 10),
+				nextS:   strconv.FormatInt(next.UnixMilli(), 10),
 				starts:  [2]time.Time{s.PeriodStart, s.PeriodEnd},
 				endsT:   [2]time.Time{s.PeriodEnd, next},
 				windows: [2]time.Duration{s.PeriodEnd.Sub(s.PeriodStart), next.Sub(s.PeriodEnd)},

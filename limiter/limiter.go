@@ -197,7 +197,7 @@ type policy struct {
 	quota  *preparedQuota
 	rate   Rate
 	a, b   string
-	c      string
+	c, d   string
 	keys   []string
 	fail   FailMode
 }
@@ -211,23 +211,51 @@ type plan struct {
 	pol      []policy
 	nkeys    int
 	explicit bool
+
+	// Ready to send (read-only once built, shared by concurrent decisions):
+	// the script's KEYS, ARGV from the 4th on with the per-policy
+	// arguments, boxed once.
+	keys []string
+	args []any
 }
 
+// snapshotPlan returns the plan of a request on a cached snapshot. Plans
+// are built once per snapshot and request shape, so that a decision in
+// steady state formats no key and boxes no argument.
 func (l *Limiter) snapshotPlan(p *prepared, req *Request) *plan {
+	k := planKey{skipQuota: req.SkipQuota, concurrent: req.Concurrency && p.conc > 0}
+	if !req.SkipQuota && p.quotas[req.Meter] != nil {
+		k.meter = req.Meter
+	}
+	if v, ok := p.plans.Load(k); ok {
+		return v.(*plan)
+	}
 	pl := &plan{tenant: p.snap.TenantID, planName: p.snap.Plan, refKey: p.snap.TenantID, rfBase: p.rfBase}
 	pl.pol = make([]policy, 0, 3)
 	if r := p.rate; r != nil {
 		pl.add(policy{typ: 'r', name: PolicyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, keys: []string{r.key}, fail: l.opts.FailMode.Rate})
 	}
-	if !req.SkipQuota {
-		if q := p.quotas[req.Meter]; q != nil {
-			pl.add(policy{typ: 'q', name: q.meter, limit: q.limit, mode: q.mode, quota: q, a: q.limitS, b: boolArg(q.hard), c: q.ends, keys: q.keys[:], fail: l.opts.FailMode.Quota})
-		}
+	if k.meter != "" {
+		q := p.quotas[k.meter]
+		pl.add(policy{typ: 'q', name: q.meter, limit: q.limit, mode: q.mode, quota: q, a: q.limitS, b: boolArg(q.hard), c: q.endS, d: q.nextS, keys: q.keys[:], fail: l.opts.FailMode.Quota})
 	}
-	if req.Concurrency && p.conc > 0 {
+	if k.concurrent {
 		pl.add(policy{typ: 'c', name: PolicyConcurrency, limit: p.conc, a: strconv.FormatInt(p.conc, 10), b: strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10), keys: []string{p.concKey}, fail: l.opts.FailMode.Concurrency})
 	}
-	return pl
+	pl.finish()
+	v, _ := p.plans.LoadOrStore(k, pl)
+	return v.(*plan)
+}
+
+// finish builds the script's keys and fixed arguments.
+func (pl *plan) finish() {
+	pl.keys = make([]string, 0, pl.nkeys)
+	pl.args = make([]any, 0, 4+6*len(pl.pol))
+	pl.args = append(pl.args, pl.rfBase, "", "", len(pl.pol)) // ARGV 4-7; 5 and 6 are set per call
+	for _, p := range pl.pol {
+		pl.keys = append(pl.keys, p.keys...)
+		pl.args = append(pl.args, string(p.typ), p.name, p.a, p.b, p.c, p.d)
+	}
 }
 
 func (l *Limiter) explicitPlan(tenant string, req *Request) *plan {
@@ -243,6 +271,7 @@ func (l *Limiter) explicitPlan(tenant string, req *Request) *plan {
 	if req.Concurrency && x.Concurrency > 0 {
 		pl.add(policy{typ: 'c', name: PolicyConcurrency, limit: x.Concurrency, a: strconv.FormatInt(x.Concurrency, 10), b: strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10), keys: []string{l.keys.ExplicitConcurrency(tenant)}, fail: l.opts.FailMode.Concurrency})
 	}
+	pl.finish()
 	return pl
 }
 
@@ -423,19 +452,16 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request) (*Decision
 			leaseID = newID()
 		}
 	}
-	keys := make([]string, 0, pl.nkeys)
-	args := make([]any, 7, 7+5*len(pl.pol))
+	keys := pl.keys
+	args := make([]any, 3+len(pl.args))
 	args[0] = req.Cost
 	args[1] = boolArg(peek)
 	args[2] = "1"
-	args[3] = pl.rfBase
-	args[4] = leaseID
-	args[5] = boolArg(l.opts.UsageLoader != nil)
-	args[6] = len(pl.pol)
-	for _, p := range pl.pol {
-		keys = append(keys, p.keys...)
-		args = append(args, string(p.typ), p.name, p.a, p.b, p.c)
+	copy(args[3:], pl.args)
+	if leaseID != "" {
+		args[4] = leaseID
 	}
+	args[5] = boolArg(l.opts.UsageLoader != nil)
 	for attempt := 0; ; attempt++ {
 		res, err := l.runDecide(ctx, keys, args)
 		if err != nil {
@@ -514,13 +540,14 @@ func (l *Limiter) decision(pl *plan, req *Request, res []any, leaseID string) (*
 	if len(res) != 4+3*len(pl.pol) {
 		return nil, fmt.Errorf("limiter: script reply has %d elements, want %d", len(res), 4+3*len(pl.pol))
 	}
-	ints := make([]int64, len(res))
-	for i, v := range res {
+	var buf [4 + 3*4]int64 // a decision has at most 4 policies in common use
+	ints := buf[:0]
+	for _, v := range res {
 		n, err := toInt64(v)
 		if err != nil {
 			return nil, err
 		}
-		ints[i] = n
+		ints = append(ints, n)
 	}
 	d := &Decision{Allowed: ints[0] == 1, Plan: pl.planName, Policies: make([]PolicyStatus, len(pl.pol))}
 	for i, p := range pl.pol {

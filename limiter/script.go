@@ -10,13 +10,17 @@ import (
 // nothing. The only clock is Redis TIME.
 //
 // ARGV: 1 cost, 2 peek (0|1), 3 count refusals (0|1), 4 refusal key base,
-// 5 lease id, 6 seed required (0|1), 7 number of policies, then 5 arguments
-// per policy: type, name, a, b, c.
+// 5 lease id, 6 seed required (0|1), 7 number of policies, then 6 arguments
+// per policy: type, name, a, b, c, d.
 //
 //	r rate        KEYS: bucket              a=emission interval µs, b=burst
-//	q quota       KEYS: Q, P, Qnext, Pnext  a=limit, b=hard(1)|soft(0), c="<end ms>:<next end ms>"
+//	q quota       KEYS: Q, P, Qnext, Pnext  a=limit, b=hard(1)|soft(0), c=end ms, d=next end ms
 //	c concurrency KEYS: leases              a=limit, b=lease TTL ms
 //	w window      KEYS: hash                a=limit, b=length ms
+//
+// The script is on every decision's path, so it keeps its redis.call's few:
+// the period ends come precomputed (no string parsing), and the pending
+// counter gets its TTL only when INCRBY creates it.
 //
 // Reply: {status, refusing index (1-based, 0 none), retry ms, now ms, then
 // per policy: remaining, reset ms, period (quota: 0 current, 1 next)}.
@@ -39,7 +43,7 @@ local refuse_idx = 0
 local refuse_retry = -1
 local needs = {}
 for i = 1, n do
-  local o = 7 + (i - 1) * 5
+  local o = 7 + (i - 1) * 6
   local typ = ARGV[o + 1]
   local a = tonumber(ARGV[o + 3])
   local b = tonumber(ARGV[o + 4])
@@ -64,10 +68,8 @@ for i = 1, n do
       s.reset = math.ceil((s.tat - now_us) / 1000)
     end
   elseif typ == 'q' then
-    local c = ARGV[o + 5]
-    local sep = string.find(c, ':', 1, true)
-    local pend = tonumber(string.sub(c, 1, sep - 1))
-    local nend = tonumber(string.sub(c, sep + 1))
+    local pend = tonumber(ARGV[o + 5])
+    local nend = tonumber(ARGV[o + 6])
     if now_ms >= pend then
       s.key = KEYS[ki + 2]; s.pkey = KEYS[ki + 3]; s.period = 1; s.pend = nend
     else
@@ -176,7 +178,7 @@ if refuse_idx > 0 then
     if mp >= 10 then m = mp - 9 end
     if m <= 2 then y = y + 1 end
     local rk = ARGV[4] .. string.format('%04d%02d%02d', y, m, d)
-    redis.call('HINCRBY', rk, ARGV[7 + (refuse_idx - 1) * 5 + 2], 1)
+    redis.call('HINCRBY', rk, ARGV[7 + (refuse_idx - 1) * 6 + 2], 1)
     redis.call('EXPIRE', rk, 3456000)
   end
 else
@@ -193,13 +195,14 @@ else
         if s.fresh then
           redis.call('PEXPIREAT', s.key, s.pend + 604800000)
         end
-        redis.call('INCRBY', s.pkey, cost)
-        redis.call('EXPIRE', s.pkey, 3456000)
+        if redis.call('INCRBY', s.pkey, cost) == cost then
+          redis.call('EXPIRE', s.pkey, 3456000)
+        end
       elseif s.typ == 'c' then
         redis.call('ZADD', s.key, now_ms + s.ttl, ARGV[5])
         redis.call('PEXPIRE', s.key, s.ttl)
       elseif s.typ == 'w' then
-        local o = 7 + (i - 1) * 5
+        local o = 7 + (i - 1) * 6
         local len = tonumber(ARGV[o + 4])
         redis.call('HSET', s.key, 'w', s.w, 'c', s.cur + cost, 'p', s.prev)
         redis.call('PEXPIRE', s.key, 2 * len)
