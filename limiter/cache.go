@@ -16,6 +16,7 @@ type prepared struct {
 	quotas   map[string]*preparedQuota
 	rfBase   string
 	refusalK string
+	entKey   string // the snapshot's key
 	// plans caches the decision plans built from this snapshot (keys and
 	// script arguments ready to send), keyed by planKey: at most
 	// 4 × (quotas + 1) entries.
@@ -75,7 +76,7 @@ func prepareRate(key string, r *Rate) *preparedRate {
 
 func (k Keys) prepare(s Snapshot) *prepared {
 	t := s.TenantID
-	p := &prepared{snap: s, conc: s.Concurrency, rfBase: k.refusalBase(t)}
+	p := &prepared{snap: s, conc: s.Concurrency, rfBase: k.refusalBase(t), entKey: k.Snapshot(t)}
 	if s.Rate != nil {
 		p.rate = prepareRate(k.Rate(t), s.Rate)
 	}
@@ -144,15 +145,44 @@ func newSnapCache(size int, ttl time.Duration) *snapCache {
 	return &snapCache{lru: newLRU[string, *cacheEntry](size), ttl: ttl, filling: map[string]*fillState{}}
 }
 
-// get returns the cached snapshot and whether it is fresh.
-func (c *snapCache) get(tenant string, now time.Time) (*prepared, bool) {
+// get returns the cached snapshot and whether it is fresh. due says that
+// it is fresh except for its age: past the safety TTL, not invalidated,
+// filled under the current subscription. Such an entry is still used, and
+// the decision's script reads the stored snapshot back in the same round
+// trip to confirm it (see refreshed).
+func (c *snapCache) get(tenant string, now time.Time) (p *prepared, fresh, due bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.lru.get(tenant)
 	if !ok {
-		return nil, false
+		return nil, false, false
 	}
-	return e.p, !e.stale && e.gen == c.gen && now.Sub(e.fetched) < c.ttl
+	if e.stale || e.gen != c.gen || e.p == nil {
+		return e.p, false, false
+	}
+	if now.Sub(e.fetched) < c.ttl {
+		return e.p, true, false
+	}
+	return e.p, true, true
+}
+
+// refreshed records what the decision script read of the tenant's stored
+// snapshot (raw; nil when missing) for the cached p: the same version makes
+// the entry young again; anything else makes it stale, so that the next
+// decision reads it anew. An entry invalidated or replaced meanwhile is left
+// alone.
+func (c *snapCache) refreshed(tenant string, p *prepared, sameVersion bool, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.lru.get(tenant)
+	if !ok || e.p != p || e.stale || e.gen != c.gen {
+		return
+	}
+	if sameVersion {
+		e.fetched = now
+	} else {
+		e.stale = true
+	}
 }
 
 func (c *snapCache) beginFill(tenant string) *fillState {

@@ -292,10 +292,14 @@ var errRedisDown = errors.New("limiter: redis down")
 
 func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Decision, error) {
 	var pl *plan
+	var due *prepared // a cached snapshot the script must confirm
 	if req.Limits != nil {
 		pl = l.explicitPlan(tenant, req)
 	} else {
-		p, err := l.snapshot(ctx, tenant)
+		p, isDue, err := l.snapshot(ctx, tenant)
+		if isDue {
+			due = p
+		}
 		if err != nil && !errors.Is(err, errRedisDown) {
 			return nil, err
 		}
@@ -316,7 +320,7 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 	if l.redisDown() {
 		return l.fallback(pl, req)
 	}
-	d, err := l.decide(ctx, pl, req)
+	d, err := l.decide(ctx, pl, req, due)
 	if errors.Is(err, errRedisDown) {
 		return l.fallback(pl, req)
 	}
@@ -375,30 +379,33 @@ func (l *Limiter) call(ctx context.Context, op string, fn func(context.Context) 
 
 // snapshot returns the tenant's prepared snapshot. With an error wrapping
 // errRedisDown it may still return the last known snapshot (or nil).
-func (l *Limiter) snapshot(ctx context.Context, tenant string) (*prepared, error) {
-	p, fresh := l.cache.get(tenant, time.Now())
+//
+// due says that the snapshot is past the safety TTL and must be confirmed
+// by the decision's script (no round trip of its own).
+func (l *Limiter) snapshot(ctx context.Context, tenant string) (p *prepared, due bool, err error) {
+	p, fresh, due := l.cache.get(tenant, time.Now())
 	if fresh {
 		if h := l.opts.Hooks.OnCacheHit; h != nil {
 			h()
 		}
-		return p, nil
+		return p, due, nil
 	}
 	if h := l.opts.Hooks.OnCacheMiss; h != nil {
 		h()
 	}
 	if l.redisDown() {
-		return p, errRedisDown
+		return p, false, errRedisDown
 	}
 	v, err, _ := l.sf.Do(tenant, func() (any, error) {
 		return l.fill(context.WithoutCancel(ctx), tenant)
 	})
 	if err != nil {
 		if errors.Is(err, errRedisDown) {
-			return p, err
+			return p, false, err
 		}
-		return nil, err
+		return nil, false, err
 	}
-	return v.(*prepared), nil
+	return v.(*prepared), false, nil
 }
 
 func (l *Limiter) fill(ctx context.Context, tenant string) (*prepared, error) {
@@ -436,6 +443,17 @@ func (l *Limiter) fill(ctx context.Context, tenant string) (*prepared, error) {
 	return p, nil
 }
 
+// storedVersion reads the version of a stored snapshot; -1 when unreadable.
+func storedVersion(raw string) int64 {
+	var v struct {
+		Version int64 `json:"version"`
+	}
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		return -1
+	}
+	return v.Version
+}
+
 func newID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
@@ -443,8 +461,10 @@ func newID() string {
 }
 
 // decide runs the decision script, rebuilding missing quota counters first
-// when a UsageLoader is configured.
-func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request) (*Decision, error) {
+// when a UsageLoader is configured. With due (a cached snapshot past the
+// safety TTL), the script also returns the stored snapshot, which confirms
+// or drops the cached one: the safety re-read costs no round trip.
+func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepared) (*Decision, error) {
 	peek := req.Cost == 0
 	var leaseID string
 	for _, p := range pl.pol {
@@ -453,11 +473,19 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request) (*Decision
 		}
 	}
 	keys := pl.keys
-	args := make([]any, 3+len(pl.args))
+	n := 3 + len(pl.args)
+	if due != nil {
+		keys = append(keys[:len(keys):len(keys)], due.entKey) // a copy: pl.keys is shared
+		n++
+	}
+	args := make([]any, n)
 	args[0] = req.Cost
 	args[1] = boolArg(peek)
 	args[2] = "1"
 	copy(args[3:], pl.args)
+	if due != nil {
+		args[n-1] = "1" // one more ARGV: read the snapshot (the last KEY) back
+	}
 	if leaseID != "" {
 		args[4] = leaseID
 	}
@@ -475,6 +503,14 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request) (*Decision
 			return nil, err
 		}
 		if status != 2 {
+			if due != nil {
+				if len(res) != 5+3*len(pl.pol) {
+					return nil, fmt.Errorf("limiter: script reply has %d elements, want %d", len(res), 5+3*len(pl.pol))
+				}
+				raw, _ := res[len(res)-1].(string)
+				l.cache.refreshed(pl.tenant, due, raw != "" && storedVersion(raw) == due.snap.Version, time.Now())
+				res = res[:len(res)-1]
+			}
 			return l.decision(pl, req, res, leaseID)
 		}
 		if attempt >= 2 {

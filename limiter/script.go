@@ -22,6 +22,10 @@ import (
 // the period ends come precomputed (no string parsing), and the pending
 // counter gets its TTL only when INCRBY creates it.
 //
+// One more ARGV after the policies asks for the tenant's stored snapshot,
+// whose key is then the last KEY: it is appended to the reply (false when
+// missing), so that the near-cache's safety re-read rides on the decision.
+//
 // Reply: {status, refusing index (1-based, 0 none), retry ms, now ms, then
 // per policy: remaining, reset ms, period (quota: 0 current, 1 next)}.
 // status 1 allowed, 0 refused, 2 needs seed: then the reply is
@@ -226,6 +230,10 @@ for i = 1, n do
   r[#r + 1] = rem
   r[#r + 1] = reset
   r[#r + 1] = s.period
+end
+if #ARGV > 7 + n * 6 then
+  -- the cached snapshot is past its safety TTL: send the stored one back
+  r[#r + 1] = redis.call('GET', KEYS[#KEYS])
 end
 return r
 `
