@@ -5,23 +5,28 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// batcher pipelines the decision scripts of concurrent Allow calls: the
-// first call of a batch waits up to the window for others, then all go to
-// Redis in one pipeline (one per node on a Cluster).
+// batcher pipelines the decision scripts of concurrent Allow calls by
+// natural batching (group commit): no timer and no wait. A decision that
+// finds no pipeline in flight is sent at once, on its own goroutine;
+// decisions arriving while a pipeline is in flight queue up and are sent
+// together, as one pipeline (split per node by a Cluster client), as soon
+// as it returns. One goroutine adds no latency; many share round trips.
 type batcher struct {
-	l      *Limiter
-	window time.Duration
-	max    int
-	in     chan *batchReq
+	l   *Limiter
+	ctx context.Context // ends at Close
+	max int
+
+	mu       sync.Mutex
+	queue    []*batchReq
+	inFlight bool // a pipeline is in flight; whoever sends it sends the queue next
 }
 
 type batchReq struct {
-	ctx  context.Context
 	keys []string
 	args []any
 	res  []any
@@ -29,68 +34,80 @@ type batchReq struct {
 	done chan struct{}
 }
 
-func newBatcher(l *Limiter, window time.Duration, max int) *batcher {
-	return &batcher{l: l, window: window, max: max, in: make(chan *batchReq, max)}
+func newBatcher(ctx context.Context, l *Limiter, max int) *batcher {
+	return &batcher{l: l, ctx: ctx, max: max}
 }
+
+var batchReqPool = sync.Pool{New: func() any { return &batchReq{done: make(chan struct{}, 1)} }}
 
 func (b *batcher) do(ctx context.Context, keys []string, args []any) ([]any, error) {
-	r := &batchReq{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
-	select {
-	case b.in <- r:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	r := batchReqPool.Get().(*batchReq)
+	r.keys, r.args = keys, args
+	b.mu.Lock()
+	if b.inFlight {
+		// Ride on the next pipeline. Every pipeline is bounded by
+		// Options.Timeout, so the wait is too.
+		b.queue = append(b.queue, r)
+		b.mu.Unlock()
+		<-r.done
+	} else {
+		b.inFlight = true
+		b.mu.Unlock()
+		b.flushOne(ctx, r)
+		<-r.done
+		// Whoever queued meanwhile goes next, sent from another goroutine so
+		// that this decision returns now.
+		if next := b.next(); next != nil {
+			go b.loop(next)
+		}
 	}
-	<-r.done // the batch is bounded by Options.Timeout
-	return r.res, r.err
+	res, err := r.res, r.err
+	r.keys, r.args, r.res, r.err = nil, nil, nil, nil
+	batchReqPool.Put(r)
+	return res, err
 }
 
-func (b *batcher) run(ctx context.Context) {
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	for {
-		var first *batchReq
-		select {
-		case <-ctx.Done():
-			b.drain()
-			return
-		case first = <-b.in:
-		}
-		batch := []*batchReq{first}
-		timer.Reset(b.window)
-	collect:
-		for len(batch) < b.max {
-			select {
-			case r := <-b.in:
-				batch = append(batch, r)
-			case <-timer.C:
-				break collect
-			}
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		go b.flush(ctx, batch)
+// next takes up to max queued requests, or marks the batcher idle when
+// there are none.
+func (b *batcher) next() []*batchReq {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.queue) == 0 {
+		b.inFlight = false
+		return nil
+	}
+	n := min(len(b.queue), b.max)
+	batch := make([]*batchReq, n)
+	copy(batch, b.queue)
+	rest := copy(b.queue, b.queue[n:])
+	clear(b.queue[rest:])
+	b.queue = b.queue[:rest]
+	return batch
+}
+
+// loop sends batches until the queue is empty.
+func (b *batcher) loop(batch []*batchReq) {
+	for batch != nil {
+		b.flush(batch)
+		batch = b.next()
 	}
 }
 
-func (b *batcher) drain() {
-	for {
-		select {
-		case r := <-b.in:
+// flush sends one batch and hands every request its reply.
+func (b *batcher) flush(batch []*batchReq) {
+	if b.ctx.Err() != nil {
+		for _, r := range batch {
 			r.err = ErrClosed
-			close(r.done)
-		default:
-			return
+			r.done <- struct{}{}
 		}
+		return
 	}
-}
-
-func (b *batcher) flush(ctx context.Context, batch []*batchReq) {
+	if len(batch) == 1 {
+		b.flushOne(b.ctx, batch[0])
+		return
+	}
 	cmds := make([]*redis.Cmd, len(batch))
-	err := b.l.call(ctx, "decide", func(ctx context.Context) error {
+	err := b.l.call(b.ctx, "decide", func(ctx context.Context) error {
 		pipe := b.l.rdb.Pipeline()
 		for i, r := range batch {
 			cmds[i] = decideScript.EvalSha(ctx, pipe, r.keys, r.args...)
@@ -109,18 +126,34 @@ func (b *batcher) flush(ctx context.Context, batch []*batchReq) {
 		return nil
 	})
 	for i, r := range batch {
-		if errors.Is(err, errRedisDown) {
-			r.err = err
+		if abandoned(err) {
+			r.err = err // cmds may still be written by the abandoned call
 		} else if cmds[i] != nil {
 			r.res, r.err = cmds[i].Slice()
-			if r.err != nil {
+			if r.err != nil && !errors.Is(r.err, redis.Nil) {
 				r.err = fmt.Errorf("limiter: decide: %w", r.err)
 			}
 		} else {
 			r.err = errors.New("limiter: decide: no reply")
 		}
-		close(r.done)
+		r.done <- struct{}{}
 	}
+}
+
+// flushOne sends a batch of one as a plain EVALSHA: a pipeline of one
+// would cost the same round trip with more work. ctx is the caller's when
+// the decision goes alone.
+func (b *batcher) flushOne(ctx context.Context, r *batchReq) {
+	var res []any // not r.res: an abandoned call may write it late
+	r.err = b.l.call(ctx, "decide", func(ctx context.Context) error {
+		var err error
+		res, err = decideScript.Run(ctx, b.l.rdb, r.keys, r.args...).Slice()
+		return err
+	})
+	if r.err == nil {
+		r.res = res
+	}
+	r.done <- struct{}{}
 }
 
 func isNoScript(err error) bool {

@@ -74,9 +74,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	l.cancel = cancel
 	if opts.Batching > 0 {
-		l.batch = newBatcher(l, opts.Batching, opts.MaxBatch)
-		l.wg.Add(1)
-		go func() { defer l.wg.Done(); l.batch.run(ctx) }()
+		l.batch = newBatcher(ctx, l, opts.MaxBatch)
 	}
 	l.pubsub = rdb.Subscribe(ctx, l.keys.Invalidations())
 	l.wg.Add(1)
@@ -539,7 +537,18 @@ func (l *Limiter) runDecide(ctx context.Context, keys []string, args []any) ([]a
 		res, err = decideScript.Run(ctx, l.rdb, keys, args...).Slice()
 		return err
 	})
-	return res, err
+	if err != nil {
+		// res is not read: a call abandoned at its deadline (client without
+		// ContextTimeoutEnabled) may still be writing it.
+		return nil, err
+	}
+	return res, nil
+}
+
+// abandoned says that call returned without waiting for its function
+// (timeout, cancellation): what the function writes must not be read.
+func abandoned(err error) bool {
+	return errors.Is(err, errRedisDown) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 func (l *Limiter) seed(ctx context.Context, pl *plan, res []any) error {

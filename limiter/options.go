@@ -105,11 +105,15 @@ type Options struct {
 	// DisableRefusalCache turns off the local cache of refusals (by default
 	// a refusal is answered locally until its retry time, at no Redis cost).
 	DisableRefusalCache bool
-	// Batching, when > 0, opts into pipelining: concurrent decisions arriving
-	// within this window are sent to Redis in one pipeline. It adds up to
-	// the window to each decision's latency. Typical: 100-300µs.
+	// Batching, when > 0, opts into natural batching (group commit):
+	// a decision finding no pipeline in flight is sent at once; decisions
+	// arriving while one is in flight are sent together, as one pipeline, as
+	// soon as it returns. Busy processes get more decisions per round trip,
+	// an idle one pays no added wait. Any positive value turns it on; the
+	// duration is no longer a wait (it was a fixed collection window before,
+	// which Go timers made late by a millisecond and more).
 	Batching time.Duration
-	// MaxBatch bounds a batch; default 128.
+	// MaxBatch bounds the decisions of one pipeline; default 128.
 	MaxBatch int
 	// Hooks are metrics callbacks.
 	Hooks Hooks
