@@ -38,9 +38,9 @@ func uniq(name string) string {
 
 // setup gives a test its own default plan, Redis prefix and a Service
 // whose revocation subscription runs until the test ends.
-func setup(t *testing.T) *bundle {
+func setup(t testing.TB) *bundle {
 	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
+	ctx, cancel := context.WithCancel(context.Background())
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	b := &bundle{ctx: ctx, pool: pool, rdb: rdb, prefix: prefix, store: limiter.NewStore(rdb, prefix), free: uniq("free")}
@@ -52,7 +52,7 @@ func setup(t *testing.T) *bundle {
 	return b
 }
 
-func (b *bundle) newService(t *testing.T) *entitlements.Service {
+func (b *bundle) newService(t testing.TB) *entitlements.Service {
 	return entitlements.NewService(b.pool, b.store, slog.New(slog.NewTextHandler(tlog{t}, nil)), entitlements.Options{
 		DefaultPlan: b.free, GracePeriod: time.Hour, Redis: b.rdb, Prefix: b.prefix,
 	})
@@ -60,7 +60,7 @@ func (b *bundle) newService(t *testing.T) *entitlements.Service {
 
 func ptr[T any](v T) *T { return &v }
 
-func (b *bundle) mustPlan(t *testing.T, in entitlements.PlanInput) entitlements.Plan {
+func (b *bundle) mustPlan(t testing.TB, in entitlements.PlanInput) entitlements.Plan {
 	t.Helper()
 	p, err := b.svc.CreatePlan(b.ctx, in)
 	if err != nil {
@@ -69,7 +69,7 @@ func (b *bundle) mustPlan(t *testing.T, in entitlements.PlanInput) entitlements.
 	return p
 }
 
-func (b *bundle) mustTenant(t *testing.T, plan string) entitlements.Tenant {
+func (b *bundle) mustTenant(t testing.TB, plan string) entitlements.Tenant {
 	t.Helper()
 	tn, err := b.svc.CreateTenant(b.ctx, entitlements.TenantInput{Name: uniq("Tenant"), Plan: plan})
 	if err != nil {
@@ -91,6 +91,6 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 }
 
 // tlog sends the service's log lines to the test's output.
-type tlog struct{ t *testing.T }
+type tlog struct{ t testing.TB }
 
 func (w tlog) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }

@@ -361,7 +361,7 @@ func getPlan(ctx context.Context, q querier, key string, lock bool) (Plan, error
 	}
 	sql := planSelect + ` WHERE p.key = $1`
 	if lock {
-		sql += ` FOR UPDATE OF p`
+		sql += ` FOR NO KEY UPDATE OF p` // does not block FK checks of tenants
 	}
 	rows, err := q.Query(ctx, sql, key)
 	if err != nil {

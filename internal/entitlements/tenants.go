@@ -282,7 +282,7 @@ func getTenant(ctx context.Context, q querier, id string, lock bool) (Tenant, er
 	}
 	sql := `SELECT ` + tenantCols + ` FROM tenants t WHERE t.id = $1`
 	if lock {
-		sql += ` FOR UPDATE`
+		sql += ` FOR NO KEY UPDATE` // does not block inserts that reference the tenant
 	}
 	rows, err := q.Query(ctx, sql, id)
 	if err != nil {
