@@ -10,6 +10,8 @@ cd "$(dirname "$0")/.."
 
 data=${TOLLGATE_DATA:-$PWD/.data}
 mkdir -p "$data"
+# TOLLGATE_BIN: where api and worker were built (tests build elsewhere).
+bin=${TOLLGATE_BIN:-bin}
 
 export HTTP_ADDR=${HTTP_ADDR:-127.0.0.1:8080}
 # Where this script reaches the api: a wildcard listen address is probed on
@@ -32,7 +34,7 @@ if [ -z "${ADMIN_TOKEN:-}" ]; then
 fi
 export ADMIN_TOKEN
 
-for b in bin/api bin/worker; do
+for b in "$bin/api" "$bin/worker"; do
   [ -x "$b" ] || { echo "run: $b is missing; run 'make run' (or 'make build') instead" >&2; exit 1; }
 done
 
@@ -45,10 +47,10 @@ if (exec 3<>"/dev/tcp/$h/$port") 2>/dev/null; then
 fi
 
 echo "run: migrating"
-bin/api migrate 2>>"$data/api.log" || { echo "run: migrate failed; see $data/api.log" >&2; tail -n 5 "$data/api.log" >&2; exit 1; }
+"$bin/api" migrate 2>>"$data/api.log" || { echo "run: migrate failed; see $data/api.log" >&2; tail -n 5 "$data/api.log" >&2; exit 1; }
 
 echo "run: seeding the demo"
-if ! seed=$(bin/api seed-demo 2>>"$data/api.log"); then
+if ! seed=$("$bin/api" seed-demo 2>>"$data/api.log"); then
   echo "run: seed-demo failed; see $data/api.log" >&2
   tail -n 5 "$data/api.log" >&2
   exit 1
@@ -72,9 +74,9 @@ trap 'stop; exit 143' TERM
 trap stop EXIT
 
 # MIGRATE_ON_START: the schema was migrated just above.
-MIGRATE_ON_START=false bin/worker >>"$data/worker.log" 2>&1 &
+MIGRATE_ON_START=false "$bin/worker" >>"$data/worker.log" 2>&1 &
 pids+=($!)
-MIGRATE_ON_START=false bin/api serve >>"$data/api.log" 2>&1 &
+MIGRATE_ON_START=false "$bin/api" serve >>"$data/api.log" 2>&1 &
 pids+=($!)
 
 alive() { kill -0 "$1" 2>/dev/null; }
