@@ -12,10 +12,13 @@ import (
 
 // batcher pipelines the decision scripts of concurrent Allow calls by
 // natural batching (group commit): no timer and no wait. A decision that
-// finds no pipeline in flight is sent at once, on its own goroutine;
-// decisions arriving while a pipeline is in flight queue up and are sent
-// together, as one pipeline (split per node by a Cluster client), as soon
-// as it returns. One goroutine adds no latency; many share round trips.
+// finds fewer than maxPipelines pipelines in flight is sent at once, on its
+// own goroutine; decisions arriving while they are in flight queue up and
+// are sent together, as one pipeline (split per node by a Cluster client),
+// as soon as one returns. One goroutine adds no latency; many share round
+// trips. Two in flight keep Redis busy with one batch while the replies of
+// the other are handed out and the next is gathered (with one, Redis and
+// the client took turns idling).
 type batcher struct {
 	l   *Limiter
 	ctx context.Context // ends at Close
@@ -23,8 +26,11 @@ type batcher struct {
 
 	mu       sync.Mutex
 	queue    []*batchReq
-	inFlight bool // a pipeline is in flight; whoever sends it sends the queue next
+	inFlight int // pipelines in flight; whoever sends one sends the queue next
 }
+
+// maxPipelines is how many pipelines of one Limiter may be in flight.
+const maxPipelines = 2
 
 type batchReq struct {
 	keys []string
@@ -44,14 +50,14 @@ func (b *batcher) do(ctx context.Context, keys []string, args []any) ([]any, err
 	r := batchReqPool.Get().(*batchReq)
 	r.keys, r.args = keys, args
 	b.mu.Lock()
-	if b.inFlight {
+	if b.inFlight >= maxPipelines {
 		// Ride on the next pipeline. Every pipeline is bounded by
 		// Options.Timeout, so the wait is too.
 		b.queue = append(b.queue, r)
 		b.mu.Unlock()
 		<-r.done
 	} else {
-		b.inFlight = true
+		b.inFlight++
 		b.mu.Unlock()
 		b.flushOne(ctx, r)
 		<-r.done
@@ -67,13 +73,13 @@ func (b *batcher) do(ctx context.Context, keys []string, args []any) ([]any, err
 	return res, err
 }
 
-// next takes up to max queued requests, or marks the batcher idle when
-// there are none.
+// next takes up to max queued requests for the pipeline that just
+// returned, or ends that pipeline's turn when there are none.
 func (b *batcher) next() []*batchReq {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.queue) == 0 {
-		b.inFlight = false
+		b.inFlight--
 		return nil
 	}
 	n := min(len(b.queue), b.max)
