@@ -3,6 +3,7 @@ package limiter
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -120,7 +121,11 @@ func (k Keys) prepare(s Snapshot) *prepared {
 // and has not been invalidated. Entries that are no longer fresh are kept as
 // the last known limits for the local fail mode, never for Redis decisions.
 type snapCache struct {
-	mu         sync.Mutex
+	// mu is read-locked by get, the path of every decision; recency in the
+	// LRU is bumped under the write lock at most once per bumpEvery per
+	// entry, so that concurrent decisions do not queue on one mutex.
+	mu         sync.RWMutex
+	bumpEvery  time.Duration
 	lru        *lru[string, *cacheEntry]
 	gen        uint64
 	subscribed bool
@@ -133,6 +138,7 @@ type cacheEntry struct {
 	fetched time.Time
 	gen     uint64
 	stale   bool
+	bumped  atomic.Int64 // unix ns of the last LRU bump
 }
 
 type fillState struct {
@@ -142,7 +148,7 @@ type fillState struct {
 }
 
 func newSnapCache(size int, ttl time.Duration) *snapCache {
-	return &snapCache{lru: newLRU[string, *cacheEntry](size), ttl: ttl, filling: map[string]*fillState{}}
+	return &snapCache{lru: newLRU[string, *cacheEntry](size), ttl: ttl, filling: map[string]*fillState{}, bumpEvery: max(time.Second, ttl/4)}
 }
 
 // get returns the cached snapshot and whether it is fresh. due says that
@@ -151,19 +157,30 @@ func newSnapCache(size int, ttl time.Duration) *snapCache {
 // the decision's script reads the stored snapshot back in the same round
 // trip to confirm it (see refreshed).
 func (c *snapCache) get(tenant string, now time.Time) (p *prepared, fresh, due bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	e, ok := c.lru.get(tenant)
+	c.mu.RLock()
+	e, ok := c.lru.peek(tenant)
 	if !ok {
+		c.mu.RUnlock()
 		return nil, false, false
 	}
-	if e.stale || e.gen != c.gen || e.p == nil {
-		return e.p, false, false
+	p = e.p
+	switch {
+	case e.stale || e.gen != c.gen || e.p == nil:
+	case now.Sub(e.fetched) < c.ttl:
+		fresh = true
+	default:
+		fresh, due = true, true
 	}
-	if now.Sub(e.fetched) < c.ttl {
-		return e.p, true, false
+	bump := now.UnixNano()-e.bumped.Load() >= int64(c.bumpEvery)
+	c.mu.RUnlock()
+	if bump {
+		c.mu.Lock()
+		if cur, ok := c.lru.get(tenant); ok && cur == e { // get makes it recent
+			e.bumped.Store(now.UnixNano())
+		}
+		c.mu.Unlock()
 	}
-	return e.p, true, true
+	return p, fresh, due
 }
 
 // refreshed records what the decision script read of the tenant's stored
@@ -206,7 +223,9 @@ func (c *snapCache) endFill(tenant string, f *fillState, p *prepared, now time.T
 		return
 	}
 	stale := !c.subscribed || f.gen != c.gen || f.dropped || p.snap.Version < f.minVersion
-	c.lru.put(tenant, &cacheEntry{p: p, fetched: now, gen: c.gen, stale: stale})
+	e := &cacheEntry{p: p, fetched: now, gen: c.gen, stale: stale}
+	e.bumped.Store(now.UnixNano())
+	c.lru.put(tenant, e)
 }
 
 // invalidate marks a tenant's entry stale unless it already holds version

@@ -33,6 +33,7 @@ type Limiter struct {
 
 	refusalMu sync.Mutex
 	refusals  *lru[string, []cachedRefusal]
+	refusalN  atomic.Int64 // entries in refusals, read without the lock
 
 	local *localStates
 	batch *batcher

@@ -31,6 +31,16 @@ func (c *lru[K, V]) get(k K) (V, bool) {
 	return zero, false
 }
 
+// peek returns k's value without making it recent: safe under a read lock
+// (it only reads the map).
+func (c *lru[K, V]) peek(k K) (V, bool) {
+	if e, ok := c.items[k]; ok {
+		return e.Value.(*lruItem[K, V]).v, true
+	}
+	var zero V
+	return zero, false
+}
+
 func (c *lru[K, V]) put(k K, v V) {
 	if e, ok := c.items[k]; ok {
 		e.Value.(*lruItem[K, V]).v = v

@@ -24,6 +24,9 @@ func (l *Limiter) cachedRefusal(pl *plan, req *Request) *Decision {
 	if l.opts.DisableRefusalCache || l.opts.Shadow {
 		return nil
 	}
+	if l.refusalN.Load() == 0 { // nobody refused: no lock on the decision path
+		return nil
+	}
 	now := time.Now()
 	l.refusalMu.Lock()
 	list, ok := l.refusals.get(pl.refKey)
@@ -86,12 +89,14 @@ func (l *Limiter) cacheRefusal(pl *plan, req *Request, d *Decision) {
 		}
 	}
 	l.refusals.put(pl.refKey, append(list, r))
+	l.refusalN.Store(int64(l.refusals.len()))
 }
 
 // dropRefusals forgets a tenant's cached refusals (its limits changed).
 func (l *Limiter) dropRefusals(tenant string) {
 	l.refusalMu.Lock()
 	defer l.refusalMu.Unlock()
+	defer func() { l.refusalN.Store(int64(l.refusals.len())) }()
 	if tenant == "" {
 		l.refusals.clear()
 		return
