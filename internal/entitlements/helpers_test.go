@@ -40,7 +40,7 @@ func uniq(name string) string {
 // whose revocation subscription runs until the test ends.
 func setup(t testing.TB) *bundle {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context()) // t.Context ends before any Cleanup runs
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	b := &bundle{ctx: ctx, pool: pool, rdb: rdb, prefix: prefix, store: limiter.NewStore(rdb, prefix), free: uniq("free")}
