@@ -411,3 +411,39 @@ func TestMiddleware(t *testing.T) {
 		t.Fatalf("unknown tenant: %d", rec.Code)
 	}
 }
+
+// A plan upgrade applies at once: debt run up under a slow rate (its GCRA
+// arrival time far in the future) must not keep refusing at the new rate,
+// even though refusals write nothing.
+func TestRateUpgradeDropsOldDebt(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		st := limiter.NewStore(b.client(), b.prefix)
+		put(t, st, snapshot("upg", func(s *limiter.Snapshot) { s.Rate = &limiter.Rate{PerSecond: 0.01, Burst: 2} }))
+		l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, DisableRefusalCache: true})
+		for i := 0; i < 2; i++ {
+			if d, err := l.Allow(ctx, "upg", limiter.Request{Cost: 1}); err != nil || !d.Allowed {
+				t.Fatalf("within burst: %+v %v", d, err)
+			}
+		}
+		if d, err := l.Allow(ctx, "upg", limiter.Request{Cost: 1}); err != nil || d.Allowed || d.RetryAfter < 50*time.Second {
+			t.Fatalf("over the slow burst: want a long refusal, got %+v %v", d, err)
+		}
+		put(t, st, snapshot("upg", func(s *limiter.Snapshot) {
+			s.Version = 2
+			s.Rate = &limiter.Rate{PerSecond: 50, Burst: 50}
+		}))
+		admitted := 0
+		poll(t, time.Second, "admitted again at 50/s", func() bool {
+			d, err := l.Allow(ctx, "upg", limiter.Request{Cost: 1})
+			if err == nil && d.Allowed {
+				admitted++
+			}
+			return admitted >= 5
+		})
+		// The bucket restarts empty at the new rate: no fresh burst of 50.
+		if d, err := l.Allow(ctx, "upg", limiter.Request{Cost: 0}); err != nil || d.Policies[0].Remaining > 10 {
+			t.Fatalf("after upgrade the bucket should refill at the new rate, not start full: %+v %v", d, err)
+		}
+	})
+}

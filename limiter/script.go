@@ -58,6 +58,15 @@ for i = 1, n do
     local boff = ei * b
     local tat = tonumber(redis.call('GET', s.key))
     if tat == nil or tat < now_us then tat = now_us end
+    -- Under one config tat never passes now + burst allowance; beyond it is
+    -- debt run up at an older, slower rate. Clamp it so that a plan upgrade
+    -- applies at once (an empty bucket refilling at the new rate). The
+    -- repair is written even if this request is refused, or the old debt
+    -- would be clamped afresh on every request and never shrink.
+    if tat > now_us + boff then
+      tat = now_us + boff
+      redis.call('SET', s.key, string.format('%.0f', tat), 'PX', math.max(1, math.ceil(boff / 1000)))
+    end
     local diff = now_us - (tat + eff * ei - boff)
     s.rem0 = math.floor((now_us - tat + boff) / ei)
     s.reset0 = math.ceil((tat - now_us) / 1000)

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -304,16 +303,9 @@ func grepLines(s, sub string) string {
 }
 
 // An upgrade to a faster rate lifts a refusal made under the slower one
-// within a second, on another instance.
-//
-// Known limiter bug (reported): the GCRA arrival time written under the old
-// rate carries over, so after 0.01/s -> 50/s the tenant stays refused for
-// ~199 s although the headers already show limit 50. Unskip once the
-// limiter rescales a bucket whose rate changed.
+// within a second, on another instance: the debt run up at 0.01/s must not
+// keep the tenant refused for ~199 s at 50/s.
 func TestRateUpgradeLiftsRefusalWithinASecond(t *testing.T) {
-	if os.Getenv("TOLLGATE_KNOWN_BUGS") == "" {
-		t.Skip("known limiter bug: a rate upgrade keeps the old rate's debt; set TOLLGATE_KNOWN_BUGS=1 to run")
-	}
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	a := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})
