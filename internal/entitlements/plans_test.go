@@ -164,3 +164,25 @@ func TestPatchPlanReachesTenantsAtOnce(t *testing.T) {
 		t.Fatalf("unknown plan: %v", err)
 	}
 }
+
+// Patching the default plan reaches tenants sent to it by their
+// subscription status, not only those assigned to it.
+func TestPatchDefaultPlanReachesFallenBackTenants(t *testing.T) {
+	b := setup(t)
+	paid := uniq("paid")
+	b.mustPlan(t, entitlements.PlanInput{Key: paid})
+	tn := b.mustTenant(t, paid)
+	if _, err := b.pool.Exec(b.ctx, `INSERT INTO subscriptions (id, tenant_id, stripe_customer_id, status) VALUES ($1, $2, 'cus_y', 'canceled')`, uniq("sub"), tn.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.svc.PatchPlan(b.ctx, b.free, func(in *entitlements.PlanInput) error {
+		in.Quotas["requests"].Limit = ptr[int64](5)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	snap, ok, err := b.store.Snapshot(b.ctx, tn.ID)
+	if err != nil || !ok || snap.Plan != b.free || snap.Version != 2 || snap.Quotas["requests"].Limit != 5 {
+		t.Fatalf("fallen-back tenant after default plan patch: %+v %v %v", snap, ok, err)
+	}
+}
