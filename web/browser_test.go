@@ -244,6 +244,11 @@ func TestBrowser(t *testing.T) {
 			t.Fatalf("check: %d", r.StatusCode)
 		}
 	}
+	if n := b.fallbacks.Load(); n != 0 {
+		// Allowed by the fail mode, so not counted: the usage below would
+		// be short by their cost.
+		t.Fatalf("%d limiter decisions of the checks went to the fail mode (Redis slower than the timeout)", n)
+	}
 	base := b.srv.URL
 
 	tenant := user(t, chrome)

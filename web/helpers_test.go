@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,6 +46,9 @@ type bundle struct {
 	admin  string // admin token
 	free   string // this test's default plan
 	pro    string // a bigger plan
+	// fallbacks counts the limiter's fail-mode decisions (Redis slower
+	// than the timeout): a quota decided so is allowed but not counted.
+	fallbacks atomic.Int64
 }
 
 func uniq(name string) string {
@@ -79,7 +83,17 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	// ents.Run is not started: without it Authenticate asks Postgres every
 	// time, which is what these tests want to see.
 	b.meter = metering.NewService(pool, b.store, log, metering.Options{Snapshot: b.ents.LoadSnapshot})
-	lim, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Loader: b.ents.LoadSnapshot, UsageLoader: b.meter.LoadUsage})
+	// The limiter gives Redis 50 ms by default, then decides by the fail
+	// modes for a cooldown: a quota fails open, allowing a request without
+	// counting it (limiter.md). On a loaded CI machine (-race, Chromium,
+	// other packages on the same Redis) one reply can take longer, and
+	// checks the tests count on went uncounted. These tests are about the
+	// pages, not the fail modes (internal/httpapi tests those), so the
+	// timeout is generous and a fallback is recorded for the tests to
+	// assert on.
+	lim, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Loader: b.ents.LoadSnapshot, UsageLoader: b.meter.LoadUsage,
+		Timeout: 10 * time.Second,
+		Hooks:   limiter.Hooks{OnFallback: func(string, limiter.FailMode) { b.fallbacks.Add(1) }}})
 	if err != nil {
 		t.Fatal(err)
 	}
