@@ -186,11 +186,15 @@ func (c Config) NewRedis() (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, &Error{Var: "REDIS_CLUSTER_URL", Err: err}
 		}
+		// Deadlines of callers' contexts bound socket I/O too, so a slow
+		// or dead Redis never holds a request past its deadline.
+		opt.ContextTimeoutEnabled = true
 		return redis.NewClusterClient(opt), nil
 	}
 	opt, err := redis.ParseURL(c.RedisURL)
 	if err != nil {
 		return nil, &Error{Var: "REDIS_URL", Err: err}
 	}
+	opt.ContextTimeoutEnabled = true
 	return redis.NewClient(opt), nil
 }

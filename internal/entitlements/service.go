@@ -43,6 +43,11 @@ type Options struct {
 	// LastUsedEvery is how often last_used_at of one key is written at most;
 	// default 1 minute.
 	LastUsedEvery time.Duration
+	// RedisReadTimeout bounds the snapshot reads and best-effort write-backs
+	// of the read path (Current, LoadSnapshot); default 100ms. Postgres is
+	// the system of record, so with Redis slow or dead a read falls back to
+	// it instead of waiting out go-redis's retries.
+	RedisReadTimeout time.Duration
 }
 
 // Service is the entitlements domain: plans, tenants, API keys, snapshots.
@@ -87,6 +92,9 @@ func NewService(db *pgxpool.Pool, store *limiter.Store, log *slog.Logger, opts O
 	}
 	if opts.NegativeCacheTTL == 0 {
 		opts.NegativeCacheTTL = 2 * time.Second
+	}
+	if opts.RedisReadTimeout == 0 {
+		opts.RedisReadTimeout = 100 * time.Millisecond
 	}
 	if opts.LastUsedEvery == 0 {
 		opts.LastUsedEvery = time.Minute

@@ -294,7 +294,9 @@ func (s *Service) LoadSnapshot(ctx context.Context, tenantID string) (limiter.Sn
 	if err != nil {
 		return limiter.Snapshot{}, err
 	}
-	if err := s.Publish(ctx, snap); err != nil {
+	wctx, cancel := context.WithTimeout(ctx, s.opts.RedisReadTimeout)
+	defer cancel()
+	if err := s.Publish(wctx, snap); err != nil {
 		// The caller still gets a correct snapshot; Redis gets it next time.
 		s.log.WarnContext(ctx, "writing loaded snapshot back failed", "tenant_id", tenantID, "err", err)
 	}
@@ -306,7 +308,9 @@ func (s *Service) LoadSnapshot(ctx context.Context, tenantID string) (limiter.Sn
 // computed from Postgres, written back. One Redis read in steady state.
 func (s *Service) Current(ctx context.Context, tenantID string) (limiter.Snapshot, error) {
 	if s.store != nil && isUUID(tenantID) {
-		snap, ok, err := s.store.Snapshot(ctx, tenantID)
+		rctx, cancel := context.WithTimeout(ctx, s.opts.RedisReadTimeout)
+		snap, ok, err := s.store.Snapshot(rctx, tenantID)
+		cancel()
 		if err != nil {
 			s.log.WarnContext(ctx, "reading snapshot from redis failed", "tenant_id", tenantID, "err", err)
 		}
