@@ -128,19 +128,24 @@ func TestOversizedBodyIs413(t *testing.T) {
 	big := `{"key":"big","name":"` + strings.Repeat("x", 70<<10) + `"}`
 	assertProblem(t, "plan body over 64K", a.do(t, "POST", "/admin/v1/plans", testAdminToken, big), http.StatusRequestEntityTooLarge)
 	assertProblem(t, "tenant body over 64K", a.do(t, "POST", "/admin/v1/tenants", testAdminToken, big), http.StatusRequestEntityTooLarge)
-	// Without Content-Length (chunked), the limit is found while reading.
-	req, err := http.NewRequestWithContext(t.Context(), "POST", a.URL+"/admin/v1/plans", io.MultiReader(strings.NewReader(big)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer "+testAdminToken)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusRequestEntityTooLarge {
-		t.Fatalf("chunked body over 64K: %d, want 413", res.StatusCode)
+	// Without Content-Length (chunked), the limit is found while reading:
+	// both through the plan handler and through the shared decodeJSON
+	// (overrides), which must answer 413 too, not 400 "malformed JSON".
+	tenant := a.createTenant(t, a.createPlan(t, map[string]any{"name": "Chunky"}))
+	for _, path := range []string{"/admin/v1/plans", "/admin/v1/tenants/" + tenant + "/overrides"} {
+		req, err := http.NewRequestWithContext(t.Context(), "POST", a.URL+path, io.MultiReader(strings.NewReader(big)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+testAdminToken)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Fatalf("chunked body over 64K to %s: %d, want 413", path, res.StatusCode)
+		}
 	}
 }
 

@@ -115,9 +115,14 @@ func jsonError(err error) error {
 	var syn *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	var mbe *http.MaxBytesError
+	var he *echo.HTTPError
 	switch {
 	case errors.As(err, &mbe):
 		return apperr.New(apperr.TooLarge, "request body over %d bytes", mbe.Limit)
+	case errors.As(err, &he) && he.Code == http.StatusRequestEntityTooLarge:
+		// echo's BodyLimit reports a chunked body that crosses the limit
+		// while being read this way (no Content-Length to refuse up front).
+		return apperr.New(apperr.TooLarge, "request body too large")
 	case errors.Is(err, io.EOF):
 		return apperr.New(apperr.Invalid, "malformed JSON: empty body")
 	case errors.As(err, &syn):
