@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
@@ -17,7 +18,7 @@ import (
 // expire grace periods and resync with Stripe. Its snapshots go to Redis
 // under the limiter's prefix, as the api's do; it inserts follow-up jobs
 // (re-runs, replays) with an insert-only client of its own.
-func newBilling(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg config.Config, log *slog.Logger) (*billing.Service, error) {
+func newBilling(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg config.Config, log *slog.Logger, reg prometheus.Registerer) (*billing.Service, error) {
 	ents := entitlements.NewService(pool, limiter.NewStore(rdb, limiter.DefaultPrefix), log, entitlements.Options{
 		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Prefix: limiter.DefaultPrefix,
 	})
@@ -31,5 +32,6 @@ func newBilling(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg config.Config
 		SecretKey:             cfg.StripeSecretKey,
 		APIBase:               cfg.StripeAPIBase,
 		GracePeriod:           cfg.GracePeriod,
+		Registerer:            reg,
 	})
 }

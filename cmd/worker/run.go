@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/riverqueue/river"
 
 	"github.com/tollgatehq/tollgate/internal/config"
@@ -75,7 +77,9 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &jobs.PruneWorker{DB: pool})
 	periodic := []*river.PeriodicJob{jobs.PrunePeriodic()}
-	bill, err := newBilling(pool, rdb, cfg, log)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	bill, err := newBilling(pool, rdb, cfg, log, reg)
 	if err != nil {
 		return err
 	}
@@ -95,6 +99,9 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	// pool close (deferred above).
 	meter.Start(ctx)
 	defer meter.Wait()
+	if cfg.WorkerMetricsAddr != "" {
+		go serveMetrics(ctx, cfg.WorkerMetricsAddr, reg, log)
+	}
 	log.Info("worker started")
 	if started != nil {
 		started()

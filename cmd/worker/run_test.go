@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,8 +47,9 @@ func workerEnv(t *testing.T) map[string]string {
 	t.Helper()
 	redistest.New(t) // skips (or fails in CI) without Redis
 	return map[string]string{
-		"DATABASE_URL": pgtest.URL(t),
-		"REDIS_URL":    redistest.URL(),
+		"DATABASE_URL":        pgtest.URL(t),
+		"REDIS_URL":           redistest.URL(),
+		"WORKER_METRICS_ADDR": "127.0.0.1:0",
 	}
 }
 
@@ -212,5 +216,51 @@ func TestBinaryExits0OnSIGTERM(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatalf("worker did not exit within 20s of SIGTERM; logs:\n%s", logs.String())
+	}
+}
+
+// The worker serves its own /metrics: the Stripe processing counters and the
+// backlog gauges live in its process, not the api's.
+func TestRunServesMetrics(t *testing.T) {
+	e := workerEnv(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	exited := make(chan int, 1)
+	go func() { exited <- run(ctx, nil, env(e), &stdout, &stderr) }()
+	waitForLog(t, stderr.String, "worker metrics listening", exited)
+
+	var addr string
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		var rec struct{ Msg, Addr string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "worker metrics listening" {
+			addr = rec.Addr
+		}
+	}
+	res, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics on %q: %v", addr, err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", res.StatusCode)
+	}
+	for _, name := range []string{"tollgate_stripe_events{", "tollgate_stripe_oldest_pending_event_age_seconds", "go_goroutines"} {
+		if !strings.Contains(string(body), name) {
+			t.Errorf("worker /metrics lacks %s", name)
+		}
+	}
+	cancel()
+	if code := <-exited; code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+}
+
+func TestRunBadMetricsAddrExits2(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), nil, env(map[string]string{"WORKER_METRICS_ADDR": "9091"}), &stdout, &stderr)
+	if code != exitConfig || !strings.Contains(stderr.String(), "WORKER_METRICS_ADDR") {
+		t.Fatalf("exit %d, stderr %q; want 2 naming WORKER_METRICS_ADDR", code, stderr.String())
 	}
 }

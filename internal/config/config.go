@@ -63,6 +63,10 @@ type Config struct {
 	FlushInterval time.Duration
 	// ShutdownTimeout (SHUTDOWN_TIMEOUT), default 15s: how long draining may take.
 	ShutdownTimeout time.Duration
+	// WorkerMetricsAddr (WORKER_METRICS_ADDR), default 127.0.0.1:9091: where
+	// the worker serves /metrics (its job counters live only in its process);
+	// "off" disables it.
+	WorkerMetricsAddr string
 }
 
 // Error names the variable whose value is bad.
@@ -152,6 +156,12 @@ func Load(getenv func(string) string) (Config, error) {
 	c.LimiterTimeout = dur("LIMITER_TIMEOUT", "50ms", time.Millisecond)
 	c.FlushInterval = dur("FLUSH_INTERVAL", "1s", 100*time.Millisecond)
 	c.ShutdownTimeout = dur("SHUTDOWN_TIMEOUT", "15s", 0)
+	c.WorkerMetricsAddr = get("WORKER_METRICS_ADDR", "127.0.0.1:9091")
+	if c.WorkerMetricsAddr == "off" {
+		c.WorkerMetricsAddr = ""
+	} else if _, _, err := net.SplitHostPort(c.WorkerMetricsAddr); err != nil {
+		bad("WORKER_METRICS_ADDR", errors.New("want host:port, or off"))
+	}
 	switch c.LimiterFailMode {
 	case "open", "closed", "local":
 	default:

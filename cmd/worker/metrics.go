@@ -1,0 +1,33 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tollgatehq/tollgate/internal/httpapi"
+)
+
+// serveMetrics serves /metrics (and /healthz) of the worker until ctx ends.
+// The worker's job counters (Stripe events processed, lag, failures, drift
+// repairs) exist only in its process, so it needs an endpoint of its own. A
+// port that cannot be bound is logged, not fatal: jobs matter more than
+// their metrics, and several workers may share a host.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"status":"ok"}`))
+	})
+	err := httpapi.ListenAndServe(ctx, mux, addr, 5*time.Second, func(bound string) {
+		log.Info("worker metrics listening", "addr", bound)
+	})
+	if err != nil {
+		log.Error("worker metrics server failed", "addr", addr, "err", err)
+	}
+}
