@@ -41,12 +41,11 @@ ENTRYPOINT ["/usr/local/bin/stripe-mock", "-http-addr", ":12111"]
 # --- runtime: the default target -------------------------------------------
 FROM gcr.io/distroless/static-debian12:nonroot AS runtime
 COPY --from=tools /bin/busybox /usr/local/bin/wget
-COPY --from=tools /bin/busybox /usr/local/bin/pidof
 COPY --from=build /out/api /out/worker /usr/local/bin/
 # Listen on every interface inside the container; publish the port to choose
 # who can reach it.
 ENV HTTP_ADDR=0.0.0.0:8080
-EXPOSE 8080
+EXPOSE 8080 9091
 USER nonroot:nonroot
 ENTRYPOINT ["/usr/local/bin/api"]
 CMD ["serve"]
