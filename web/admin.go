@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/ids"
 )
 
 func (w *Web) handleAdminLoginPage() echo.HandlerFunc {
@@ -225,7 +226,7 @@ func (w *Web) handleAdminRevokeKey() echo.HandlerFunc {
 		}
 		ctx := c.Request().Context()
 		id, key := c.Param("id"), c.Param("key")
-		if !validUUID(id) {
+		if !ids.IsUUID(id) {
 			return apperr.New(apperr.NotFound, "tenant not found")
 		}
 		if err := w.store.keyOwnedBy(ctx, key, id); err != nil {

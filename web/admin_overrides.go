@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/ids"
 )
 
 // overrideForm is the override form as typed.
@@ -92,7 +93,7 @@ func (w *Web) handleAdminDeleteOverride() echo.HandlerFunc {
 			return apperr.New(apperr.NotFound, "overrides are not available")
 		}
 		id, oid := c.Param("id"), c.Param("oid")
-		if !validUUID(id) || !validUUID(oid) {
+		if !ids.IsUUID(id) || !ids.IsUUID(oid) {
 			return apperr.New(apperr.NotFound, "override not found")
 		}
 		if err := w.Overrides.DeleteOverride(c.Request().Context(), id, oid); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/ids"
 )
 
 // LinkTTL is how long a dashboard link may be used.
@@ -20,7 +21,7 @@ const LinkTTL = 15 * time.Minute
 // the database never holds a usable link; an unknown tenant is NotFound.
 // httpapi's POST /admin/v1/tenants/{id}/dashboard-links calls it.
 func (w *Web) MintLink(ctx context.Context, tenantID string) (string, time.Time, error) {
-	if !validUUID(tenantID) {
+	if !ids.IsUUID(tenantID) {
 		return "", time.Time{}, apperr.New(apperr.NotFound, "tenant not found")
 	}
 	tok := randomToken()

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/ids"
 )
 
 // store is the read model of the dashboard and the console: plain queries
@@ -34,27 +35,6 @@ func notFound(err error, what string) error {
 		return apperr.New(apperr.NotFound, "%s not found", what)
 	}
 	return err
-}
-
-// validUUID is a cheap check before a query, so that a garbage id never
-// reaches Postgres as an error.
-func validUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i, c := range s {
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // TenantRow is a tenant as the pages show it.
@@ -90,7 +70,7 @@ type SubscriptionRow struct {
 }
 
 func (s *store) tenant(ctx context.Context, id string) (TenantRow, error) {
-	if !validUUID(id) {
+	if !ids.IsUUID(id) {
 		return TenantRow{}, apperr.New(apperr.NotFound, "tenant not found")
 	}
 	var t TenantRow
@@ -240,7 +220,7 @@ func (s *store) keys(ctx context.Context, tenantID string) ([]KeyRow, error) {
 // keyOwnedBy reports whether the key belongs to the tenant: the dashboard
 // checks it before revoking, so that another tenant's key id is a 404.
 func (s *store) keyOwnedBy(ctx context.Context, keyID, tenantID string) error {
-	if !validUUID(keyID) {
+	if !ids.IsUUID(keyID) {
 		return apperr.New(apperr.NotFound, "API key not found")
 	}
 	var one int

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v79"
+
+	"github.com/tollgatehq/tollgate/internal/ids"
 )
 
 // reasonUnknownCustomer starts the ignored_reason of events whose customer
@@ -196,7 +198,7 @@ func resolveTenant(ctx context.Context, tx pgx.Tx, customer string, metadata map
 		return "", fmt.Errorf("billing: tenant by customer: %w", err)
 	}
 	tid := metadata["tenant_id"]
-	if !isUUID(tid) {
+	if !ids.IsUUID(tid) {
 		return "", nil
 	}
 	err = tx.QueryRow(ctx, `UPDATE tenants SET stripe_customer_id = $2, updated_at = now()
@@ -461,10 +463,10 @@ func (s *Service) applyCheckout(ctx context.Context, tx pgx.Tx, ev storedEvent, 
 		return ignored("", "checkout session %s has no customer", cs.ID), nil
 	}
 	tid := cs.ClientReferenceID
-	if !isUUID(tid) {
+	if !ids.IsUUID(tid) {
 		tid = cs.Metadata["tenant_id"]
 	}
-	if !isUUID(tid) {
+	if !ids.IsUUID(tid) {
 		return ignored("", "checkout session %s names no tenant (client_reference_id %q, metadata.tenant_id %q)", cs.ID, cs.ClientReferenceID, cs.Metadata["tenant_id"]), nil
 	}
 	var linked *string
@@ -607,23 +609,4 @@ func unixPtr(sec int64) *time.Time {
 	}
 	t := time.Unix(sec, 0).UTC()
 	return &t
-}
-
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i, r := range s {
-		switch i {
-		case 8, 13, 18, 23:
-			if r != '-' {
-				return false
-			}
-		default:
-			if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r >= 'A' && r <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -74,7 +75,7 @@ func (s *Service) listFeatures(ctx context.Context, customer string) ([]string, 
 // Otherwise the change is local. It makes Service an httpapi.PlanChanger.
 func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (entitlements.TenantDetail, error) {
 	reason := "admin changed plan to " + planKey
-	if s.stripe == nil || !isUUID(tenantID) {
+	if s.stripe == nil || !ids.IsUUID(tenantID) {
 		return s.ents.SetPlan(ctx, tenantID, planKey, reason)
 	}
 	var sub struct {

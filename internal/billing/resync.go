@@ -12,6 +12,7 @@ import (
 	"github.com/stripe/stripe-go/v79"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/internal/jobs"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -40,7 +41,7 @@ func (s *Service) ResyncTenant(ctx context.Context, tenantID string) ([]DriftRep
 	if s.stripe == nil {
 		return nil, apperr.New(apperr.Unavailable, "Stripe is not configured: STRIPE_SECRET_KEY is empty")
 	}
-	if !isUUID(tenantID) {
+	if !ids.IsUUID(tenantID) {
 		return nil, apperr.New(apperr.NotFound, "no tenant %q", tenantID)
 	}
 	var customer *string
@@ -250,7 +251,7 @@ func (s *Service) ListDrift(ctx context.Context, tenantID string, limit int) ([]
 	if limit < 1 || limit > 200 {
 		return nil, apperr.Invalidf("limit", "must be 1-200")
 	}
-	if tenantID != "" && !isUUID(tenantID) {
+	if tenantID != "" && !ids.IsUUID(tenantID) {
 		return nil, apperr.Invalidf("tenant_id", "must be a tenant id (UUID)")
 	}
 	rows, err := s.db.Query(ctx, `

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/ids"
 )
 
 // API key format: "tg_" and 32 random bytes in base62 (43 characters).
@@ -116,7 +117,7 @@ SELECT id::text, prefix, name, created_at, last_used_at, revoked_at FROM api_key
 // committed, then the key's hash is published so that every Service drops it
 // from its cache. Revoking a revoked key is a no-op; an unknown one NotFound.
 func (s *Service) RevokeKey(ctx context.Context, keyID string) error {
-	if !isUUID(keyID) {
+	if !ids.IsUUID(keyID) {
 		return apperr.New(apperr.NotFound, "no API key %q", keyID)
 	}
 	var (

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -101,7 +102,7 @@ func (s *Service) CreateOverride(ctx context.Context, tenantID string, in Overri
 	if err := in.Validate(now); err != nil {
 		return Override{}, err
 	}
-	if !isUUID(tenantID) {
+	if !ids.IsUUID(tenantID) {
 		return Override{}, tenantNotFound(tenantID)
 	}
 	var (
@@ -140,7 +141,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+overrideCols,
 // ListOverrides returns the tenant's overrides, newest first, expired ones
 // included (Active false).
 func (s *Service) ListOverrides(ctx context.Context, tenantID string) ([]Override, error) {
-	if !isUUID(tenantID) {
+	if !ids.IsUUID(tenantID) {
 		return nil, tenantNotFound(tenantID)
 	}
 	var exists bool
@@ -168,7 +169,7 @@ func (s *Service) ListOverrides(ctx context.Context, tenantID string) ([]Overrid
 // change through a new entitlement version. Another tenant's override is
 // not found.
 func (s *Service) DeleteOverride(ctx context.Context, tenantID, overrideID string) error {
-	if !isUUID(tenantID) || !isUUID(overrideID) {
+	if !ids.IsUUID(tenantID) || !ids.IsUUID(overrideID) {
 		return apperr.New(apperr.NotFound, "no override %q", overrideID)
 	}
 	var snap limiter.Snapshot

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/internal/period"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -234,7 +235,7 @@ func (s *Service) Snapshot(ctx context.Context, tenantID string) (limiter.Snapsh
 // inside the caller's transaction. The caller publishes the returned snapshot
 // with Publish after its commit.
 func (s *Service) BumpTx(ctx context.Context, tx pgx.Tx, tenantID, reason string) (limiter.Snapshot, error) {
-	if !isUUID(tenantID) {
+	if !ids.IsUUID(tenantID) {
 		return limiter.Snapshot{}, tenantNotFound(tenantID)
 	}
 	tag, err := tx.Exec(ctx, `UPDATE tenants SET entitlement_version = entitlement_version + 1, updated_at = now() WHERE id = $1`, tenantID)
@@ -307,7 +308,7 @@ func (s *Service) LoadSnapshot(ctx context.Context, tenantID string) (limiter.Sn
 // period has not ended, else (missing, expired, or Redis down) the one
 // computed from Postgres, written back. One Redis read in steady state.
 func (s *Service) Current(ctx context.Context, tenantID string) (limiter.Snapshot, error) {
-	if s.store != nil && isUUID(tenantID) {
+	if s.store != nil && ids.IsUUID(tenantID) {
 		rctx, cancel := context.WithTimeout(ctx, s.opts.RedisReadTimeout)
 		snap, ok, err := s.store.Snapshot(rctx, tenantID)
 		cancel()

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -232,7 +233,7 @@ func decodeCursor(c string) (time.Time, string, bool) {
 		return time.Time{}, "", false
 	}
 	us, id, ok := strings.Cut(string(raw), "/")
-	if !ok || !isUUID(id) {
+	if !ok || !ids.IsUUID(id) {
 		return time.Time{}, "", false
 	}
 	n, err := strconv.ParseInt(us, 10, 64)
@@ -240,27 +241,6 @@ func decodeCursor(c string) (time.Time, string, bool) {
 		return time.Time{}, "", false
 	}
 	return time.UnixMicro(n).UTC(), id, true
-}
-
-// isUUID accepts the canonical 8-4-4-4-12 hex form, so that a bad id in a
-// URL is a 404 without a query that would fail on the cast.
-func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i, r := range s {
-		switch i {
-		case 8, 13, 18, 23:
-			if r != '-' {
-				return false
-			}
-		default:
-			if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f' || r >= 'A' && r <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 func tenantNotFound(id string) error {
@@ -277,7 +257,7 @@ func (s *Service) GetTenantRow(ctx context.Context, id string) (Tenant, error) {
 }
 
 func getTenant(ctx context.Context, q querier, id string, lock bool) (Tenant, error) {
-	if !isUUID(id) {
+	if !ids.IsUUID(id) {
 		return Tenant{}, tenantNotFound(id)
 	}
 	sql := `SELECT ` + tenantCols + ` FROM tenants t WHERE t.id = $1`

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/ids"
 )
 
 // Batch bounds of POST /v1/usage/events.
@@ -193,7 +194,7 @@ func (s *Service) Ingest(ctx context.Context, tenantID string, evs []Event) (Ing
 	if err := s.validate(evs); err != nil {
 		return IngestResult{}, err
 	}
-	if !validUUID(tenantID) {
+	if !ids.IsUUID(tenantID) {
 		return IngestResult{}, apperr.New(apperr.NotFound, "tenant %s not found", tenantID)
 	}
 	tp, err := loadTenantPeriods(ctx, s.db, tenantID)

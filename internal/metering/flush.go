@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -87,7 +88,7 @@ func (s *Service) flushOne(ctx context.Context, k limiter.PendingKey, periods ma
 		st.Dropped++
 		return s.store.AckPending(ctx, k, c.ID)
 	}
-	if !validUUID(k.Tenant) || !ValidMeter(k.Meter) {
+	if !ids.IsUUID(k.Tenant) || !ValidMeter(k.Meter) {
 		return drop("malformed tenant or meter")
 	}
 	tp, ok := periods[k.Tenant]

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgatehq/tollgate/internal/ids"
 )
 
 // HourlyPoint is one hour of one meter's usage, for the dashboard's chart.
@@ -20,7 +22,7 @@ type HourlyPoint struct {
 // booked in the hour it was flushed (at most a flush interval late), usage
 // events in the hour of their timestamp.
 func (s *Service) Hourly(ctx context.Context, tenantID string, from, to time.Time) ([]HourlyPoint, error) {
-	if !validUUID(tenantID) {
+	if !ids.IsUUID(tenantID) {
 		return []HourlyPoint{}, nil
 	}
 	rows, err := s.db.Query(ctx, `

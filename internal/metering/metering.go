@@ -130,25 +130,3 @@ WHERE t.id = $1`, tenantID).Scan(&tp.anchor, &start, &end)
 // Unix seconds, so every period start (and end) in metering is cut to the
 // second, whatever precision the anchor was stored with.
 func secondOf(t time.Time) time.Time { return t.UTC().Truncate(time.Second) }
-
-// validUUID reports whether s is a canonical UUID, so that a malformed id
-// never reaches Postgres as an error.
-func validUUID(s string) bool {
-	if len(s) != 36 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch i {
-		case 8, 13, 18, 23:
-			if c != '-' {
-				return false
-			}
-		default:
-			if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
-				return false
-			}
-		}
-	}
-	return true
-}

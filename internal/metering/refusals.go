@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/internal/ids"
 )
 
 // FlushRefusals copies the limiter's refusal counts of today and yesterday
@@ -24,7 +26,7 @@ func (s *Service) FlushRefusals(ctx context.Context, rdb redis.UniversalClient) 
 			return written, fmt.Errorf("metering: refusals: %w", err)
 		}
 		for _, t := range tenants {
-			if !validUUID(t) {
+			if !ids.IsUUID(t) {
 				continue // explicit limits of a backend (per IP…), not a tenant
 			}
 			counts, err := s.store.Refusals(ctx, t, day)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/internal/period"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -124,7 +125,7 @@ func (s *Service) Usage(ctx context.Context, tenantID string) (Usage, error) {
 // the period starting at periodStart (flushed limiter usage plus usage
 // events), from which a counter missing from Redis is rebuilt.
 func (s *Service) LoadUsage(ctx context.Context, tenant, meter string, periodStart time.Time) (int64, error) {
-	if !validUUID(tenant) {
+	if !ids.IsUUID(tenant) {
 		return 0, nil // not a tenant of ours (explicit limits): nothing durable
 	}
 	var n int64
