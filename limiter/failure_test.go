@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -40,7 +41,9 @@ func TestRedisFailure(t *testing.T) {
 			s := snapshot("acme", func(s *limiter.Snapshot) { s.Rate = &limiter.Rate{PerSecond: 0.01, Burst: 10} })
 			put(t, st, s)
 			const timeout = 50 * time.Millisecond
-			var fallbacks, redisErrors int64
+			// Hooks run on the decision path and on the subscription's own
+			// goroutine (its Redis errors), so the counters must be atomic.
+			var fallbacks, redisErrors atomic.Int64
 			l := newLimiter(t, rdb, limiter.Options{
 				Timeout: timeout, Cooldown: 20 * time.Millisecond, ExpectedInstances: 2,
 				FailMode: limiter.FailModes{Rate: c.mode},
@@ -48,8 +51,8 @@ func TestRedisFailure(t *testing.T) {
 					return s, st.PutSnapshot(ctx, s) // the server's loader writes it back
 				},
 				Hooks: limiter.Hooks{
-					OnFallback:   func(string, limiter.FailMode) { fallbacks++ },
-					OnRedisError: func(string, error) { redisErrors++ },
+					OnFallback:   func(string, limiter.FailMode) { fallbacks.Add(1) },
+					OnRedisError: func(string, error) { redisErrors.Add(1) },
 				},
 			})
 			if d, err := l.Allow(ctx, "acme", limiter.Request{Cost: 1}); err != nil || !d.Allowed || d.Fallback != "" {
@@ -114,8 +117,8 @@ func TestRedisFailure(t *testing.T) {
 				d, err := l.Allow(ctx, "acme", limiter.Request{Cost: 1})
 				return err == nil && d.Allowed && d.Fallback == ""
 			})
-			if fallbacks == 0 || redisErrors == 0 {
-				t.Fatalf("hooks: %d fallbacks, %d redis errors", fallbacks, redisErrors)
+			if fallbacks.Load() == 0 || redisErrors.Load() == 0 {
+				t.Fatalf("hooks: %d fallbacks, %d redis errors", fallbacks.Load(), redisErrors.Load())
 			}
 		})
 	}

@@ -43,8 +43,10 @@ type SnapshotLoader func(ctx context.Context, tenant string) (Snapshot, error)
 // periodStart; it is used to rebuild a quota counter missing from Redis.
 type UsageLoader func(ctx context.Context, tenant, meter string, periodStart time.Time) (int64, error)
 
-// Hooks are metrics callbacks. Every field is optional; callbacks run on the
-// caller's goroutine and must be fast and safe for concurrent use.
+// Hooks are metrics callbacks. Every field is optional. Callbacks run on the
+// deciding caller's goroutine or on the limiter's own invalidation
+// subscriber (OnRedisError, OnInvalidation), so they must be fast and safe
+// for concurrent use.
 type Hooks struct {
 	// OnDecision is called for every decision Allow returns.
 	OnDecision func(tenant string, d *Decision)
