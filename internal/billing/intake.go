@@ -1,6 +1,7 @@
 package billing
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -86,7 +87,7 @@ func (s *Service) Receive(ctx context.Context, body []byte, sigHeader string) (R
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 			ON CONFLICT (id) DO NOTHING`,
 			ev.ID, string(ev.Type), ev.APIVersion, ev.Livemode, nullable(customer), time.Unix(ev.Created, 0).UTC(),
-			json.RawMessage(body), rc.Status, reason)
+			json.RawMessage(jsonbSafe(body)), rc.Status, reason)
 		if err != nil {
 			return fmt.Errorf("billing: store event: %w", err)
 		}
@@ -205,4 +206,32 @@ func nullable(s string) *string {
 		return nil
 	}
 	return &s
+}
+
+// jsonbSafe replaces the JSON escape \u0000 with \ufffd: Postgres's jsonb
+// cannot hold a NUL character, and an event it refuses would be answered 503
+// on every one of Stripe's retries for days. Only a real escape is touched
+// (an odd run of backslashes before the u), never an escaped backslash
+// followed by the text "u0000".
+func jsonbSafe(body []byte) []byte {
+	const nul = `\u0000`
+	if !bytes.Contains(body, []byte(nul)) {
+		return body
+	}
+	out := make([]byte, 0, len(body))
+	for i := 0; i < len(body); i++ {
+		if body[i] == '\\' && bytes.HasPrefix(body[i:], []byte(nul)) {
+			run := 0
+			for j := i; j >= 0 && body[j] == '\\'; j-- {
+				run++
+			}
+			if run%2 == 1 {
+				out = append(out, `\ufffd`...)
+				i += len(nul) - 1
+				continue
+			}
+		}
+		out = append(out, body[i])
+	}
+	return out
 }
