@@ -26,11 +26,8 @@ type meteringPart struct {
 	wg   sync.WaitGroup
 }
 
-func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg config.Config, log *slog.Logger) *meteringPart {
+func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlements.Service, cfg config.Config, log *slog.Logger) *meteringPart {
 	store := limiter.NewStore(rdb, limiter.DefaultPrefix)
-	ents := entitlements.NewService(pool, store, log, entitlements.Options{
-		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Prefix: limiter.DefaultPrefix,
-	})
 	svc := metering.NewService(pool, store, log, metering.Options{}) // the worker never answers GET /v1/usage
 	return &meteringPart{svc: svc, ents: ents, rdb: rdb, cfg: cfg}
 }

@@ -11,9 +11,11 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/tollgatehq/tollgate/internal/config"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/jobs"
 	"github.com/tollgatehq/tollgate/internal/logging"
 	"github.com/tollgatehq/tollgate/internal/postgres"
+	"github.com/tollgatehq/tollgate/limiter"
 )
 
 const usage = `usage: worker
@@ -79,13 +81,18 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	periodic := []*river.PeriodicJob{jobs.PrunePeriodic()}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	bill, err := newBilling(pool, rdb, cfg, log, reg)
+	// One entitlements service for every job that changes what a tenant may
+	// do; its snapshots go to Redis under the limiter's prefix, as the api's do.
+	ents := entitlements.NewService(pool, limiter.NewStore(rdb, limiter.DefaultPrefix), log, entitlements.Options{
+		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Prefix: limiter.DefaultPrefix,
+	})
+	bill, err := newBilling(pool, ents, cfg, log, reg)
 	if err != nil {
 		return err
 	}
 	bill.Workers(workers)
 	periodic = append(periodic, bill.Periodic()...)
-	meter := newMetering(pool, rdb, cfg, log)
+	meter := newMetering(pool, rdb, ents, cfg, log)
 	periodic = append(periodic, meter.Register(workers)...)
 
 	client, err := jobs.NewWorkerClient(pool, log, jobs.Config{Workers: workers, Periodic: periodic})
