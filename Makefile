@@ -39,3 +39,7 @@ bench: services ## side-by-side benchmarks; writes BENCHMARKS.md sections
 .PHONY: clean
 clean: ## remove built binaries and throwaway service data
 	rm -rf bin .data
+
+.PHONY: screenshots
+screenshots: services ## refresh docs/screenshots/ from the browser tests
+	UPDATE_SCREENSHOTS=1 $(GO) test -count=1 -run TestBrowser ./web/

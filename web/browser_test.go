@@ -106,8 +106,9 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 	return run(t, ctx, "text of "+sel, chromedp.Text(chromedp.CSS(sel)))
 }
 
-// screenshot writes a full-page PNG of the current page at the given width
-// to docs/screenshots/name.png.
+// screenshot takes a full-page PNG of the current page at the given width.
+// It goes to a temporary folder, so a test run leaves the tree as it found
+// it; UPDATE_SCREENSHOTS=1 (make screenshots) writes docs/screenshots/name.png.
 func screenshot(t *testing.T, ctx context.Context, name string, width int64) {
 	t.Helper()
 	do(t, ctx, "viewport", chromedp.EmulateViewport(width, 800))
@@ -123,7 +124,10 @@ func screenshot(t *testing.T, ctx context.Context, name string, width int64) {
 		t.Errorf("%s: controls without a label:\n%s", name, bad)
 	}
 	png := run(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
-	dir := filepath.Join("..", "docs", "screenshots")
+	dir := t.TempDir()
+	if os.Getenv("UPDATE_SCREENSHOTS") != "" {
+		dir = filepath.Join("..", "docs", "screenshots")
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ const (
 	secret     = "whsec_test_current_secret"
 	prevSecret = "whsec_test_previous_secret"
 	adminToken = "tga_test_admin"
-	fixtures   = "../../../shared/fixtures/stripe/events"
+	fixtures   = "testdata/stripe/events"
 )
 
 var evtSeq atomic.Int64
