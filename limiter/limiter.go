@@ -34,6 +34,7 @@ type Limiter struct {
 	refusalMu sync.Mutex
 	refusals  *lru[string, []cachedRefusal]
 	refusalN  atomic.Int64 // entries in refusals, read without the lock
+	tally     refusalTally // cached refusals not yet added to Redis
 
 	local *localStates
 	batch *batcher
@@ -78,6 +79,8 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		l.batch = newBatcher(ctx, l, opts.MaxBatch)
 	}
 	l.pubsub = rdb.Subscribe(ctx, l.keys.Invalidations())
+	l.wg.Add(1)
+	go func() { defer l.wg.Done(); l.flushRefusalsLoop(ctx) }()
 	l.wg.Add(1)
 	go func() { defer l.wg.Done(); l.subscribe(ctx) }()
 	return l, nil

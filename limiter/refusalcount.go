@@ -1,0 +1,116 @@
+package limiter
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// refusalFlushEvery is how often refusals answered from the local refusal
+// cache are added to the Redis counters. They are counted in memory first
+// so that a tenant hammering past its limit still costs no Redis work per
+// request, yet every 429 shows on the dashboard (about a second late).
+const refusalFlushEvery = time.Second
+
+// refusalTally counts cached refusals per Redis refusal hash (tenant and
+// UTC day) and policy until the next flush.
+type refusalTally struct {
+	mu     sync.Mutex
+	counts map[string]map[string]int64
+}
+
+func (t *refusalTally) add(key, policy string) {
+	t.mu.Lock()
+	if t.counts == nil {
+		t.counts = map[string]map[string]int64{}
+	}
+	m := t.counts[key]
+	if m == nil {
+		m = map[string]int64{}
+		t.counts[key] = m
+	}
+	m[policy]++
+	t.mu.Unlock()
+}
+
+func (t *refusalTally) take() map[string]map[string]int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.counts
+	t.counts = nil
+	return c
+}
+
+// putBack returns counts a failed flush could not write, so that the next
+// flush tries them again.
+func (t *refusalTally) putBack(c map[string]map[string]int64) {
+	for key, m := range c {
+		for policy, n := range m {
+			t.mu.Lock()
+			if t.counts == nil {
+				t.counts = map[string]map[string]int64{}
+			}
+			if t.counts[key] == nil {
+				t.counts[key] = map[string]int64{}
+			}
+			t.counts[key][policy] += n
+			t.mu.Unlock()
+		}
+	}
+}
+
+// countCachedRefusal notes a refusal answered without Redis; rfBase is the
+// plan's refusal key base, completed with the UTC day as the script does.
+func (l *Limiter) countCachedRefusal(rfBase, policy string, now time.Time) {
+	l.tally.add(rfBase+now.UTC().Format("20060102"), policy)
+}
+
+// FlushRefusals adds the refusals answered from the local refusal cache
+// since the last flush to the Redis counters that the dashboard reads. The
+// Limiter does it every second and once more in Close; tests and callers
+// that need the figure at once may call it. On error the counts are kept for
+// the next flush.
+func (l *Limiter) FlushRefusals(ctx context.Context) error {
+	c := l.tally.take()
+	if len(c) == 0 {
+		return nil
+	}
+	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for key, m := range c {
+			for policy, n := range m {
+				p.HIncrBy(ctx, key, policy, n)
+			}
+			p.Expire(ctx, key, 40*24*time.Hour) // as the script: 40 days
+		}
+		return nil
+	})
+	if err != nil {
+		l.tally.putBack(c)
+		if h := l.opts.Hooks.OnRedisError; h != nil {
+			h("refusals", err)
+		}
+		return err
+	}
+	return nil
+}
+
+// flushRefusalsLoop runs until ctx ends, then flushes one last time.
+func (l *Limiter) flushRefusalsLoop(ctx context.Context) {
+	t := time.NewTicker(refusalFlushEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = l.FlushRefusals(fctx) // best effort at shutdown
+			cancel()
+			return
+		case <-t.C:
+			fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = l.FlushRefusals(fctx) // kept for the next tick on error
+			cancel()
+		}
+	}
+}
