@@ -69,9 +69,27 @@ func (w *Web) handleAdminTenants() echo.HandlerFunc {
 		}
 		pg, _ := strconv.Atoi(c.QueryParam("page"))
 		pg = max(pg, 1)
-		rows, total, err := w.store.tenantPage(c.Request().Context(), q, pg, tenantsPerPage)
+		ctx := c.Request().Context()
+		rows, total, err := w.store.tenantPage(ctx, q, pg, tenantsPerPage)
 		if err != nil {
 			return err
+		}
+		// The list shows what the tenant's page, the dashboard and
+		// GET /v1/usage show: the same function, so overrides and usage
+		// not yet flushed count here too (the plan's quota and the durable
+		// figure alone said "332 / 100,000" where the override made 105,000).
+		for i := range rows {
+			u, err := w.Usage.Usage(ctx, rows[i].ID)
+			if err != nil {
+				w.log.WarnContext(ctx, "tenant list: usage failed", "tenant_id", rows[i].ID, "err", err)
+				continue
+			}
+			rows[i].RequestLimit = nil
+			for _, m := range u.Meters {
+				if m.Meter == "requests" {
+					rows[i].Requests, rows[i].RequestLimit = m.Used, m.Limit
+				}
+			}
 		}
 		d := tenantsPage{Q: q, Page: pg, Total: total, Tenants: rows,
 			Pages: max(int((total+tenantsPerPage-1)/tenantsPerPage), 1)}

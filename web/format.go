@@ -19,10 +19,11 @@ var funcs = template.FuncMap{
 		}
 		return fmtTime(*t)
 	},
-	"iso":   func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-	"day":   func(t time.Time) string { return t.UTC().Format("Mon 2 Jan") },
-	"join":  strings.Join,
-	"float": func(p *float64) string { return fmtFloatPtr(p) },
+	"iso":     func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"isodate": func(t time.Time) string { return t.UTC().Format(time.DateOnly) },
+	"day":     func(t time.Time) string { return t.UTC().Format("Mon 2 Jan") },
+	"join":    strings.Join,
+	"float":   func(p *float64) string { return fmtFloatPtr(p) },
 	"strp": func(p *string) string {
 		if p == nil {
 			return "—"

@@ -49,6 +49,9 @@ type bundle struct {
 	// fallbacks counts the limiter's fail-mode decisions (Redis slower
 	// than the timeout): a quota decided so is allowed but not counted.
 	fallbacks atomic.Int64
+	// cachedRefusals counts refusals the limiter answered from its local
+	// refusal cache (no Redis round trip).
+	cachedRefusals atomic.Int64
 }
 
 func uniq(name string) string {
@@ -93,7 +96,8 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	// assert on.
 	lim, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Loader: b.ents.LoadSnapshot, UsageLoader: b.meter.LoadUsage,
 		Timeout: 10 * time.Second,
-		Hooks:   limiter.Hooks{OnFallback: func(string, limiter.FailMode) { b.fallbacks.Add(1) }}})
+		Hooks: limiter.Hooks{OnFallback: func(string, limiter.FailMode) { b.fallbacks.Add(1) },
+			OnRefusalCacheHit: func(string) { b.cachedRefusals.Add(1) }}})
 	if err != nil {
 		t.Fatal(err)
 	}

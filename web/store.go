@@ -138,11 +138,13 @@ type DayUsage struct {
 	Used  int64
 }
 
-// dailyUsage sums the hourly history per UTC day in [from, to).
+// dailyUsage sums the hourly history per UTC day in [from, to). The hour
+// the period starts in counts whole: a period starting at 10:37 keeps its
+// usage of 10:37–11:00 in the 10:00 row, which "hour >= from" dropped.
 func (s *store) dailyUsage(ctx context.Context, tenantID string, from, to time.Time) ([]DayUsage, error) {
 	rows, err := s.db.Query(ctx, `
 		SELECT date_trunc('day', hour AT TIME ZONE 'UTC') AS day, meter, sum(used)::bigint
-		FROM usage_hourly WHERE tenant_id = $1 AND hour >= $2 AND hour < $3
+		FROM usage_hourly WHERE tenant_id = $1 AND hour >= date_trunc('hour', $2::timestamptz) AND hour < $3
 		GROUP BY 1, 2 ORDER BY 1, 2`, tenantID, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("web: daily usage: %w", err)

@@ -211,7 +211,7 @@ func meterView(m metering.MeterUsage, start, end, now time.Time) MeterView {
 		if secs < end.Sub(now).Seconds() {
 			at := now.Add(time.Duration(secs * float64(time.Second)))
 			v.RunsOutAt = &at
-			v.Projection = "At the current pace the quota runs out around " + fmtTime(at.Truncate(time.Hour)) + "."
+			v.Projection = "At the current pace the quota runs out " + runsOut(at, now) + "."
 		} else {
 			v.Projection = "At the current pace the quota lasts the whole period."
 		}
@@ -258,4 +258,18 @@ func derefTime(t *time.Time) time.Time {
 		return time.Time{}
 	}
 	return *t
+}
+
+// runsOut says when a projected run-out happens, never before now: the hour
+// is rounded up (truncating it showed 10:00 for a run-out at 10:50 seen at
+// 10:40, a time already past), and a run-out within the hour says so.
+func runsOut(at, now time.Time) string {
+	if at.Sub(now) < time.Hour {
+		return "within the hour"
+	}
+	up := at.Truncate(time.Hour)
+	if up.Before(at) {
+		up = up.Add(time.Hour)
+	}
+	return "around " + fmtTime(up)
 }

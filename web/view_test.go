@@ -146,3 +146,24 @@ func TestUpgradesAreBiggerPlans(t *testing.T) {
 		t.Fatal("nothing is bigger than unlimited, and an unknown plan has no upgrades")
 	}
 }
+
+// The run-out time is never shown in the past: 10:50 seen at 10:40 was shown
+// as "10:00" (the hour truncated).
+func TestProjectionNeverInThePast(t *testing.T) {
+	start := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	end := start.AddDate(0, 1, 0)
+	l := func(n int64) *int64 { return &n }
+	// 10 days in, 9,990 of 10,000 used: the last 10 run out in about 43 s.
+	now := start.Add(10*24*time.Hour + 10*time.Hour + 40*time.Minute)
+	v := meterView(metering.MeterUsage{Meter: "requests", Used: 9990, Limit: l(10000), Remaining: l(10), Mode: "hard"}, start, end, now)
+	if v.RunsOutAt == nil || !v.RunsOutAt.After(now) || !strings.Contains(v.Projection, "within the hour") {
+		t.Fatalf("%+v", v)
+	}
+	// A run-out at 13:20 shows as 14:00, not 13:00.
+	if got := runsOut(time.Date(2026, 3, 11, 13, 20, 0, 0, time.UTC), now); got != "around 11 Mar 2026 14:00 UTC" {
+		t.Fatalf("runsOut = %q", got)
+	}
+	if got := runsOut(time.Date(2026, 3, 11, 13, 0, 0, 0, time.UTC), now); got != "around 11 Mar 2026 13:00 UTC" {
+		t.Fatalf("runsOut on the hour = %q", got)
+	}
+}

@@ -338,7 +338,10 @@ func (s *Service) usage(ctx context.Context, snap limiter.Snapshot) ([]MeterUsag
 			if err != nil {
 				// The durable figure is still right up to the last flush.
 				s.log.WarnContext(ctx, "reading live usage failed", "tenant_id", snap.TenantID, "meter", m, "err", err)
-			} else if ok {
+			} else if ok && n >= u.Used {
+				// The larger of the two, as GET /v1/usage (metering) counts:
+				// each is a lower bound, and the console, the dashboard and
+				// the API must agree.
 				u.Used, u.Source = max(n, 0), "redis"
 			}
 		}
