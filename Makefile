@@ -27,9 +27,10 @@ test: services ## run every test against real Postgres, Redis (and Cluster), str
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 .PHONY: lint
-lint: ## go vet and gofmt check
+lint: ## go vet, gofmt check and staticcheck (pinned in go.mod as a tool)
 	$(GO) vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) tool staticcheck ./...
 
 .PHONY: bench
 bench: services ## side-by-side benchmarks; writes BENCHMARKS.md sections

@@ -10,14 +10,13 @@ import (
 // prepared is a snapshot with the keys and script arguments of its policies
 // worked out once, when it enters the near-cache.
 type prepared struct {
-	snap     Snapshot
-	rate     *preparedRate
-	conc     int64
-	concKey  string
-	quotas   map[string]*preparedQuota
-	rfBase   string
-	refusalK string
-	entKey   string // the snapshot's key
+	snap    Snapshot
+	rate    *preparedRate
+	conc    int64
+	concKey string
+	quotas  map[string]*preparedQuota
+	rfBase  string
+	entKey  string // the snapshot's key
 	// plans caches the decision plans built from this snapshot (keys and
 	// script arguments ready to send), keyed by planKey: at most
 	// 4 × (quotas + 1) entries.

@@ -114,23 +114,6 @@ func (s *store) subscription(ctx context.Context, tenantID string) (*Subscriptio
 	return &r, nil
 }
 
-// durableUsed is the Postgres figure of each meter for the period starting
-// at periodStart: what the limiter's counter is rebuilt from.
-func (s *store) durableUsed(ctx context.Context, tenantID string, periodStart time.Time) (map[string]int64, error) {
-	rows, err := s.db.Query(ctx, `SELECT meter, used FROM usage_periods WHERE tenant_id = $1 AND period_start = $2`, tenantID, periodStart)
-	if err != nil {
-		return nil, fmt.Errorf("web: usage periods: %w", err)
-	}
-	out := map[string]int64{}
-	var meter string
-	var used int64
-	_, err = pgx.ForEachRow(rows, []any{&meter, &used}, func() error { out[meter] = used; return nil })
-	if err != nil {
-		return nil, fmt.Errorf("web: usage periods: %w", err)
-	}
-	return out, nil
-}
-
 // DayUsage is the usage of one meter on one UTC day.
 type DayUsage struct {
 	Day   time.Time

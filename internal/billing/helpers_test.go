@@ -99,7 +99,8 @@ func newEnvOn(t testing.TB, pool *pgxpool.Pool, rdb *redis.Client, prefix string
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Loader: ents.LoadSnapshot})
+	lim, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Loader: ents.LoadSnapshot,
+		Timeout: 5 * time.Second}) // not a fail-mode test: no 50 ms fallbacks under load
 	if err != nil {
 		t.Fatal(err)
 	}

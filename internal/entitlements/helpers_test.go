@@ -27,7 +27,6 @@ type bundle struct {
 	store  *limiter.Store
 	svc    *entitlements.Service
 	free   string // this test's default plan key
-	now    time.Time
 }
 
 func uniq(name string) string {

@@ -75,6 +75,13 @@ func newLimitInstance(t *testing.T, pool *pgxpool.Pool, addr, prefix string, set
 	opts.Loader = ents.LoadSnapshot
 	opts.UsageLoader = meter.LoadUsage
 	opts.Hooks = m.Hooks()
+	if opts.Timeout == 0 {
+		// The production 50 ms is a fail-mode test's business
+		// (ratelimit_failure_test.go sets its own); on 2 loaded cores under
+		// -race one Redis reply can take longer, and a fallback decision
+		// breaks tests about headers and counting.
+		opts.Timeout = 5 * time.Second
+	}
 	lim, err := limiter.New(rdb, opts)
 	if err != nil {
 		t.Fatal(err)

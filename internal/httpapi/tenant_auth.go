@@ -6,11 +6,8 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apperr"
 )
 
-// Context keys set by requireTenant.
-const (
-	ctxTenantID = "tollgate.tenant_id"
-	ctxAPIKeyID = "tollgate.api_key_id"
-)
+// ctxTenantID is the context key requireTenant sets.
+const ctxTenantID = "tollgate.tenant_id"
 
 // requireTenant authenticates /v1/* by API key (Authorization: Bearer
 // tg_…) and puts the tenant into the request context.
@@ -25,7 +22,6 @@ func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 			return err
 		}
 		c.Set(ctxTenantID, info.TenantID)
-		c.Set(ctxAPIKeyID, info.KeyID)
 		return next(c)
 	}
 }
@@ -33,11 +29,5 @@ func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 // tenantIDFrom is the tenant requireTenant authenticated ("" outside /v1).
 func tenantIDFrom(c echo.Context) string {
 	id, _ := c.Get(ctxTenantID).(string)
-	return id
-}
-
-// apiKeyIDFrom is the id of the API key the request used.
-func apiKeyIDFrom(c echo.Context) string {
-	id, _ := c.Get(ctxAPIKeyID).(string)
 	return id
 }

@@ -176,7 +176,8 @@ func TestIngestConcurrentWritersExact(t *testing.T) {
 	tenant := b.newTenant(t, time.Now().Add(-24*time.Hour))
 	snap := b.putSnapshot(t, tenant, 1, map[string]limiter.Quota{"exports": {Limit: 1 << 40, Mode: "soft"}})
 	// Create the Redis counter as the limiter would, so AddUsage applies.
-	lim, err := limiter.New(b.rdb, limiter.Options{Prefix: b.prefix, UsageLoader: b.svc.LoadUsage})
+	lim, err := limiter.New(b.rdb, limiter.Options{Prefix: b.prefix, UsageLoader: b.svc.LoadUsage,
+		Timeout: 5 * time.Second}) // not a fail-mode test: no 50 ms fallbacks under load
 	if err != nil {
 		t.Fatal(err)
 	}
