@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"net/http"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
@@ -41,7 +42,9 @@ type PlanAdmin interface {
 type KeyManager interface {
 	IssueKey(ctx context.Context, tenantID, name string) (entitlements.IssuedKey, error)
 	RevokeKey(ctx context.Context, keyID string) error
-	Authenticate(ctx context.Context, rawKey string) (entitlements.KeyInfo, error)
+	// AuthenticateKey checks a key; with suspect, a key the in-process key
+	// index does not know is refused without a database lookup.
+	AuthenticateKey(ctx context.Context, rawKey string, suspect bool) (entitlements.KeyInfo, error)
 }
 
 // EventReplayer queues a stored Stripe event to be processed again
@@ -57,12 +60,16 @@ type OverrideManager interface {
 	DeleteOverride(ctx context.Context, tenantID, overrideID string) error
 }
 
-// LoginGuard limits failed logins per client IP, shared by every instance
-// (httpapi.AuthLimiter): Before refuses an IP that has used up its
-// failures, Failed records one.
+// LoginGuard limits failed logins per client address, shared by every
+// instance (httpapi.AuthLimiter). The credential is always checked first, so
+// a valid one is never refused: Failed records a failure and returns an
+// error once the address has no failures left; Blocked says whether an
+// address is already out of them (to skip a database lookup of a key that
+// is certainly unknown). bucket is "admin" or "key".
 type LoginGuard interface {
-	Before(ctx context.Context, ip string) error
-	Failed(ctx context.Context, ip string)
+	Address(r *http.Request) string
+	Blocked(ctx context.Context, bucket string, addr string) error
+	Failed(ctx context.Context, bucket string, addr string) error
 }
 
 // Resyncer re-reads a tenant's Stripe customer and repairs what differs

@@ -24,11 +24,10 @@ func (w *Web) handleAdminLoginPage() echo.HandlerFunc {
 // console session.
 func (w *Web) handleAdminLogin() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if err := w.guardBefore(c); err != nil {
-			return err
-		}
 		if !equalConst(strings.TrimSpace(c.FormValue("token")), w.AdminToken) {
-			w.guardFailed(c)
+			if err := w.guardFailed(c, "admin"); err != nil {
+				return err
+			}
 			w.log.WarnContext(c.Request().Context(), "admin console login refused", "remote_ip", c.RealIP())
 			return w.render(c, http.StatusUnauthorized, "admin_login", page{Title: "Billing console login", CSRF: preToken(c, "/admin"),
 				Data: loginPage{Error: "That admin token is wrong."}})

@@ -51,14 +51,13 @@ func (w *Web) handleDashboardLoginPage() echo.HandlerFunc {
 func (w *Web) handleDashboardLogin() echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ctx := c.Request().Context()
-		if err := w.guardBefore(c); err != nil {
-			return err
-		}
 		var tenantID string
 		if tok := c.FormValue("token"); tok != "" {
 			tid, err := w.store.useLink(ctx, tok)
 			if apperr.CodeOf(err) == apperr.Unauthorized {
-				w.guardFailed(c)
+				if err := w.guardFailed(c, "key"); err != nil {
+					return err
+				}
 				return w.render(c, http.StatusGone, "login", page{Title: "Log in to your dashboard", CSRF: preToken(c, "/dashboard"),
 					Data: loginPage{LinkError: err.Error()}})
 			}
@@ -72,9 +71,11 @@ func (w *Web) handleDashboardLogin() echo.HandlerFunc {
 				return w.render(c, http.StatusUnauthorized, "login", page{Title: "Log in to your dashboard", CSRF: preToken(c, "/dashboard"),
 					Data: loginPage{Error: "Enter an API key of your account."}})
 			}
-			info, err := w.Keys.Authenticate(ctx, key)
+			info, err := w.Keys.AuthenticateKey(ctx, key, w.guardBlocked(c, "key"))
 			if apperr.CodeOf(err) == apperr.Unauthorized || apperr.CodeOf(err) == apperr.NotFound || apperr.CodeOf(err) == apperr.Invalid {
-				w.guardFailed(c)
+				if err := w.guardFailed(c, "key"); err != nil {
+					return err
+				}
 				return w.render(c, http.StatusUnauthorized, "login", page{Title: "Log in to your dashboard", CSRF: preToken(c, "/dashboard"),
 					Data: loginPage{Error: "That API key is unknown or revoked."}})
 			}

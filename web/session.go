@@ -8,7 +8,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"time"
@@ -17,7 +16,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
-	"github.com/tollgatehq/tollgate/limiter"
 )
 
 // Session kinds, as stored in web_sessions.kind.
@@ -202,37 +200,26 @@ func preToken(c echo.Context, path string) string {
 	return tok
 }
 
-// clientIP is the TCP peer: forwarding headers are anyone's to send, and a
-// limit keyed by them could be dodged by changing them.
-func clientIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
-}
-
-// errTooManyLogins is what an IP out of failed logins gets.
+// errTooManyLogins is what an address out of failed logins gets.
 var errTooManyLogins = errors.New("web: too many failed logins")
 
-// guardBefore asks the login guard whether this IP may try to log in.
-func (w *Web) guardBefore(c echo.Context) error {
+// guardBlocked says whether the address is out of failed logins in bucket
+// (only to skip looking up a key that is certainly unknown).
+func (w *Web) guardBlocked(c echo.Context, bucket string) bool {
+	if w.Guard == nil {
+		return false
+	}
+	return w.Guard.Blocked(c.Request().Context(), bucket, w.Guard.Address(c.Request())) != nil
+}
+
+// guardFailed records a failed login; errTooManyLogins once the address has
+// no failures left. A valid credential never comes here.
+func (w *Web) guardFailed(c echo.Context, bucket string) error {
 	if w.Guard == nil {
 		return nil
 	}
-	err := w.Guard.Before(c.Request().Context(), clientIP(c.Request()))
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, limiter.ErrUnavailable) || errors.Is(err, limiter.ErrOverloaded):
-		return apperr.New(apperr.Unavailable, "logins are paused for a moment; try again shortly")
-	default:
+	if err := w.Guard.Failed(c.Request().Context(), bucket, w.Guard.Address(c.Request())); err != nil {
 		return errTooManyLogins
 	}
-}
-
-func (w *Web) guardFailed(c echo.Context) {
-	if w.Guard != nil {
-		w.Guard.Failed(c.Request().Context(), clientIP(c.Request()))
-	}
+	return nil
 }

@@ -327,14 +327,21 @@ func TestFailedLoginsAreLimitedPerIP(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		wantStatus(t, br.loginAdmin("wrong"), http.StatusUnauthorized, "wrong admin token")
 	}
-	// Out of failures: refused before the token is even compared, the right
-	// one too, and the dashboard's login shares the window.
-	r := br.loginAdmin(b.admin)
-	wantStatus(t, r, http.StatusTooManyRequests, "right token after too many failures")
+	// Out of failures: the next wrong token is refused 429...
+	r := br.loginAdmin("wrong again")
+	wantStatus(t, r, http.StatusTooManyRequests, "wrong token after too many failures")
 	if r.header.Get("Retry-After") == "" {
 		t.Fatal("429 without Retry-After")
 	}
-	wantStatus(t, br.loginKey(k.Key), http.StatusTooManyRequests, "key login from the same address")
+	// ...but a valid credential from the same address is never locked out,
+	// and the dashboard's key login counts in its own bucket.
+	wantRedirect(t, br.loginAdmin(b.admin), "/admin/tenants", "right token from the same address")
+	wantRedirect(t, br.loginKey(k.Key), "/dashboard", "key login from the same address")
+	for i := 0; i < 5; i++ {
+		wantStatus(t, br.loginKey("tg_wrong"), http.StatusUnauthorized, "wrong key")
+	}
+	wantStatus(t, br.loginKey("tg_wrong"), http.StatusTooManyRequests, "wrong key after too many failures")
+	wantRedirect(t, br.loginKey(k.Key), "/dashboard", "right key after too many failures")
 }
 
 func TestFormBodiesAreLimited(t *testing.T) {

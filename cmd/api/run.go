@@ -130,7 +130,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	// The dashboard and the console (web) read Postgres and the limiter's
 	// counters, and act through the same services as the admin API.
 	// One failed-login window per client IP for the API and the pages.
-	authLim := httpapi.NewAuthLimiter(lim, httpapi.AuthLimitOptions{})
+	authLim := httpapi.NewAuthLimiter(lim, httpapi.AuthLimitOptions{TrustedProxies: cfg.TrustedProxies})
 	var resync web.Resyncer // the console's "resync now" needs Stripe
 	if cfg.StripeSecretKey != "" {
 		resync = bill

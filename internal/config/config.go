@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -63,6 +64,13 @@ type Config struct {
 	FlushInterval time.Duration
 	// ShutdownTimeout (SHUTDOWN_TIMEOUT), default 15s: how long draining may take.
 	ShutdownTimeout time.Duration
+	// TrustedProxies (TRUSTED_PROXIES): CIDRs of the proxies whose
+	// Forwarded / X-Forwarded-For name the client; empty = none (the TCP
+	// peer is the client).
+	TrustedProxies []netip.Prefix
+	// MaxInFlight (MAX_IN_FLIGHT), default 0 (no cap): the most limiter
+	// decisions in progress in one api process; over it, 503.
+	MaxInFlight int
 	// WorkerMetricsAddr (WORKER_METRICS_ADDR), default 127.0.0.1:9091: where
 	// the worker serves /metrics (its job counters live only in its process);
 	// "off" disables it.
@@ -169,6 +177,21 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.ExpectedInstances, err = strconv.Atoi(get("EXPECTED_INSTANCES", "1")); err != nil || c.ExpectedInstances < 1 {
 		bad("EXPECTED_INSTANCES", errors.New("want a whole number of at least 1"))
+	}
+	if tp := get("TRUSTED_PROXIES", ""); tp != "" {
+		for _, f := range strings.FieldsFunc(tp, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }) {
+			if p, err := netip.ParsePrefix(f); err == nil {
+				c.TrustedProxies = append(c.TrustedProxies, p.Masked())
+			} else if a, err := netip.ParseAddr(f); err == nil {
+				c.TrustedProxies = append(c.TrustedProxies, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
+			} else {
+				bad("TRUSTED_PROXIES", fmt.Errorf("%q: want CIDRs such as 10.0.0.0/8, comma-separated", f))
+				break
+			}
+		}
+	}
+	if c.MaxInFlight, err = strconv.Atoi(get("MAX_IN_FLIGHT", "0")); err != nil || c.MaxInFlight < 0 {
+		bad("MAX_IN_FLIGHT", errors.New("want a whole number, 0 for no cap"))
 	}
 	if len(errs) > 0 {
 		return Config{}, errs[0] // one line, naming the first bad variable

@@ -88,6 +88,16 @@ RETURNING id::text, created_at`, tenantID, k.Prefix, hashKey(raw), name).Scan(&k
 		}
 		return IssuedKey{}, fmt.Errorf("entitlements: issue key: %w", pgError(err))
 	}
+	sum := hashKey(raw)
+	s.index.add(indexID(sum))
+	if s.opts.Redis != nil {
+		// Other instances learn of the key for their index; if this fails
+		// they still look it up in Postgres, except for an address that
+		// has used up its failed logins, until their next resubscription.
+		if err := s.opts.Redis.Publish(ctx, s.RevokedChannel(), "+"+hex.EncodeToString(sum)).Err(); err != nil {
+			s.log.WarnContext(ctx, "publishing a new api key to the key index failed", "key_id", k.ID, "err", err)
+		}
+	}
 	s.log.InfoContext(ctx, "api key issued", "tenant_id", tenantID, "key_id", k.ID, "key_prefix", k.Prefix)
 	return k, nil
 }
@@ -135,6 +145,7 @@ RETURNING hash, tenant_id::text`, keyID).Scan(&hash, &tenantID)
 	}
 	h := hex.EncodeToString(hash)
 	s.keys.revoke(h)
+	s.index.remove(indexID(hash))
 	if s.opts.Redis != nil {
 		if err := s.opts.Redis.Publish(ctx, s.RevokedChannel(), h).Err(); err != nil {
 			// Other instances trust their cache for at most KeyCacheTTL.
@@ -149,6 +160,14 @@ RETURNING hash, tenant_id::text`, keyID).Scan(&hash, &tenantID)
 // Authenticate maps a raw API key to its tenant. Unknown, malformed and
 // revoked keys are Unauthorized. In steady state it answers from memory.
 func (s *Service) Authenticate(ctx context.Context, rawKey string) (KeyInfo, error) {
+	return s.AuthenticateKey(ctx, rawKey, false)
+}
+
+// AuthenticateKey is Authenticate; with suspect (the caller's address has
+// used up its failed logins) a key that the in-process key index does not
+// know is refused without asking Postgres, so a flood of made-up keys costs
+// no query while a real key still authenticates.
+func (s *Service) AuthenticateKey(ctx context.Context, rawKey string, suspect bool) (KeyInfo, error) {
 	if !strings.HasPrefix(rawKey, keyScheme) || len(rawKey) != len(keyScheme)+keyBodyLen {
 		return KeyInfo{}, apperr.New(apperr.Unauthorized, "invalid API key")
 	}
@@ -162,6 +181,11 @@ func (s *Service) Authenticate(ctx context.Context, rawKey string) (KeyInfo, err
 		}
 		s.touch(ctx, e.info.KeyID, now)
 		return e.info, nil
+	}
+	if suspect {
+		if known, live := s.index.known(sum); live && !known {
+			return KeyInfo{}, apperr.New(apperr.Unauthorized, "invalid API key")
+		}
 	}
 	var info KeyInfo
 	err := s.db.QueryRow(ctx, `SELECT id::text, tenant_id::text FROM api_keys WHERE hash = $1 AND revoked_at IS NULL`, sum).

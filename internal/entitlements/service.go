@@ -57,6 +57,7 @@ type Service struct {
 	log   *slog.Logger
 	opts  Options
 	keys  *keyCache
+	index keyIndex
 }
 
 // querier is what both a pool and a transaction offer.
@@ -121,6 +122,7 @@ func (s *Service) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		err := s.subscribeOnce(ctx)
 		s.keys.setLive(false)
+		s.index.setDown()
 		if ctx.Err() != nil {
 			break
 		}
@@ -146,12 +148,26 @@ func (s *Service) subscribeOnce(ctx context.Context) error {
 		return err
 	}
 	s.keys.setLive(true)
+	// Keys issued before this point are in the load; later ones arrive as
+	// "+<hash>" messages, buffered while the load runs.
+	if err := s.loadKeyIndex(ctx); err != nil {
+		s.log.WarnContext(ctx, "api key index not loaded; unknown keys are looked up in Postgres", "err", err)
+	}
 	for {
 		msg, err := ps.ReceiveMessage(ctx)
 		if err != nil {
 			return err
 		}
+		if h, ok := strings.CutPrefix(msg.Payload, "+"); ok {
+			if id, ok := indexIDHex(h); ok {
+				s.index.add(id)
+			}
+			continue
+		}
 		s.keys.revoke(msg.Payload)
+		if id, ok := indexIDHex(msg.Payload); ok {
+			s.index.remove(id)
+		}
 	}
 }
 

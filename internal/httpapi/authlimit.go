@@ -3,7 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
-	"net"
+	"net/netip"
 	"net/http"
 	"strings"
 	"sync"
@@ -20,39 +20,57 @@ import (
 // headers and 429 bodies.
 const AuthLimitPolicy = "auth-failures"
 
+// Buckets separate the failures counted per address: wrong admin tokens
+// and wrong API keys (or dashboard links) use up different allowances, so
+// that a tenant's stale key never locks the admin out, nor the reverse.
+// The buckets.
+const (
+	AuthAdmin  = "admin"
+	AuthTenant = "key"
+)
+
 // AuthLimitOptions configure an AuthLimiter; the zero value is usable.
 type AuthLimitOptions struct {
-	// Limit is the number of failed authentications one client IP may make
-	// per Window; default 20.
+	// Limit is the number of failed authentications one client address may
+	// make per Window and bucket; default 20.
 	Limit int64
 	// Window is the length of the sliding window; default 1 minute.
 	Window time.Duration
-	// MaxSuspects bounds the in-process set of IPs that failed recently;
-	// default 100,000.
+	// MaxSuspects bounds the in-process set of addresses that failed
+	// recently; default 100,000.
 	MaxSuspects int
+	// TrustedProxies are the peers whose Forwarded / X-Forwarded-For
+	// headers name the client (TRUSTED_PROXIES); none by default.
+	TrustedProxies []netip.Prefix
 }
 
 // AuthLimiter limits failed authentication (bad API keys, bad admin tokens,
-// failed dashboard logins) per client IP with a sliding window kept in Redis
-// and shared by every instance. The window is looked at before the
-// credentials are checked, so that once an IP has used up its failures its
-// requests are refused without reaching the key store or the database.
+// failed dashboard logins) per client address, with a sliding window kept
+// in Redis and shared by every instance.
 //
-// Only IPs that failed recently on this instance pay a look at the window
-// (one Redis round trip, none once refused: the limiter caches refusals
-// until their retry time), so an authenticated request costs nothing extra.
-// A flood from a new IP gets at most one credential check per instance
-// before the window is consulted.
+// It never blocks a valid credential: the credential is always checked,
+// and only a failed check counts against the address (and is answered 429
+// instead of 401 once the address has no failures left). What an exhausted
+// address loses is the database lookup of keys nobody issued: its unknown
+// keys are refused from the in-process key index and negative cache
+// (entitlements.AuthenticateKey with suspect), so a flood of made-up keys
+// does not reach Postgres.
+//
+// Only addresses that failed recently on this instance pay a look at the
+// window (one Redis round trip, none once refused: the limiter caches
+// refusals until their retry time), so an authenticated request costs
+// nothing extra.
 type AuthLimiter struct {
 	l      *limiter.Limiter
 	limits limiter.Limits
 	window time.Duration
 	max    int
+	addrs  ClientAddrs
 
 	mu       sync.Mutex
-	suspects map[string]time.Time // IP -> end of its last failure's window
+	suspects map[string]time.Time // bucket+address -> end of its last failure's window
 
-	checks atomic.Int64
+	failures atomic.Int64
 }
 
 // NewAuthLimiter returns an AuthLimiter deciding with l (which may be
@@ -72,12 +90,13 @@ func NewAuthLimiter(l *limiter.Limiter, opts AuthLimitOptions) *AuthLimiter {
 		limits:   limiter.Limits{Windows: []limiter.Window{{Name: AuthLimitPolicy, Limit: opts.Limit, Length: opts.Window}}},
 		window:   opts.Window,
 		max:      opts.MaxSuspects,
+		addrs:    ClientAddrs{Trusted: opts.TrustedProxies},
 		suspects: map[string]time.Time{},
 	}
 }
 
-// AuthLimitedError is returned by Guard when the IP has no failures left;
-// Write answers it (429 with Retry-After and a problem body).
+// AuthLimitedError is returned when an address has no failures left; Write
+// answers it (429 with Retry-After and a problem body).
 type AuthLimitedError struct {
 	Decision *limiter.Decision
 }
@@ -89,96 +108,97 @@ func (e *AuthLimitedError) Error() string {
 // Write answers 429 with the window's headers and a problem body.
 func (e *AuthLimitedError) Write(w http.ResponseWriter) { limiter.WriteRefusal(w, e.Decision) }
 
-// ClientIP is the address the limit is keyed by: the TCP peer. Forwarding
-// headers are ignored on purpose: anyone can send them, and a limit keyed by
-// them could be dodged by changing them on every request.
+// ClientIP is the TCP peer's address, forwarding headers ignored (the
+// AuthLimiter's Address reads them from trusted proxies).
 func ClientIP(r *http.Request) string {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
+	return AddrKey(parseHost(r.RemoteAddr), r.RemoteAddr)
 }
 
-// Guard runs check (the credential check) unless ip has used up its
-// failures, and records a failure when check returns an Unauthorized
-// apperr. It returns *AuthLimitedError when refused, limiter.ErrUnavailable
-// when Redis is down and the window's fail mode is closed, else check's
-// error.
-func (a *AuthLimiter) Guard(ctx context.Context, ip string, check func(context.Context) error) error {
-	if err := a.Before(ctx, ip); err != nil {
-		return err
-	}
+// Address is the key failures of r are counted by: the client address
+// (through TRUSTED_PROXIES), an IPv6 client grouped by its /64.
+func (a *AuthLimiter) Address(r *http.Request) string { return a.addrs.Key(r) }
+
+// Guard runs check (the credential check) and, when it fails with an
+// Unauthorized apperr, counts the failure: the answer is then
+// *AuthLimitedError once the address is out of failures, else check's
+// error. A valid credential is never refused here.
+func (a *AuthLimiter) Guard(ctx context.Context, b string, addr string, check func(context.Context) error) error {
 	err := check(ctx)
 	if IsAuthFailure(err) {
-		a.Failed(ctx, ip)
+		if lerr := a.Failed(ctx, b, addr); lerr != nil {
+			return lerr
+		}
 	}
 	return err
 }
 
-// Before is the look at the window that Guard makes before the check; a
-// caller that cannot wrap its check in a function calls Before, checks, and
-// calls Failed on a failure.
-func (a *AuthLimiter) Before(ctx context.Context, ip string) error {
-	if a.suspect(ip) {
-		d, err := a.l.Allow(ctx, authKey(ip), limiter.Request{Cost: 0, Limits: &a.limits})
-		switch {
-		case errors.Is(err, limiter.ErrUnavailable) || errors.Is(err, limiter.ErrOverloaded):
-			return err
-		case err != nil:
-			// A bug or a bad address: never lock people out over it; the
-			// credential check still protects.
-		case !d.Allowed:
-			return &AuthLimitedError{Decision: d}
-		}
+// Blocked reports (*AuthLimitedError) whether addr has used up its failures
+// in bucket b. It costs nothing for an address that has not failed on this
+// instance lately. Callers use it only to skip expensive checks of
+// credentials that are certainly wrong, never to refuse a valid one.
+func (a *AuthLimiter) Blocked(ctx context.Context, b string, addr string) error {
+	if !a.suspect(b, addr) {
+		return nil
 	}
-	a.checks.Add(1)
-	return nil
+	d, err := a.l.Allow(ctx, authKey(b, addr), limiter.Request{Cost: 0, Limits: &a.limits})
+	if err != nil || d.Allowed {
+		// Redis trouble: do not guess; the credential check still protects.
+		return nil
+	}
+	return &AuthLimitedError{Decision: d}
 }
 
-// Failed records one failed authentication of ip.
-func (a *AuthLimiter) Failed(ctx context.Context, ip string) {
-	a.mark(ip)
-	// The decision's error (Redis down) is dropped: the fail mode already
-	// counted it locally when it is "local".
-	_, _ = a.l.Allow(context.WithoutCancel(ctx), authKey(ip), limiter.Request{Cost: 1, Limits: &a.limits})
+// Failed records one failed authentication of addr in bucket b and returns
+// *AuthLimitedError when the address has no failures left (this one
+// included); nil while it still has some.
+func (a *AuthLimiter) Failed(ctx context.Context, b string, addr string) error {
+	a.failures.Add(1)
+	a.mark(b, addr)
+	d, err := a.l.Allow(context.WithoutCancel(ctx), authKey(b, addr), limiter.Request{Cost: 1, Limits: &a.limits})
+	if err != nil || d.Allowed {
+		// Redis down: the fail mode (local) already counted it in process
+		// when it could; a 401 is the right answer either way.
+		return nil
+	}
+	return &AuthLimitedError{Decision: d}
 }
 
-// Checks counts the credential checks let through (for tests: a refused
-// request must not reach the check).
-func (a *AuthLimiter) Checks() int64 { return a.checks.Load() }
+// Failures counts the failed authentications recorded (tests).
+func (a *AuthLimiter) Failures() int64 { return a.failures.Load() }
 
-func authKey(ip string) string {
+func authKey(b string, addr string) string {
 	// IPv6 zones ("fe80::1%eth0") and other oddities must not break the key.
-	return "auth:" + strings.Map(func(r rune) rune {
+	return "auth:" + b + ":" + strings.Map(func(r rune) rune {
 		if r <= ' ' || r >= 0x7f || r == '{' || r == '}' {
 			return '_'
 		}
 		return r
-	}, ip)
+	}, addr)
 }
 
-func (a *AuthLimiter) suspect(ip string) bool {
+func (a *AuthLimiter) suspect(b string, addr string) bool {
+	k := b + " " + addr
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	until, ok := a.suspects[ip]
+	until, ok := a.suspects[k]
 	if !ok {
 		return false
 	}
 	if time.Now().After(until) {
-		delete(a.suspects, ip)
+		delete(a.suspects, k)
 		return false
 	}
 	return true
 }
 
-func (a *AuthLimiter) mark(ip string) {
+func (a *AuthLimiter) mark(b string, addr string) {
+	k := b + " " + addr
 	now := time.Now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.suspects) >= a.max {
 		// Drop the expired; if a flood of addresses keeps it full, start
-		// over rather than grow: forgetting only costs a check per IP.
+		// over rather than grow: forgetting only costs a lookup per address.
 		for k, until := range a.suspects {
 			if now.After(until) {
 				delete(a.suspects, k)
@@ -190,7 +210,7 @@ func (a *AuthLimiter) mark(ip string) {
 	}
 	// Two windows: the sliding estimate still counts failures of the
 	// previous window.
-	a.suspects[ip] = now.Add(2 * a.window)
+	a.suspects[k] = now.Add(2 * a.window)
 }
 
 // IsAuthFailure reports whether err is a failed authentication: an
@@ -206,27 +226,37 @@ func IsAuthFailure(err error) bool {
 	return errors.As(err, &he) && he.Code == http.StatusUnauthorized
 }
 
-// authLimit is the echo middleware put in front of a credential check
-// (requireTenant, requireAdmin): it refuses an IP out of failures before
-// the check runs and counts the check's 401s.
-func (s *Server) authLimit(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		a := s.AuthLimiter
-		if a == nil {
-			return next(c)
+// authFailures is the echo middleware put in front of a credential check
+// (requireTenant, requireAdmin): the check always runs; a failure is counted
+// against the client address and answered 429 once the address is out of
+// failures.
+func (s *Server) authFailures(b string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			a := s.AuthLimiter
+			if a == nil {
+				return next(c)
+			}
+			ctx := c.Request().Context()
+			addr := a.Address(c.Request())
+			if b == AuthTenant && a.Blocked(ctx, b, addr) != nil {
+				c.Set(ctxSuspect, true)
+			}
+			err := next(c)
+			if IsAuthFailure(err) {
+				if lerr := a.Failed(ctx, b, addr); lerr != nil {
+					return s.writeAuthLimit(c, lerr)
+				}
+			}
+			return err
 		}
-		ctx := c.Request().Context()
-		ip := ClientIP(c.Request())
-		if err := a.Before(ctx, ip); err != nil {
-			return s.writeAuthLimit(c, err)
-		}
-		err := next(c)
-		if IsAuthFailure(err) {
-			a.Failed(ctx, ip)
-		}
-		return err
 	}
 }
+
+// ctxSuspect marks a request whose address is out of failed logins:
+// requireTenant then refuses keys the key index does not know without
+// asking Postgres.
+const ctxSuspect = "tollgate.auth_suspect"
 
 func (s *Server) writeAuthLimit(c echo.Context, err error) error {
 	var le *AuthLimitedError

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"math/big"
+	"net/netip"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -56,26 +57,39 @@ func badKey() string {
 	return "tg_" + strings.Repeat("0", 43-len(body)) + body
 }
 
-// After N failed API keys from one IP, the next requests from it are
-// refused with 429 before the key is looked up: no credential check, no
-// database query, even with a valid key or a forged X-Forwarded-For; other
-// IPs are unaffected; the window is shared by instances.
-func TestAuthFailuresPerIPRefusedBeforeTheKeyLookup(t *testing.T) {
+// serveFrom sends one request as if from peer (host:port), with extra
+// headers, straight into the server.
+func serveFrom(srv http.Handler, method, path, token, peer string, hdr map[string]string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(method, path, nil)
+	req.RemoteAddr = peer
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	srv.ServeHTTP(rec, req)
+	return rec
+}
+
+// After N failed API keys from one address, made-up keys from it are
+// refused 429 without a database query, yet a valid key from that very
+// address (even one this instance has never seen) and the admin token keep
+// working. Failures are shared by instances.
+func TestAuthFailuresNeverBlockAValidCredential(t *testing.T) {
 	pool, queries := countedPool(t)
 	rdb, prefix := redistest.New(t)
 	opts := &AuthLimitOptions{Limit: 5, Window: time.Minute}
 	a := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{authOpts: opts})
-	plan := a.newPlan(t, map[string]any{"per_second": 100, "burst": 100}, nil)
+	plan := a.newPlan(t, map[string]any{"per_second": 1000, "burst": 1000}, nil)
 	_, goodKey := a.newTenant(t, plan)
+	poll(t, 5*time.Second, "key index live", a.ents.KeyIndexLive)
 
-	c0 := a.srv.AuthLimiter.Checks() // the admin calls above were checked too
 	for i := 0; i < 5; i++ {
 		if r := a.call(t, http.MethodGet, "/v1/entitlements", badKey(), nil); r.status != http.StatusUnauthorized {
 			t.Fatalf("bad key %d: %d %s", i+1, r.status, r.raw)
 		}
-	}
-	if n := a.srv.AuthLimiter.Checks() - c0; n != 5 {
-		t.Fatalf("credential checks %d, want 5", n)
 	}
 	q0 := queries.n.Load()
 	for i := 0; i < 20; i++ {
@@ -91,57 +105,51 @@ func TestAuthFailuresPerIPRefusedBeforeTheKeyLookup(t *testing.T) {
 			assertLimitHeaders(t, "auth refusal", r)
 		}
 	}
-	// A valid key and a forged X-Forwarded-For change nothing: the window
-	// is looked at before any credential, keyed by the TCP peer.
-	if r := a.call(t, http.MethodGet, "/v1/entitlements", goodKey, nil); r.status != http.StatusTooManyRequests {
-		t.Fatalf("valid key from the blocked IP: %d %s", r.status, r.raw)
-	}
-	req, _ := http.NewRequest(http.MethodGet, a.ts.URL+"/v1/entitlements", nil)
-	req.Header.Set("Authorization", "Bearer "+badKey())
-	req.Header.Set("X-Forwarded-For", "203.0.113.7")
-	req.Header.Set("X-Real-IP", "203.0.113.7")
-	resp, err := a.ts.Client().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusTooManyRequests {
-		t.Fatalf("forged X-Forwarded-For: %d", resp.StatusCode)
-	}
-	if n := a.srv.AuthLimiter.Checks() - c0; n != 5 {
-		t.Fatalf("credential checks %d after the refusals, want still 5", n)
-	}
 	if n := queries.n.Load() - q0; n != 0 {
-		t.Fatalf("%d database queries while the IP was refused, want 0", n)
+		t.Fatalf("%d database queries for 20 made-up keys from a blocked address, want 0", n)
+	}
+	// The valid key and the admin token from the same address.
+	for i := 0; i < 3; i++ {
+		if r := a.call(t, http.MethodGet, "/v1/entitlements", goodKey, nil); r.status != http.StatusOK {
+			t.Fatalf("valid key from the blocked address: %d %s", r.status, r.raw)
+		}
+		if r := a.call(t, http.MethodGet, "/admin/v1/plans", limitTestAdminToken, nil); r.status != http.StatusOK {
+			t.Fatalf("admin token from the blocked address: %d %s", r.status, r.raw)
+		}
+	}
+	// A key issued after the block, used at once from the blocked address.
+	_, fresh := a.newTenant(t, plan)
+	if r := a.call(t, http.MethodPost, "/v1/check", fresh, nil); r.status != http.StatusOK {
+		t.Fatalf("new key from the blocked address: %d %s", r.status, r.raw)
 	}
 
-	// Another IP is checked as usual.
-	rec := httptest.NewRecorder()
-	other := httptest.NewRequest(http.MethodGet, "/v1/entitlements", nil)
-	other.RemoteAddr = "192.0.2.9:40000"
-	other.Header.Set("Authorization", "Bearer "+goodKey)
-	a.srv.ServeHTTP(rec, other)
-	if rec.Code != http.StatusOK {
-		t.Fatalf("another IP with a valid key: %d %s", rec.Code, rec.Body.String())
-	}
-
-	// Instance B shares the window: its first check of the IP goes through
-	// (it has not seen it fail), the failure is counted, the next is refused.
+	// Instance B shares the window. Its first made-up key from the address
+	// is looked up (B has not seen it fail) and answered 429; after that B
+	// too refuses made-up keys from its index, and still admits the valid
+	// key, which B has never seen (not in its cache: it is in its index).
 	b := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{authOpts: opts})
-	if r := b.call(t, http.MethodGet, "/v1/entitlements", badKey(), nil); r.status != http.StatusUnauthorized {
+	poll(t, 5*time.Second, "B's key index live", b.ents.KeyIndexLive)
+	if r := b.call(t, http.MethodGet, "/v1/entitlements", badKey(), nil); r.status != http.StatusTooManyRequests {
 		t.Fatalf("first bad key on B: %d %s", r.status, r.raw)
 	}
-	if r := b.call(t, http.MethodGet, "/v1/entitlements", badKey(), nil); r.status != http.StatusTooManyRequests {
-		t.Fatalf("second bad key on B: %d %s", r.status, r.raw)
+	q1 := queries.n.Load()
+	for i := 0; i < 10; i++ {
+		if r := b.call(t, http.MethodGet, "/v1/entitlements", badKey(), nil); r.status != http.StatusTooManyRequests {
+			t.Fatalf("bad key on B: %d %s", r.status, r.raw)
+		}
 	}
-	if n := b.srv.AuthLimiter.Checks(); n != 1 {
-		t.Fatalf("credential checks on B %d, want 1", n)
+	if n := queries.n.Load() - q1; n != 0 {
+		t.Fatalf("%d database queries on B for made-up keys, want 0", n)
+	}
+	if r := b.call(t, http.MethodGet, "/v1/entitlements", goodKey, nil); r.status != http.StatusOK {
+		t.Fatalf("valid key on B from the blocked address: %d %s", r.status, r.raw)
 	}
 }
 
-// Wrong admin tokens count too, and a blocked IP is refused even with the
-// right token.
-func TestAuthFailuresOfAdminToken(t *testing.T) {
+// Admin tokens and API keys fail in separate buckets: an address out of
+// admin failures still gets 401 (not 429) for a wrong key, and the reverse;
+// the right token is never refused.
+func TestAuthFailuresSeparateBuckets(t *testing.T) {
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	a := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{authOpts: &AuthLimitOptions{Limit: 3, Window: time.Minute}})
@@ -153,17 +161,68 @@ func TestAuthFailuresOfAdminToken(t *testing.T) {
 	if r := a.call(t, http.MethodGet, "/admin/v1/plans", "wrong", nil); r.status != http.StatusTooManyRequests || r.body["policy"] != AuthLimitPolicy {
 		t.Fatalf("after 3 failures: %d %s", r.status, r.raw)
 	}
-	if r := a.call(t, http.MethodGet, "/admin/v1/plans", limitTestAdminToken, nil); r.status != http.StatusTooManyRequests {
-		t.Fatalf("right token from the blocked IP: %d %s", r.status, r.raw)
+	if r := a.call(t, http.MethodGet, "/admin/v1/plans", limitTestAdminToken, nil); r.status != http.StatusOK {
+		t.Fatalf("right token from the address: %d %s", r.status, r.raw)
 	}
-	// Successful logins do not count: a fresh instance (fresh window) lets
-	// many right-token requests through.
-	rdb2, prefix2 := redistest.New(t)
-	b := newLimitInstance(t, pool, redisAddr(t, rdb2), prefix2, limitSetup{authOpts: &AuthLimitOptions{Limit: 3, Window: time.Minute}})
-	for i := 0; i < 10; i++ {
-		if r := b.call(t, http.MethodGet, "/admin/v1/plans", limitTestAdminToken, nil); r.status != http.StatusOK {
-			t.Fatalf("right token %d: %d %s", i+1, r.status, r.raw)
+	if r := a.call(t, http.MethodGet, "/v1/entitlements", badKey(), nil); r.status != http.StatusUnauthorized {
+		t.Fatalf("wrong API key after admin failures: %d %s (tenant bucket must be separate)", r.status, r.raw)
+	}
+	for i := 0; i < 2; i++ {
+		a.call(t, http.MethodGet, "/v1/entitlements", badKey(), nil)
+	}
+	if r := a.call(t, http.MethodGet, "/v1/entitlements", badKey(), nil); r.status != http.StatusTooManyRequests {
+		t.Fatalf("4th wrong API key: %d %s", r.status, r.raw)
+	}
+}
+
+// TRUSTED_PROXIES: forwarding headers name the client only when the peer is
+// a trusted proxy, read from the right; IPv6 clients are grouped by /64.
+func TestAuthFailuresClientAddress(t *testing.T) {
+	pool := pgtest.New(t)
+	rdb, prefix := redistest.New(t)
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	a := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{authOpts: &AuthLimitOptions{Limit: 2, Window: time.Minute, TrustedProxies: trusted}})
+	srv := a.srv
+	fail := func(peer string, hdr map[string]string) int {
+		return serveFrom(srv, http.MethodGet, "/v1/entitlements", badKey(), peer, hdr).Code
+	}
+	// Two clients behind the proxy (10.1.1.1) are counted apart.
+	for i := 0; i < 2; i++ {
+		if c := fail("10.1.1.1:5000", map[string]string{"X-Forwarded-For": "198.51.100.1"}); c != http.StatusUnauthorized {
+			t.Fatalf("client 1 failure %d: %d", i+1, c)
 		}
+	}
+	if c := fail("10.1.1.1:5000", map[string]string{"X-Forwarded-For": "198.51.100.1"}); c != http.StatusTooManyRequests {
+		t.Fatalf("client 1 out of failures: %d", c)
+	}
+	// A forged leftmost hop does not help: the rightmost untrusted hop counts.
+	if c := fail("10.1.1.1:5000", map[string]string{"X-Forwarded-For": "203.0.113.99, 198.51.100.1, 10.2.2.2"}); c != http.StatusTooManyRequests {
+		t.Fatalf("client 1 with a forged hop: %d", c)
+	}
+	if c := fail("10.1.1.1:5000", map[string]string{"Forwarded": `for=198.51.100.2;proto=https`}); c != http.StatusUnauthorized {
+		t.Fatalf("client 2 (Forwarded) behind the same proxy: %d", c)
+	}
+	// An untrusted peer's headers are ignored: its own address is counted.
+	for i := 0; i < 2; i++ {
+		fail("192.0.2.50:1234", map[string]string{"X-Forwarded-For": "198.51.100." + strconv.Itoa(10+i)})
+	}
+	if c := fail("192.0.2.50:1234", map[string]string{"X-Forwarded-For": "198.51.100.77"}); c != http.StatusTooManyRequests {
+		t.Fatalf("untrusted peer rotating X-Forwarded-For: %d", c)
+	}
+	// IPv6: rotating within one /64 does not reset the count; another /64 is apart.
+	fail("[2001:db8:1:2::1]:443", nil)
+	fail("[2001:db8:1:2:ffff::77]:443", nil)
+	if c := fail("[2001:db8:1:2:abcd::9]:443", nil); c != http.StatusTooManyRequests {
+		t.Fatalf("third address of one /64: %d", c)
+	}
+	if c := fail("[2001:db8:1:3::1]:443", nil); c != http.StatusUnauthorized {
+		t.Fatalf("another /64: %d", c)
+	}
+	if got := AddrKey(netip.MustParseAddr("2001:db8:1:2:3:4:5:6"), ""); got != "2001:db8:1:2::/64" {
+		t.Fatalf("AddrKey v6 = %q", got)
+	}
+	if got := AddrKey(netip.MustParseAddr("::ffff:192.0.2.1").Unmap(), ""); got != "192.0.2.1" {
+		t.Fatalf("AddrKey mapped v4 = %q", got)
 	}
 }
 
@@ -180,28 +239,32 @@ func TestAuthLimiterGuard(t *testing.T) {
 		return errUnauthorizedForTest
 	}
 	for i := 0; i < 2; i++ {
-		if err := al.Guard(ctx, "198.51.100.1", fail); err != errUnauthorizedForTest {
+		if err := al.Guard(ctx, AuthTenant, "198.51.100.1", fail); err != errUnauthorizedForTest {
 			t.Fatalf("attempt %d: %v", i+1, err)
 		}
 	}
-	err := al.Guard(ctx, "198.51.100.1", fail)
+	err := al.Guard(ctx, AuthTenant, "198.51.100.1", fail)
 	le, ok := err.(*AuthLimitedError)
-	if !ok || calls != 2 {
-		t.Fatalf("third attempt: %v (checks %d), want *AuthLimitedError and 2 checks", err, calls)
+	if !ok || calls != 3 {
+		t.Fatalf("third attempt: %v (checks %d), want *AuthLimitedError and 3 checks", err, calls)
 	}
 	rec := httptest.NewRecorder()
 	le.Write(rec)
 	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" {
 		t.Fatalf("Write: %d %v", rec.Code, rec.Header())
 	}
+	// A valid credential from the same address passes.
+	if err := al.Guard(ctx, AuthTenant, "198.51.100.1", func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("valid credential from a blocked address: %v", err)
+	}
 	// Other errors (not a failed login) are not counted.
 	other := NewAuthLimiter(in.lim, AuthLimitOptions{Limit: 1, Window: time.Minute})
 	for i := 0; i < 3; i++ {
-		if err := other.Guard(ctx, "198.51.100.2", func(context.Context) error { return context.DeadlineExceeded }); err != context.DeadlineExceeded {
+		if err := other.Guard(ctx, AuthTenant, "198.51.100.2", func(context.Context) error { return context.DeadlineExceeded }); err != context.DeadlineExceeded {
 			t.Fatalf("non-auth error %d: %v", i+1, err)
 		}
 	}
-	if ClientIP(&http.Request{RemoteAddr: "[2001:db8::1]:443"}) != "2001:db8::1" {
+	if ClientIP(&http.Request{RemoteAddr: "[2001:db8::1]:443"}) != "2001:db8::/64" {
 		t.Fatal("ClientIP of an IPv6 peer")
 	}
 }

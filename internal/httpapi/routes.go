@@ -23,8 +23,8 @@ func (s *Server) routes() {
 	e.GET("/readyz", s.handleReadyz())
 	e.GET("/metrics", s.handleMetrics())
 
-	// authLimit refuses an IP out of failed logins before the token is checked.
-	admin := e.Group("/admin/v1", middleware.BodyLimit(bodyLimitDefault), s.authLimit, s.requireAdmin)
+	// authFailures counts wrong tokens per client address (429 once out).
+	admin := e.Group("/admin/v1", middleware.BodyLimit(bodyLimitDefault), s.authFailures(AuthAdmin), s.requireAdmin)
 	// --- admin: plans, tenants, plan changes, API keys (entitlements) ---
 	admin.POST("/plans", s.handleCreatePlan())
 	admin.GET("/plans", s.handleListPlans())
@@ -56,9 +56,9 @@ func (s *Server) routes() {
 
 	// --- tenant API /v1 (API key; every route passes the tenant's rate limit) ---
 	// v1 authenticates the API key; routes add their own body limits.
-	// authLimit (failed keys per IP, before the key is looked up) and
+	// authFailures (failed keys per client address; a valid key always passes) and
 	// rateLimit (the tenant's rate, cost 1, headers on every response).
-	v1 := e.Group("/v1", s.authLimit, s.requireTenant, s.rateLimit)
+	v1 := e.Group("/v1", s.authFailures(AuthTenant), s.requireTenant, s.rateLimit)
 	v1.POST("/check", s.handleCheck()) // its own decision: cost, quota
 	v1.GET("/entitlements", s.handleEntitlements())
 	// 405 for a known path with a wrong method (after authentication).

@@ -17,7 +17,8 @@ func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 		if !ok {
 			return apperr.New(apperr.Unauthorized, "missing bearer token: send Authorization: Bearer <API key>")
 		}
-		info, err := s.Entitlements.Authenticate(c.Request().Context(), raw)
+		suspect, _ := c.Get(ctxSuspect).(bool)
+		info, err := s.Entitlements.AuthenticateKey(c.Request().Context(), raw, suspect)
 		if err != nil {
 			return err
 		}
