@@ -37,6 +37,7 @@ func newLimiter(cfg config.Config, ents *entitlements.Service, usage limiter.Usa
 		Timeout:           cfg.LimiterTimeout,
 		FailMode:          limiter.FailModes{Rate: mode, Quota: mode, Concurrency: mode, Window: mode},
 		ExpectedInstances: cfg.ExpectedInstances,
+		MaxInFlight:       cfg.MaxInFlight,
 		Hooks:             m.Hooks(),
 	})
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 type httpMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// overloaded counts requests shed by the process-wide cap (MAX_IN_FLIGHT).
+	overloaded prometheus.Counter
 }
 
 func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
@@ -22,8 +24,11 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 			Name: "tollgate_http_request_duration_seconds", Help: "HTTP request latency by route, method and status.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"route", "method", "status"}),
+		overloaded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_http_overloaded_total", Help: "Requests answered 503 because MAX_IN_FLIGHT decisions were already in progress in this process.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.overloaded} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -56,7 +56,13 @@ func (s *Server) decide(c echo.Context, req limiter.Request) (*limiter.Decision,
 func (s *Server) limiterError(c echo.Context, err error) error {
 	ctx := c.Request().Context()
 	switch {
-	case errors.Is(err, limiter.ErrUnavailable), errors.Is(err, limiter.ErrOverloaded):
+	case errors.Is(err, limiter.ErrOverloaded):
+		// The process-wide cap: shed with 503 (never 429: the tenant did
+		// nothing wrong) and count it.
+		s.m.overloaded.Inc()
+		limiter.WriteUnavailable(c.Response(), err)
+		return nil
+	case errors.Is(err, limiter.ErrUnavailable):
 		limiter.WriteUnavailable(c.Response(), err)
 		return nil
 	case errors.Is(err, limiter.ErrUnknownTenant):
