@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"log/slog"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
+	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/postgres"
@@ -123,5 +126,59 @@ func TestEnsureDatabaseRejectsURLWithoutName(t *testing.T) {
 	err := postgres.EnsureDatabase(context.Background(), "postgres://postgres@127.0.0.1:5432/?sslmode=disable")
 	if err == nil || !strings.Contains(err.Error(), "names no database") {
 		t.Fatalf("err = %v, want 'names no database'", err)
+	}
+}
+
+// A database whose River schema is older than this build's River (River was
+// upgraded after the database was created) is brought up on the next start,
+// although goose has nothing left to apply.
+func TestMigrateBringsUpAnOlderRiverSchema(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	url := freshDB(t)
+	log := slog.New(slog.DiscardHandler)
+	if err := postgres.EnsureDatabase(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	if err := postgres.Migrate(ctx, url, log); err != nil {
+		t.Fatal(err)
+	}
+	goose := gooseVersion(t, url)
+
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	m, err := rivermigrate.New(riverdatabasesql.New(db), &rivermigrate.Config{Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := m.AllVersions()
+	latest := all[len(all)-1].Version
+	const older = 5 // River v0.x's schema before its later migrations
+	if _, err := m.Migrate(ctx, rivermigrate.DirectionDown, &rivermigrate.MigrateOpts{TargetVersion: older}); err != nil {
+		t.Fatal(err)
+	}
+	riverVersion := func() int {
+		t.Helper()
+		got, err := m.ExistingVersions(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got[len(got)-1].Version
+	}
+	if v := riverVersion(); v != older {
+		t.Fatalf("set-up: River at version %d, want %d", v, older)
+	}
+
+	if err := postgres.Migrate(ctx, url, log); err != nil {
+		t.Fatalf("migrate over an older River schema: %v", err)
+	}
+	if v := riverVersion(); v != latest {
+		t.Fatalf("River at version %d after Migrate, want %d (this build's latest)", v, latest)
+	}
+	if v := gooseVersion(t, url); v != goose {
+		t.Fatalf("goose version moved from %d to %d", goose, v)
 	}
 }
