@@ -3,8 +3,8 @@ package httpapi
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
