@@ -23,10 +23,11 @@ type planForm struct {
 	Concurrency   string
 	Features      string // comma-separated
 	Quotas        string // one "meter limit mode" per line
+	QuotaWindow   string // "month" or "billing_period"
 }
 
 func planFormOf(p PlanRow) planForm {
-	f := planForm{Key: p.Key, Name: p.Name, StripePriceID: p.StripePriceID, Features: strings.Join(p.Features, ", ")}
+	f := planForm{Key: p.Key, Name: p.Name, StripePriceID: p.StripePriceID, Features: strings.Join(p.Features, ", "), QuotaWindow: p.QuotaWindow}
 	if p.RatePerSecond != nil {
 		f.RatePerSecond = strconv.FormatFloat(*p.RatePerSecond, 'f', -1, 64)
 	}
@@ -54,6 +55,7 @@ func readPlanForm(c echo.Context) planForm {
 		Concurrency:   strings.TrimSpace(c.FormValue("concurrency")),
 		Features:      c.FormValue("features"),
 		Quotas:        c.FormValue("quotas"),
+		QuotaWindow:   strings.TrimSpace(c.FormValue("quota_window")),
 	}
 }
 
@@ -61,7 +63,8 @@ func readPlanForm(c echo.Context) planForm {
 // validates the values, this only parses them.
 func (f planForm) input() (entitlements.PlanInput, error) {
 	var v apperr.Validation
-	in := entitlements.PlanInput{Key: f.Key, Name: f.Name, StripePriceID: f.StripePriceID, Quotas: map[string]*entitlements.QuotaInput{}}
+	in := entitlements.PlanInput{Key: f.Key, Name: f.Name, StripePriceID: f.StripePriceID, Quotas: map[string]*entitlements.QuotaInput{},
+		QuotaWindow: f.QuotaWindow}
 	if f.RatePerSecond != "" || f.RateBurst != "" {
 		in.Rate = &entitlements.RateInput{}
 		if f.RatePerSecond != "" {
@@ -219,13 +222,14 @@ func (w *Web) handleAdminEditPlan() echo.HandlerFunc {
 					}
 				}
 				for m, q := range in.Quotas {
-					// Keep what the form does not show (the Stripe meter event).
+					// Keep what the form does not show (the Stripe meter event
+					// and what it is sent).
 					if old, ok := cur.Quotas[m]; ok && old != nil && q != nil {
-						q.StripeMeterEvent = old.StripeMeterEvent
+						q.StripeMeterEvent, q.StripeReport = old.StripeMeterEvent, old.StripeReport
 					}
 				}
 				*cur = entitlements.PlanInput{Key: key, Name: in.Name, StripePriceID: in.StripePriceID, Rate: in.Rate,
-					Concurrency: in.Concurrency, Quotas: quotas, Features: in.Features}
+					Concurrency: in.Concurrency, Quotas: quotas, Features: in.Features, QuotaWindow: in.QuotaWindow}
 				return nil
 			})
 		}

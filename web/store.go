@@ -228,6 +228,7 @@ type PlanRow struct {
 	Quotas        []QuotaRow
 	Tenants       int64 // tenants on the plan
 	UpdatedAt     time.Time
+	QuotaWindow   string // "month" or "billing_period"
 }
 
 // QuotaRow is one meter's monthly quota of a plan.
@@ -240,7 +241,7 @@ type QuotaRow struct {
 func (s *store) plans(ctx context.Context) ([]PlanRow, error) {
 	rows, err := s.db.Query(ctx, `
 		SELECT p.key, p.name, COALESCE(p.stripe_price_id, ''), p.rate_per_second, p.rate_burst, p.concurrency,
-		       p.features, p.updated_at,
+		       p.features, p.updated_at, p.quota_window,
 		       (SELECT count(*) FROM tenants t WHERE t.plan_key = p.key),
 		       COALESCE((SELECT json_agg(json_build_object('meter', q.meter, 'limit', q.quota_limit, 'mode', q.mode) ORDER BY q.meter)
 		                 FROM plan_quotas q WHERE q.plan_key = p.key), '[]')
@@ -252,7 +253,7 @@ func (s *store) plans(ctx context.Context) ([]PlanRow, error) {
 	var p PlanRow
 	var quotas []byte
 	_, err = pgx.ForEachRow(rows, []any{&p.Key, &p.Name, &p.StripePriceID, &p.RatePerSecond, &p.RateBurst, &p.Concurrency,
-		&p.Features, &p.UpdatedAt, &p.Tenants, &quotas}, func() error {
+		&p.Features, &p.UpdatedAt, &p.QuotaWindow, &p.Tenants, &quotas}, func() error {
 		var qs []struct {
 			Meter string `json:"meter"`
 			Limit int64  `json:"limit"`

@@ -15,12 +15,19 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/period"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
 var (
 	planKeyRe = regexp.MustCompile(`^[a-z0-9_-]{1,64}$`)
 	meterRe   = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
+)
+
+// What a quota's Stripe meter is sent (Quota.StripeReport).
+const (
+	ReportOverage = "overage"
+	ReportTotal   = "total"
 )
 
 // Limits a plan may carry; beyond them a number is a typo, not a plan.
@@ -44,6 +51,9 @@ type Plan struct {
 	Features      []string         `json:"features"`
 	CreatedAt     time.Time        `json:"created_at"`
 	UpdatedAt     time.Time        `json:"updated_at"`
+	// QuotaWindow is how quotas reset: "month" (monthly on the billing
+	// anchor day, even on a yearly price) or "billing_period".
+	QuotaWindow string `json:"quota_window"`
 }
 
 // Quota is a plan's monthly limit of one meter.
@@ -53,6 +63,9 @@ type Quota struct {
 	// StripeMeterEvent is the Stripe Billing Meter event name that overage
 	// of this meter is reported to; "" = not reported.
 	StripeMeterEvent string `json:"stripe_meter_event,omitempty"`
+	// StripeReport is what the meter is sent: "overage" (usage above
+	// Limit, the default) or "total" (all usage).
+	StripeReport string `json:"stripe_report,omitempty"`
 }
 
 // PlanInput is the body of a plan create (and, merged onto the stored plan,
@@ -65,6 +78,7 @@ type PlanInput struct {
 	Concurrency   *int64                 `json:"concurrency"` // nil or 0 = unlimited
 	Quotas        map[string]*QuotaInput `json:"quotas"`      // a nil entry removes the meter
 	Features      []string               `json:"features"`
+	QuotaWindow   string                 `json:"quota_window"` // "" = month
 }
 
 // RateInput is a token bucket: PerSecond refill, Burst capacity (default:
@@ -79,6 +93,7 @@ type QuotaInput struct {
 	Limit            *int64 `json:"limit"`
 	Mode             string `json:"mode"`
 	StripeMeterEvent string `json:"stripe_meter_event"`
+	StripeReport     string `json:"stripe_report"` // "" = overage
 }
 
 // PlanPatch changes a plan in place: PatchPlan hands it the stored plan as a
@@ -143,6 +158,12 @@ func (in *PlanInput) Validate() error {
 		if len(q.StripeMeterEvent) > 100 || !token(q.StripeMeterEvent) {
 			v.Add(field+".stripe_meter_event", "must be a Stripe meter event name without spaces")
 		}
+		if q.StripeReport != "" && q.StripeReport != ReportOverage && q.StripeReport != ReportTotal {
+			v.Add(field+".stripe_report", `must be "overage" or "total"`)
+		}
+	}
+	if !period.Window(in.QuotaWindow).Valid() {
+		v.Add("quota_window", `must be "month" or "billing_period"`)
 	}
 	if len(in.Features) > maxFeatures {
 		v.Add("features", "must have at most %d entries", maxFeatures)
@@ -183,15 +204,22 @@ func (in PlanInput) normalized() PlanInput {
 		if qq.Mode == "" {
 			qq.Mode = limiter.ModeHard
 		}
+		if qq.StripeReport == "" {
+			qq.StripeReport = ReportOverage
+		}
 		out.Quotas[m] = &qq
 	}
 	out.Features = uniqueSorted(in.Features)
+	if out.QuotaWindow == "" {
+		out.QuotaWindow = string(period.Month)
+	}
 	return out
 }
 
 // Input is the plan as a PlanInput, the starting point of a patch.
 func (p Plan) Input() PlanInput {
-	in := PlanInput{Key: p.Key, Name: p.Name, StripePriceID: p.StripePriceID, Features: append([]string(nil), p.Features...)}
+	in := PlanInput{Key: p.Key, Name: p.Name, StripePriceID: p.StripePriceID, Features: append([]string(nil), p.Features...),
+		QuotaWindow: p.QuotaWindow}
 	if p.Rate != nil {
 		ps, b := p.Rate.PerSecond, p.Rate.Burst
 		in.Rate = &RateInput{PerSecond: &ps, Burst: &b}
@@ -203,7 +231,7 @@ func (p Plan) Input() PlanInput {
 	in.Quotas = make(map[string]*QuotaInput, len(p.Quotas))
 	for m, q := range p.Quotas {
 		l := q.Limit
-		in.Quotas[m] = &QuotaInput{Limit: &l, Mode: q.Mode, StripeMeterEvent: q.StripeMeterEvent}
+		in.Quotas[m] = &QuotaInput{Limit: &l, Mode: q.Mode, StripeMeterEvent: q.StripeMeterEvent, StripeReport: q.StripeReport}
 	}
 	return in
 }
@@ -327,9 +355,9 @@ ORDER BY 1`, key, s.opts.DefaultPlan)
 
 const planSelect = `
 SELECT p.key, p.name, coalesce(p.stripe_price_id, ''), p.rate_per_second, p.rate_burst, p.concurrency,
-       p.features, p.created_at, p.updated_at,
+       p.features, p.quota_window, p.created_at, p.updated_at,
        coalesce((SELECT jsonb_object_agg(q.meter, jsonb_build_object('limit', q.quota_limit, 'mode', q.mode,
-                        'stripe_meter_event', coalesce(q.stripe_meter_event, '')))
+                        'stripe_meter_event', coalesce(q.stripe_meter_event, ''), 'stripe_report', q.stripe_report))
                    FROM plan_quotas q WHERE q.plan_key = p.key), '{}'::jsonb)
   FROM plans p`
 
@@ -340,7 +368,7 @@ func scanPlan(row pgx.CollectableRow) (Plan, error) {
 		burst *int64
 	)
 	if err := row.Scan(&p.Key, &p.Name, &p.StripePriceID, &rps, &burst, &p.Concurrency, &p.Features,
-		&p.CreatedAt, &p.UpdatedAt, &p.Quotas); err != nil {
+		&p.QuotaWindow, &p.CreatedAt, &p.UpdatedAt, &p.Quotas); err != nil {
 		return Plan{}, err
 	}
 	if rps != nil && burst != nil {
@@ -377,9 +405,9 @@ func getPlan(ctx context.Context, q querier, key string, lock bool) (Plan, error
 func insertPlan(ctx context.Context, tx pgx.Tx, in PlanInput) error {
 	rps, burst := rateCols(in.Rate)
 	_, err := tx.Exec(ctx, `
-INSERT INTO plans (key, name, stripe_price_id, rate_per_second, rate_burst, concurrency, features)
-VALUES ($1, $2, nullif($3, ''), $4, $5, $6, $7)`,
-		in.Key, in.Name, in.StripePriceID, rps, burst, in.Concurrency, in.Features)
+INSERT INTO plans (key, name, stripe_price_id, rate_per_second, rate_burst, concurrency, features, quota_window)
+VALUES ($1, $2, nullif($3, ''), $4, $5, $6, $7, $8)`,
+		in.Key, in.Name, in.StripePriceID, rps, burst, in.Concurrency, in.Features, in.QuotaWindow)
 	if err != nil {
 		return pgError(err)
 	}
@@ -390,9 +418,9 @@ func updatePlan(ctx context.Context, tx pgx.Tx, in PlanInput) error {
 	rps, burst := rateCols(in.Rate)
 	_, err := tx.Exec(ctx, `
 UPDATE plans SET name = $2, stripe_price_id = nullif($3, ''), rate_per_second = $4, rate_burst = $5,
-       concurrency = $6, features = $7, updated_at = now()
+       concurrency = $6, features = $7, quota_window = $8, updated_at = now()
  WHERE key = $1`,
-		in.Key, in.Name, in.StripePriceID, rps, burst, in.Concurrency, in.Features)
+		in.Key, in.Name, in.StripePriceID, rps, burst, in.Concurrency, in.Features, in.QuotaWindow)
 	if err != nil {
 		return pgError(err)
 	}
@@ -406,8 +434,8 @@ func insertQuotas(ctx context.Context, tx pgx.Tx, in PlanInput) error {
 	for _, m := range sortedKeys(in.Quotas) {
 		q := in.Quotas[m]
 		_, err := tx.Exec(ctx, `
-INSERT INTO plan_quotas (plan_key, meter, quota_limit, mode, stripe_meter_event)
-VALUES ($1, $2, $3, $4, nullif($5, ''))`, in.Key, m, *q.Limit, q.Mode, q.StripeMeterEvent)
+INSERT INTO plan_quotas (plan_key, meter, quota_limit, mode, stripe_meter_event, stripe_report)
+VALUES ($1, $2, $3, $4, nullif($5, ''), $6)`, in.Key, m, *q.Limit, q.Mode, q.StripeMeterEvent, q.StripeReport)
 		if err != nil {
 			return pgError(err)
 		}

@@ -136,9 +136,12 @@ func (s *Service) compute(in inputs) limiter.Snapshot {
 	if in.sub != nil && in.sub.CurrentPeriodStart != nil && in.sub.CurrentPeriodEnd != nil {
 		subPeriod = &period.Period{Start: *in.sub.CurrentPeriodStart, End: *in.sub.CurrentPeriodEnd}
 	}
-	p := period.Current(in.tenant.PeriodAnchor, subPeriod, in.now)
+	// The window follows the tenant's own plan (not the fallback one), as
+	// metering's period lookup does, so counters and durable meters agree.
+	w := period.Window(in.plan.QuotaWindow)
+	p := period.In(w, in.tenant.PeriodAnchor, subPeriod, in.now)
 	snap.PeriodStart, snap.PeriodEnd = p.Start, p.End
-	snap.NextPeriodEnd = period.Current(in.tenant.PeriodAnchor, subPeriod, p.End).End
+	snap.NextPeriodEnd = period.In(w, in.tenant.PeriodAnchor, subPeriod, p.End).End
 	return snap
 }
 

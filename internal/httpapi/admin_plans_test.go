@@ -69,6 +69,46 @@ func TestPlansCreateGetListPatch(t *testing.T) {
 		quotas["exports"] != nil || quotas["requests"] == nil || p.JSON["name"] != "Pro" {
 		t.Fatalf("patched: %s", p.Raw)
 	}
+	if p.JSON["quota_window"] != "month" || quotas["requests"].(map[string]any)["stripe_report"] != "overage" {
+		t.Fatalf("defaults: quota_window %v, stripe_report %v, want month and overage: %s", p.JSON["quota_window"], quotas["requests"], p.Raw)
+	}
+}
+
+// A plan chooses how its quotas reset (monthly, or once per billing period)
+// and what its Stripe meters are sent (overage, or total usage).
+func TestPlanQuotaWindowAndStripeReport(t *testing.T) {
+	a := newTestAPI(t, testAPIOptions{})
+	key := uniqueName("annual")
+	r := a.admin(t, "POST", "/admin/v1/plans", map[string]any{
+		"key": key, "quota_window": "billing_period",
+		"quotas": map[string]any{"tokens": map[string]any{"limit": 10, "mode": "soft", "stripe_meter_event": "tokens", "stripe_report": "total"}},
+	}, http.StatusCreated)
+	q := r.JSON["quotas"].(map[string]any)["tokens"].(map[string]any)
+	if r.JSON["quota_window"] != "billing_period" || q["stripe_report"] != "total" {
+		t.Fatalf("created: %s", r.Raw)
+	}
+	p := a.admin(t, "PATCH", "/admin/v1/plans/"+key, map[string]any{"quota_window": "month"}, http.StatusOK)
+	if p.JSON["quota_window"] != "month" || p.JSON["quotas"].(map[string]any)["tokens"].(map[string]any)["stripe_report"] != "total" {
+		t.Fatalf("patched: %s", p.Raw)
+	}
+	for _, tc := range []struct {
+		body  map[string]any
+		field string
+	}{
+		{map[string]any{"key": uniqueName("p"), "quota_window": "year"}, "quota_window"},
+		{map[string]any{"key": uniqueName("p"), "quotas": map[string]any{"tokens": map[string]any{"limit": 1, "stripe_report": "all"}}}, "quotas.tokens.stripe_report"},
+	} {
+		r := a.do(t, "POST", "/admin/v1/plans", testAdminToken, tc.body)
+		assertProblem(t, tc.field, r, http.StatusBadRequest)
+		if !slices.Equal(r.FieldErrors(), []string{tc.field}) {
+			t.Fatalf("fields %v, want [%s]: %s", r.FieldErrors(), tc.field, r.Raw)
+		}
+	}
+	r = a.do(t, "PATCH", "/admin/v1/plans/"+key, testAdminToken, map[string]any{"quota_window": 12})
+	assertProblem(t, "patch wrong type", r, http.StatusBadRequest)
+	if !slices.Equal(r.FieldErrors(), []string{"quota_window"}) {
+		t.Fatalf("fields %v: %s", r.FieldErrors(), r.Raw)
+	}
 }
 
 func TestPlanErrors(t *testing.T) {

@@ -78,10 +78,11 @@ func NewService(db *pgxpool.Pool, store *limiter.Store, log *slog.Logger, opts O
 type tenantPeriods struct {
 	anchor time.Time
 	sub    *period.Period
+	window period.Window // the tenant's plan's quota_window
 }
 
 func (tp tenantPeriods) at(t time.Time) period.Period {
-	p := period.Current(tp.anchor, tp.sub, t)
+	p := period.In(tp.window, tp.anchor, tp.sub, t)
 	return period.Period{Start: secondOf(p.Start), End: secondOf(p.End)}
 }
 
@@ -99,21 +100,23 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// loadTenantPeriods reads the anchor and the current period of the
+// loadTenantPeriods reads the anchor, the current period of the
 // subscription the entitlement snapshot uses (a live one first, then the
-// latest), the inputs of period.Current: the same as the snapshot's, so
-// durable meters and Redis counters agree on period starts.
+// latest) and the quota window of the tenant's plan, the inputs of
+// period.In: the same as the snapshot's, so durable meters and Redis
+// counters agree on period (window) starts.
 func loadTenantPeriods(ctx context.Context, q querier, tenantID string) (tenantPeriods, error) {
 	var tp tenantPeriods
 	var start, end *time.Time
 	err := q.QueryRow(ctx, `
-SELECT t.period_anchor, s.current_period_start, s.current_period_end
+SELECT t.period_anchor, s.current_period_start, s.current_period_end, p.quota_window
 FROM tenants t
+JOIN plans p ON p.key = t.plan_key
 LEFT JOIN LATERAL (
     SELECT current_period_start, current_period_end FROM subscriptions
     WHERE tenant_id = t.id
     ORDER BY (status IN ('active', 'trialing', 'past_due')) DESC, updated_at DESC LIMIT 1) s ON true
-WHERE t.id = $1`, tenantID).Scan(&tp.anchor, &start, &end)
+WHERE t.id = $1`, tenantID).Scan(&tp.anchor, &start, &end, &tp.window)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return tp, apperr.New(apperr.NotFound, "tenant %s not found", tenantID)
 	}
