@@ -26,6 +26,7 @@ func newBilling(pool *pgxpool.Pool, ents *entitlements.Service, cfg config.Confi
 		WebhookSecretPrevious: cfg.StripeWebhookSecretPrevious,
 		SecretKey:             cfg.StripeSecretKey,
 		APIBase:               cfg.StripeAPIBase,
+		Proration:             cfg.StripeProration,
 		GracePeriod:           cfg.GracePeriod,
 		Registerer:            reg,
 	})

@@ -57,6 +57,9 @@ type Options struct {
 	SecretKey string
 	// APIBase (STRIPE_API_BASE) overrides Stripe's API URL (stripe-mock).
 	APIBase string
+	// Proration of plan changes through Stripe (STRIPE_PRORATION): one of
+	// the Proration constants; default ProrationCreate.
+	Proration string
 	// StripeTimeout bounds every outbound call; default 10s.
 	StripeTimeout time.Duration
 	// GracePeriod (GRACE_PERIOD) a past_due subscription keeps its plan;
@@ -93,6 +96,12 @@ func New(db *pgxpool.Pool, ents *entitlements.Service, jobs *river.Client[pgx.Tx
 	}
 	if opts.StripeTimeout == 0 {
 		opts.StripeTimeout = DefaultStripeTimeout
+	}
+	if opts.Proration == "" {
+		opts.Proration = ProrationCreate
+	}
+	if !ValidProration(opts.Proration) {
+		return nil, fmt.Errorf("billing: proration %q is not one of create_prorations, always_invoice, none, pending_if_incomplete", opts.Proration)
 	}
 	if opts.GracePeriod == 0 {
 		opts.GracePeriod = DefaultGracePeriod

@@ -206,6 +206,7 @@ func subEvent(t testing.TB, typ, id, customer, sub, status, price string, create
 	t.Helper()
 	b := fixture(t, "derived/customer.subscription.updated.plan-upgrade.json", id, created, func(o map[string]any) {
 		o["id"], o["customer"], o["status"] = sub, customer, status
+		o["latest_invoice"] = "in_" + sub
 		item := o["items"].(map[string]any)["data"].([]any)[0].(map[string]any)
 		item["id"] = "si_" + sub
 		item["price"].(map[string]any)["id"] = price

@@ -17,7 +17,6 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/ids"
-	"github.com/tollgatehq/tollgate/limiter"
 )
 
 // newStripeClient builds a client of its own (not stripe-go's globals) so
@@ -68,20 +67,53 @@ func (s *Service) listFeatures(ctx context.Context, customer string) ([]string, 
 	return normalizeKeys(keys), nil
 }
 
+// Proration behaviours of plan changes (Options.Proration,
+// STRIPE_PRORATION).
+const (
+	// ProrationCreate: create_prorations, the difference is billed on the
+	// next invoice; limits change at once.
+	ProrationCreate = "create_prorations"
+	// ProrationAlwaysInvoice: always_invoice, the difference is invoiced
+	// and charged now; limits change at once.
+	ProrationAlwaysInvoice = "always_invoice"
+	// ProrationNone: none, no proration; limits change at once.
+	ProrationNone = "none"
+	// ProrationPaidFirst: always_invoice with payment_behavior
+	// pending_if_incomplete: Stripe applies the new price only once its
+	// invoice is paid, so limits rise only once paid (the webhook of the
+	// paid update applies it). A payment that fails leaves the old plan.
+	ProrationPaidFirst = "pending_if_incomplete"
+)
+
+// ValidProration reports whether p is one of the Proration values.
+func ValidProration(p string) bool {
+	switch p {
+	case ProrationCreate, ProrationAlwaysInvoice, ProrationNone, ProrationPaidFirst:
+		return true
+	}
+	return false
+}
+
+// planSub is the live subscription a plan change goes through.
+type planSub struct {
+	ID, Customer, ItemID, PriceID string
+	Version                       int64
+}
+
 // ChangePlan puts a tenant on another plan. A tenant with a live
 // subscription, when Stripe is configured, is changed in Stripe first (the
-// subscription item's price, with proration) and applied here only when
-// Stripe accepted; the webhook that follows then finds nothing to change.
-// Otherwise the change is local. It makes Service an httpapi.PlanChanger.
+// plan item's price, with the configured proration) and applied here only
+// when Stripe applied it; the webhook that follows then finds nothing to
+// change. With ProrationPaidFirst a change that waits for its payment is
+// not applied here: the tenant keeps its plan until Stripe's webhook says
+// the update went through. Otherwise the change is local. It makes Service
+// an httpapi.PlanChanger.
 func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (entitlements.TenantDetail, error) {
 	reason := "admin changed plan to " + planKey
 	if s.stripe == nil || !ids.IsUUID(tenantID) {
 		return s.ents.SetPlan(ctx, tenantID, planKey, reason)
 	}
-	var sub struct {
-		ID, Customer, ItemID, PriceID string
-		Version                       int64
-	}
+	var sub planSub
 	err := s.db.QueryRow(ctx, `
 		SELECT s.id, s.stripe_customer_id, COALESCE(s.stripe_item_id, ''), COALESCE(s.stripe_price_id, ''), t.entitlement_version
 		FROM subscriptions s JOIN tenants t ON t.id = s.tenant_id
@@ -107,15 +139,19 @@ func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (ent
 	// it was before the change: once the change is applied they are stale.
 	sent := s.opts.Now().Truncate(time.Second)
 	if plan.StripePriceID != sub.PriceID {
-		itemID, err := s.updateSubscriptionPrice(ctx, tenantID, planKey, sub.ID, sub.ItemID, plan.StripePriceID, sub.Version)
+		itemID, pending, err := s.updateSubscriptionPrice(ctx, tenantID, planKey, sub, plan.StripePriceID)
 		if err != nil {
 			return entitlements.TenantDetail{}, err
+		}
+		if pending {
+			s.log.InfoContext(ctx, "plan change waits for its invoice to be paid", "tenant_id", tenantID, "plan", planKey, "subscription_id", sub.ID)
+			return s.ents.GetTenant(ctx, tenantID)
 		}
 		sub.ItemID = itemID
 	}
 	// Stripe accepted: apply the same change here, as its webhook would.
-	var snap limiter.Snapshot
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	_, err = s.ents.Update(ctx, func(ctx context.Context, w *entitlements.Writes) error {
+		tx := w.Tx()
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('tollgate.stripe_customer:' || $1, 0))`, sub.Customer); err != nil {
 			return fmt.Errorf("billing: lock customer: %w", err)
 		}
@@ -124,52 +160,99 @@ func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (ent
 				last_event_at = GREATEST(COALESCE(last_event_at, $3), $3) WHERE id = $1`, sub.ID, plan.StripePriceID, sent, sub.ItemID); err != nil {
 			return fmt.Errorf("billing: set subscription price: %w", err)
 		}
-		if _, err := tx.Exec(ctx, `UPDATE tenants SET plan_key = $2, updated_at = now() WHERE id = $1`, tenantID, planKey); err != nil {
-			return fmt.Errorf("billing: set plan: %w", err)
+		if _, err := tx.Exec(ctx, `UPDATE subscription_items SET price_id = $3 WHERE subscription_id = $1 AND item_id = $2`,
+			sub.ID, sub.ItemID, plan.StripePriceID); err != nil {
+			return fmt.Errorf("billing: set item price: %w", err)
 		}
-		snap, err = s.ents.BumpTx(ctx, tx, tenantID, reason+" (through Stripe)")
-		return err
+		if _, err := w.SetPlan(ctx, tenantID, planKey); err != nil {
+			return err
+		}
+		w.Reason(reason + " (through Stripe)")
+		w.Changed(tenantID)
+		return nil
 	})
 	if err != nil {
 		return entitlements.TenantDetail{}, fmt.Errorf("billing: apply plan change: %w", err)
-	}
-	if err := s.ents.Publish(ctx, snap); err != nil {
-		s.log.WarnContext(ctx, "entitlement snapshot not published", "tenant_id", tenantID, "err", err)
 	}
 	s.log.InfoContext(ctx, "plan changed through stripe", "tenant_id", tenantID, "plan", planKey, "subscription_id", sub.ID)
 	return s.ents.GetTenant(ctx, tenantID)
 }
 
-// updateSubscriptionPrice swaps the item's price in Stripe and returns the
-// item's id (read from Stripe when we did not know it).
-func (s *Service) updateSubscriptionPrice(ctx context.Context, tenantID, planKey, subID, itemID, priceID string, version int64) (string, error) {
+// planChangeKey is the idempotency key of this plan change's current
+// attempt. The same request (tenant, plan, subscription, version) retried
+// is the same change to Stripe; after Stripe answered it with an error the
+// attempt moves on (see failedPlanChange), since Stripe would replay that
+// answer for 24 hours under the old key.
+func (s *Service) planChangeKey(ctx context.Context, base string) (string, error) {
+	var attempt int
+	err := s.db.QueryRow(ctx, `INSERT INTO stripe_plan_changes (base_key) VALUES ($1)
+		ON CONFLICT (base_key) DO UPDATE SET updated_at = now() RETURNING attempt`, base).Scan(&attempt)
+	if err != nil {
+		return "", fmt.Errorf("billing: plan change attempt: %w", err)
+	}
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%s|%d", base, attempt)))
+	return "tollgate-" + hex.EncodeToString(sum[:16]), nil
+}
+
+// failedPlanChange moves the attempt on after Stripe answered an error. A
+// call that got no answer keeps its key: Stripe may have applied it, and
+// the same key makes the retry safe.
+func (s *Service) failedPlanChange(ctx context.Context, base string, err error) {
+	var se *stripe.Error
+	if !errors.As(err, &se) || se.HTTPStatusCode == 0 {
+		return
+	}
+	if _, dbErr := s.db.Exec(ctx, `UPDATE stripe_plan_changes SET attempt = attempt + 1, last_error = $2, updated_at = now()
+		WHERE base_key = $1`, base, err.Error()); dbErr != nil {
+		s.log.WarnContext(ctx, "plan change attempt not recorded", "err", dbErr)
+	}
+}
+
+// updateSubscriptionPrice swaps the plan item's price in Stripe and returns
+// the item's id (read from Stripe when we did not know it), and whether the
+// update waits for a payment (pending_if_incomplete).
+func (s *Service) updateSubscriptionPrice(ctx context.Context, tenantID, planKey string, sub planSub, priceID string) (string, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.StripeTimeout)
 	defer cancel()
+	itemID := sub.ItemID
 	if itemID == "" {
 		// Rows written before the item was known: ask Stripe for it.
-		gp := &stripe.SubscriptionParams{}
-		gp.Context = ctx
-		got, err := s.stripe.Subscriptions.Get(subID, gp)
+		v, err := s.fetchSubscription(ctx, sub.ID)
 		if err != nil {
-			return "", stripeError("read the subscription", err)
+			return "", false, stripeError("read the subscription", err)
 		}
-		if got.Items == nil || len(got.Items.Data) == 0 {
-			return "", apperr.New(apperr.Upstream, "Stripe subscription %s has no items", subID)
+		if v == nil || len(v.Items) == 0 {
+			return "", false, apperr.New(apperr.Upstream, "Stripe subscription %s has no items", sub.ID)
 		}
-		itemID = got.Items.Data[0].ID
+		itemID = v.Items[0].ID
+		for _, it := range v.Items {
+			if it.PriceID == sub.PriceID {
+				itemID = it.ID
+			}
+		}
 	}
+	proration := s.opts.Proration
 	params := &stripe.SubscriptionParams{
-		Items:             []*stripe.SubscriptionItemsParams{{ID: stripe.String(itemID), Price: stripe.String(priceID)}},
-		ProrationBehavior: stripe.String("create_prorations"),
+		Items: []*stripe.SubscriptionItemsParams{{ID: stripe.String(itemID), Price: stripe.String(priceID)}},
+	}
+	if proration == ProrationPaidFirst {
+		params.ProrationBehavior = stripe.String(ProrationAlwaysInvoice)
+		params.PaymentBehavior = stripe.String("pending_if_incomplete")
+	} else {
+		params.ProrationBehavior = stripe.String(proration)
 	}
 	params.Context = ctx
-	// The same request (tenant, plan, subscription, version) retried is the
-	// same change to Stripe; after any other change the version differs.
-	sum := sha256.Sum256([]byte(fmt.Sprintf("plan-change|%s|%s|%s|%d", tenantID, planKey, subID, version)))
-	params.SetIdempotencyKey("tollgate-" + hex.EncodeToString(sum[:16]))
-	if _, err := s.stripe.Subscriptions.Update(subID, params); err != nil {
-		s.log.WarnContext(ctx, "stripe plan change refused", "tenant_id", tenantID, "subscription_id", subID, "err", err)
-		return "", stripeError("change the subscription's price", err)
+	base := fmt.Sprintf("plan-change|%s|%s|%s|%d", tenantID, planKey, sub.ID, sub.Version)
+	key, err := s.planChangeKey(ctx, base)
+	if err != nil {
+		return "", false, err
 	}
-	return itemID, nil
+	params.SetIdempotencyKey(key)
+	got, err := s.stripe.Subscriptions.Update(sub.ID, params)
+	if err != nil {
+		s.failedPlanChange(context.WithoutCancel(ctx), base, err)
+		s.log.WarnContext(ctx, "stripe plan change refused", "tenant_id", tenantID, "subscription_id", sub.ID, "err", err)
+		return "", false, stripeError("change the subscription's price", err)
+	}
+	return itemID, got.PendingUpdate != nil, nil
 }

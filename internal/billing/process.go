@@ -9,9 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/stripe/stripe-go/v79"
 
-	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
 // EventWorker works EventArgs: it applies one stored event.
@@ -40,26 +39,33 @@ func (w *EventWorker) Work(ctx context.Context, job *river.Job[EventArgs]) error
 type storedEvent struct {
 	ID         string
 	Type       string
+	APIVersion string
 	Customer   string
 	Status     string
 	ReceivedAt time.Time
 	Created    time.Time
-	Event      stripe.Event
+	// Object is data.object (snapshot events); empty for thin events.
+	Object json.RawMessage
+	// Thin: a v2 thin event notification (object v2.core.event).
+	Thin bool
 }
 
 // outcome of applying one event.
 type outcome struct {
-	status   string // processed or ignored
-	reason   string // why ignored
+	status   string // processed, ignored or failed
+	reason   string // why ignored or failed
 	tenantID string // the tenant the event concerned, when known
-	// bump lists tenants whose entitlements changed.
-	bump []string
-	// reasonText is the entitlement_versions reason.
-	reasonText string
 }
 
 func ignored(tenantID, format string, args ...any) outcome {
 	return outcome{status: StatusIgnored, tenantID: tenantID, reason: fmt.Sprintf(format, args...)}
+}
+
+// failed is an event that no retry can apply (its data contradicts our
+// rules); it is recorded failed at once with the reason as its last error,
+// for an admin to see and fix (then replay).
+func failed(tenantID, format string, args ...any) outcome {
+	return outcome{status: StatusFailed, tenantID: tenantID, reason: fmt.Sprintf(format, args...)}
 }
 
 // ProcessEvent applies a stored event once. An event already processed or
@@ -83,8 +89,9 @@ func (s *Service) ProcessEvent(ctx context.Context, eventID string, replay bool)
 		return err
 	}
 	var res outcome
-	var snaps []limiter.Snapshot
-	err = pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	_, err = s.ents.Update(ctx, func(ctx context.Context, w *entitlements.Writes) error {
+		tx := w.Tx()
+		res = outcome{}
 		if ev.Customer != "" {
 			// One customer's events apply one at a time, across workers.
 			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('tollgate.stripe_customer:' || $1, 0))`, ev.Customer); err != nil {
@@ -96,30 +103,29 @@ func (s *Service) ProcessEvent(ctx context.Context, eventID string, replay bool)
 			return err
 		}
 		if !replay && (cur.Status == StatusProcessed || cur.Status == StatusIgnored) {
-			res.status = "" // someone else applied it while we waited
-			return nil
+			return nil // someone else applied it while we waited
 		}
 		if s.opts.BeforeApply != nil {
 			if err := s.opts.BeforeApply(ctx, eventID); err != nil {
 				return err
 			}
 		}
-		res, err = s.apply(ctx, tx, cur, pre)
+		w.Reason("stripe: " + cur.Type + " " + cur.ID)
+		res, err = s.apply(ctx, w, cur, pre)
 		if err != nil {
 			return err
 		}
-		for _, t := range dedupe(res.bump) {
-			snap, err := s.ents.BumpTx(ctx, tx, t, res.reasonText)
-			if err != nil {
-				return fmt.Errorf("billing: bump entitlements: %w", err)
-			}
-			snaps = append(snaps, snap)
+		var ignoredReason, lastError *string
+		if res.status == StatusFailed {
+			lastError = nullable(res.reason)
+		} else {
+			ignoredReason = nullable(res.reason)
 		}
 		_, err = tx.Exec(ctx, `
 			UPDATE stripe_events SET status = $2, ignored_reason = $3, attempts = attempts + 1,
-				last_error = NULL, processed_at = $4, tenant_id = COALESCE($5::uuid, tenant_id)
+				last_error = $6, processed_at = $4, tenant_id = COALESCE($5::uuid, tenant_id)
 			WHERE id = $1`,
-			eventID, res.status, nullable(res.reason), s.opts.Now(), nullable(res.tenantID))
+			eventID, res.status, ignoredReason, s.opts.Now(), nullable(res.tenantID), lastError)
 		if err != nil {
 			return fmt.Errorf("billing: mark event: %w", err)
 		}
@@ -131,17 +137,13 @@ func (s *Service) ProcessEvent(ctx context.Context, eventID string, replay bool)
 	if res.status == "" {
 		return nil
 	}
-	for _, snap := range snaps {
-		if err := s.ents.Publish(ctx, snap); err != nil {
-			// The change is committed; the limiter's loader rebuilds the
-			// snapshot from Postgres when it sees a newer version.
-			s.log.WarnContext(ctx, "entitlement snapshot not published", "tenant_id", snap.TenantID, "err", err)
-		}
-	}
 	s.m.processed.WithLabelValues(typeLabel(ev.Type), res.status).Inc()
 	s.m.lag.Observe(s.opts.Now().Sub(ev.ReceivedAt).Seconds())
-	if res.status == StatusIgnored {
+	switch res.status {
+	case StatusIgnored:
 		s.log.InfoContext(ctx, "stripe event ignored", "event_id", eventID, "type", ev.Type, "reason", res.reason)
+	case StatusFailed:
+		s.log.ErrorContext(ctx, "stripe event cannot be applied", "event_id", eventID, "type", ev.Type, "reason", res.reason)
 	}
 	return nil
 }
@@ -151,21 +153,31 @@ type querier interface {
 }
 
 func (s *Service) loadEvent(ctx context.Context, q querier, id string, lock bool) (storedEvent, error) {
-	sql := `SELECT id, type, COALESCE(stripe_customer_id, ''), status, received_at, event_created, payload FROM stripe_events WHERE id = $1`
+	sql := `SELECT id, type, api_version, COALESCE(stripe_customer_id, ''), status, received_at, event_created, payload FROM stripe_events WHERE id = $1`
 	if lock {
 		sql += ` FOR UPDATE`
 	}
 	var ev storedEvent
 	var payload []byte
-	err := q.QueryRow(ctx, sql, id).Scan(&ev.ID, &ev.Type, &ev.Customer, &ev.Status, &ev.ReceivedAt, &ev.Created, &payload)
+	err := q.QueryRow(ctx, sql, id).Scan(&ev.ID, &ev.Type, &ev.APIVersion, &ev.Customer, &ev.Status, &ev.ReceivedAt, &ev.Created, &payload)
 	if err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ev, err
 		}
 		return ev, fmt.Errorf("billing: load event: %w", err)
 	}
-	if err := json.Unmarshal(payload, &ev.Event); err != nil {
+	var p struct {
+		Object string `json:"object"`
+		Data   *struct {
+			Object json.RawMessage `json:"object"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(payload, &p); err != nil {
 		return ev, fmt.Errorf("billing: decode stored event: %w", err)
+	}
+	ev.Thin = p.Object == thinObject
+	if p.Data != nil {
+		ev.Object = p.Data.Object
 	}
 	return ev, nil
 }

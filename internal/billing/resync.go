@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -12,9 +13,9 @@ import (
 	"github.com/stripe/stripe-go/v79"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/internal/jobs"
-	"github.com/tollgatehq/tollgate/limiter"
 )
 
 // DriftRepair is one difference from Stripe that resync repaired.
@@ -95,10 +96,39 @@ func timeStr(t *time.Time) *string {
 	return strp(t.UTC().Format(time.RFC3339))
 }
 
+// viewOf is a subscription read through stripe-go (at the pinned version)
+// as billing reads any subscription.
+func viewOf(ss *stripe.Subscription) subView {
+	v := subView{ID: ss.ID, Status: string(ss.Status), Metadata: ss.Metadata, CancelAtPeriodEnd: ss.CancelAtPeriodEnd,
+		TrialEnd: ss.TrialEnd, CanceledAt: ss.CanceledAt, PeriodStart: ss.CurrentPeriodStart, PeriodEnd: ss.CurrentPeriodEnd}
+	if ss.Customer != nil {
+		v.Customer = ss.Customer.ID
+	}
+	if ss.LatestInvoice != nil {
+		v.LatestInvoice = ss.LatestInvoice.ID
+	}
+	if ss.PauseCollection != nil {
+		v.PauseCollection = string(ss.PauseCollection.Behavior)
+	}
+	if ss.Items != nil {
+		for _, it := range ss.Items.Data {
+			if it == nil {
+				continue
+			}
+			iv := itemView{ID: it.ID, Quantity: it.Quantity}
+			if it.Price != nil {
+				iv.PriceID = it.Price.ID
+			}
+			v.Items = append(v.Items, iv)
+		}
+	}
+	return v
+}
+
 func (s *Service) repair(ctx context.Context, tenantID, customer string, st stripeState) ([]DriftRepair, error) {
 	var repairs []DriftRepair
-	var snap limiter.Snapshot
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+	_, err := s.ents.Update(ctx, func(ctx context.Context, w *entitlements.Writes) error {
+		tx := w.Tx()
 		repairs = nil
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('tollgate.stripe_customer:' || $1, 0))`, customer); err != nil {
 			return fmt.Errorf("billing: lock customer: %w", err)
@@ -106,43 +136,51 @@ func (s *Service) repair(ctx context.Context, tenantID, customer string, st stri
 		note := func(sub, field string, ours, theirs *string) {
 			repairs = append(repairs, DriftRepair{TenantID: tenantID, SubscriptionID: sub, Field: field, Ours: ours, Stripe: theirs})
 		}
-		var current *stripe.Subscription // the live one that decides the plan
-		for _, ss := range st.subs {
-			if ss == nil || ss.ID == "" {
+		currentPlan := "" // plan of the live subscription
+		var currentSub string
+		for _, raw := range st.subs {
+			if raw == nil || raw.ID == "" {
 				continue
 			}
+			ss := viewOf(raw)
 			cur, err := loadSub(ctx, tx, ss.ID)
 			if err != nil {
 				return err
 			}
-			next := subRow{TenantID: tenantID}
+			next := subRow{TenantID: tenantID, PlanQuantity: 1}
 			if cur != nil {
 				next = *cur
 			} else {
 				note(ss.ID, "subscription", nil, strp(ss.ID))
 			}
-			status := string(ss.Status)
+			status := ss.Status
 			if cur == nil || cur.Status != status {
 				if cur != nil {
 					note(ss.ID, "status", strp(cur.Status), strp(status))
 				}
 				next.Status = status
 			}
+			its, plans, err := planItems(ctx, w, ss.Items)
+			if err != nil {
+				return err
+			}
 			priceID, itemID := "", ""
-			if ss.Items != nil && len(ss.Items.Data) > 0 && ss.Items.Data[0] != nil {
-				itemID = ss.Items.Data[0].ID
-				if ss.Items.Data[0].Price != nil {
-					priceID = ss.Items.Data[0].Price.ID
-				}
+			if len(its) == 1 {
+				priceID, itemID = its[0].PriceID, its[0].ID
+				next.PlanQuantity = its[0].Quantity
 			}
 			if cur != nil && (cur.PriceID == nil) != (priceID == "") || cur != nil && cur.PriceID != nil && *cur.PriceID != priceID {
 				note(ss.ID, "price", cur.PriceID, nullable(priceID))
 			}
 			next.PriceID, next.ItemID = nullable(priceID), nullable(itemID)
+			next.Items = ss.Items
+			if next.Items == nil {
+				next.Items = []itemView{}
+			}
 			// A period Stripe gives as empty (stripe-mock's placeholders) is
 			// not evidence of anything.
-			if ss.CurrentPeriodEnd > ss.CurrentPeriodStart && ss.CurrentPeriodStart > 0 {
-				ps, pe := unixPtr(ss.CurrentPeriodStart), unixPtr(ss.CurrentPeriodEnd)
+			if ps0, pe0 := ss.period(itemID); pe0 > ps0 && ps0 > 0 {
+				ps, pe := unixPtr(ps0), unixPtr(pe0)
 				if cur != nil && (!sameTime(cur.PeriodStart, ps) || !sameTime(cur.PeriodEnd, pe)) {
 					note(ss.ID, "current_period", strp(strings.Join([]string{deref(timeStr(cur.PeriodStart)), deref(timeStr(cur.PeriodEnd))}, "/")),
 						strp(strings.Join([]string{*timeStr(ps), *timeStr(pe)}, "/")))
@@ -153,6 +191,10 @@ func (s *Service) repair(ctx context.Context, tenantID, customer string, st stri
 				note(ss.ID, "cancel_at_period_end", strp(fmt.Sprint(cur.CancelAtPeriodEnd)), strp(fmt.Sprint(ss.CancelAtPeriodEnd)))
 			}
 			next.CancelAtPeriodEnd = ss.CancelAtPeriodEnd
+			if ss.LatestInvoice != "" {
+				next.LatestInvoiceID = nullable(ss.LatestInvoice)
+			}
+			next.PauseCollection = nullable(ss.PauseCollection)
 			s.setGrace(&next)
 			if terminal(next.Status) && next.CanceledAt == nil {
 				next.CanceledAt = unixPtr(ss.CanceledAt)
@@ -165,23 +207,19 @@ func (s *Service) repair(ctx context.Context, tenantID, customer string, st stri
 			if err := saveSub(ctx, tx, ss.ID, customer, &next); err != nil {
 				return err
 			}
-			if current == nil && !terminal(status) {
-				current = ss
+			if currentSub == "" && !terminal(status) && len(plans) == 1 {
+				currentSub, currentPlan = ss.ID, plans[0]
 			}
 		}
-		if current != nil && current.Items != nil && len(current.Items.Data) > 0 && current.Items.Data[0].Price != nil {
-			plan, err := planForPrice(ctx, tx, current.Items.Data[0].Price.ID)
+		if currentPlan != "" {
+			ours, err := w.Plan(ctx, tenantID)
 			if err != nil {
 				return err
 			}
-			var ours string
-			if err := tx.QueryRow(ctx, `SELECT plan_key FROM tenants WHERE id = $1 FOR UPDATE`, tenantID).Scan(&ours); err != nil {
-				return fmt.Errorf("billing: load plan: %w", err)
-			}
-			if plan != "" && plan != ours {
-				note(current.ID, "plan", strp(ours), strp(plan))
-				if _, err := tx.Exec(ctx, `UPDATE tenants SET plan_key = $2, updated_at = now() WHERE id = $1`, tenantID, plan); err != nil {
-					return fmt.Errorf("billing: set plan: %w", err)
+			if currentPlan != ours {
+				note(currentSub, "plan", strp(ours), strp(currentPlan))
+				if _, err := w.SetPlan(ctx, tenantID, currentPlan); err != nil {
+					return err
 				}
 			}
 		}
@@ -191,7 +229,7 @@ func (s *Service) repair(ctx context.Context, tenantID, customer string, st stri
 		}
 		if strings.Join(normalizeKeys(features), ",") != strings.Join(st.features, ",") {
 			note("", "features", strp(strings.Join(normalizeKeys(features), ",")), strp(strings.Join(st.features, ",")))
-			if _, err := setFeatures(ctx, tx, tenantID, st.features); err != nil {
+			if _, err := w.SetStripeFeatures(ctx, tenantID, st.features); err != nil {
 				return err
 			}
 		}
@@ -207,9 +245,9 @@ func (s *Service) repair(ctx context.Context, tenantID, customer string, st stri
 				return fmt.Errorf("billing: record repair: %w", err)
 			}
 		}
-		var err error
-		snap, err = s.ents.BumpTx(ctx, tx, tenantID, fmt.Sprintf("stripe resync: %d repairs", len(repairs)))
-		return err
+		w.Reason(fmt.Sprintf("stripe resync: %d repairs", len(repairs)))
+		w.Changed(tenantID)
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -218,15 +256,18 @@ func (s *Service) repair(ctx context.Context, tenantID, customer string, st stri
 		for _, r := range repairs {
 			s.m.drift.WithLabelValues(r.Field).Inc()
 		}
-		if err := s.ents.Publish(ctx, snap); err != nil {
-			s.log.WarnContext(ctx, "entitlement snapshot not published", "tenant_id", tenantID, "err", err)
-		}
 		s.log.InfoContext(ctx, "stripe drift repaired", "tenant_id", tenantID, "repairs", len(repairs))
 	}
 	if repairs == nil {
 		repairs = []DriftRepair{}
 	}
 	return repairs, nil
+}
+
+func normalizeKeys(keys []string) []string {
+	out := slices.Clone(keys)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func sameTime(a, b *time.Time) bool {

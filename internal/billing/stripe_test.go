@@ -44,8 +44,8 @@ func summaryEvent(t testing.TB, id, customer string, keys []string, hasMore bool
 	})
 }
 
-func TestEntitlementSummarySetsFeaturesAndReListsWhenHasMore(t *testing.T) {
-	e := newEnv(t, envOpts{stripeBase: stripemock.Start(t)})
+func TestEntitlementSummarySetsFeaturesFromThePayloadWithoutAKey(t *testing.T) {
+	e := newEnv(t, envOpts{})
 	e.plans()
 	cus := newCustomer()
 	tenant := e.tenant("free", cus)
@@ -65,14 +65,26 @@ func TestEntitlementSummarySetsFeaturesAndReListsWhenHasMore(t *testing.T) {
 	if r := e.waitEvent(old); r.Status != billing.StatusIgnored {
 		t.Fatalf("older summary: %+v", r)
 	}
-	// has_more: the payload is partial, so the list comes from Stripe.
-	more := newEventID(t)
-	e.post(summaryEvent(t, more, cus, []string{"partial_only"}, true, base.Add(time.Second)))
-	if r := e.waitEvent(more); r.Status != billing.StatusProcessed {
-		t.Fatalf("has_more summary: %+v %s", r, deref(r.Reason))
-	}
-	if f := e.snapshot(tenant).Features; strings.Join(f, ",") != mockFeature {
-		t.Fatalf("features %v, want stripe-mock's [%s] (re-listed)", f, mockFeature)
+}
+
+// With a secret key a summary is a notification: the list comes from
+// Stripe (whether or not has_more says the payload is partial), which also
+// settles summaries of the same second delivered in reverse.
+func TestEntitlementSummaryWithAKeyIsReListed(t *testing.T) {
+	e := newEnv(t, envOpts{stripeBase: stripemock.Start(t)})
+	e.plans()
+	cus := newCustomer()
+	tenant := e.tenant("free", cus)
+	base := time.Now().Add(-time.Minute)
+	for i, hasMore := range []bool{false, true} {
+		more := newEventID(t)
+		e.post(summaryEvent(t, more, cus, []string{"partial_only"}, hasMore, base.Add(time.Duration(i)*time.Second)))
+		if r := e.waitEvent(more); r.Status != billing.StatusProcessed {
+			t.Fatalf("summary: %+v %s", r, deref(r.Reason))
+		}
+		if f := e.snapshot(tenant).Features; strings.Join(f, ",") != mockFeature {
+			t.Fatalf("features %v, want stripe-mock's [%s] (re-listed)", f, mockFeature)
+		}
 	}
 }
 
@@ -233,15 +245,20 @@ func recordingProxy(t *testing.T, target string) (string, func() []recorded) {
 }
 
 func TestPlanChangeGoesThroughStripeAndItsWebhookIsANoop(t *testing.T) {
-	base0, requests := recordingProxy(t, stripemock.Start(t))
-	e := newEnv(t, envOpts{stripeBase: base0})
+	fs := newFakeStripe(t)
+	fs.validate = stripemock.Start(t) // every update's shape is checked by stripe-mock
+	e := newEnv(t, envOpts{stripeBase: fs.URL})
 	e.plans()
 	cus, sub := newCustomer(), "sub_pc_"+newCustomer()
 	tenant := e.tenant("free", cus)
 	base := time.Now().Add(-time.Minute)
+	start := base.Add(-time.Hour).Unix()
+	fs.setSub(fakeSub(sub, cus, "active", start, base.Add(-time.Hour).AddDate(0, 1, 0).Unix(), [3]any{"si_" + sub, "price_pro_test", 1}))
 	id := newEventID(t)
 	e.post(subEvent(t, "customer.subscription.created", id, cus, sub, "active", "price_pro_test", base))
-	e.waitEvent(id)
+	if r := e.waitEvent(id); r.Status != billing.StatusProcessed {
+		t.Fatalf("created: %+v %s", r, deref(r.Reason))
+	}
 
 	r := e.admin(http.MethodPut, "/admin/v1/tenants/"+tenant+"/plan", []byte(`{"plan":"team"}`))
 	if r.Status != http.StatusOK || r.Body["plan"] != "team" {
@@ -250,14 +267,14 @@ func TestPlanChangeGoesThroughStripeAndItsWebhookIsANoop(t *testing.T) {
 	if p := e.sub(sub).Price; p == nil || *p != "price_team_test" {
 		t.Fatalf("subscription price %v, want price_team_test", p)
 	}
-	reqs := requests()
+	reqs := fs.postsTo("/v1/subscriptions/" + sub)
 	if len(reqs) != 1 {
-		t.Fatalf("%d requests to Stripe, want 1: %+v", len(reqs), reqs)
+		t.Fatalf("%d updates sent to Stripe, want 1: %+v", len(reqs), reqs)
 	}
 	rq := reqs[0]
-	if rq.method != http.MethodPost || rq.path != "/v1/subscriptions/"+sub || rq.form.Get("items[0][id]") != "si_"+sub ||
-		rq.form.Get("items[0][price]") != "price_team_test" || rq.form.Get("proration_behavior") != "create_prorations" || rq.idempotencyKey == "" {
-		t.Fatalf("Stripe request %s %s key %q form %v", rq.method, rq.path, rq.idempotencyKey, rq.form)
+	if rq.Form.Get("items[0][id]") != "si_"+sub || rq.Form.Get("items[0][price]") != "price_team_test" ||
+		rq.Form.Get("proration_behavior") != "create_prorations" || rq.Key == "" {
+		t.Fatalf("Stripe request key %q form %v", rq.Key, rq.Form)
 	}
 	v := e.version(tenant)
 	// Stripe's webhook of our own change: nothing left to change.
@@ -270,11 +287,12 @@ func TestPlanChangeGoesThroughStripeAndItsWebhookIsANoop(t *testing.T) {
 		t.Fatalf("echo webhook changed the version %d→%d or plan %s", v, e.version(tenant), e.tenantPlan(tenant))
 	}
 
-	// A late event from before the change does not flip the plan back.
+	// A late event from before the change does not flip the plan back: it
+	// is a notification, and Stripe has the subscription on team now.
 	before := newEventID(t)
 	e.post(withPeriod(t, subEvent(t, "customer.subscription.updated", before, cus, sub, "active", "price_pro_test", base.Add(time.Second)), base.Add(-time.Hour)))
-	if ev := e.waitEvent(before); ev.Status != billing.StatusIgnored || e.tenantPlan(tenant) != "team" {
-		t.Fatalf("pre-change event: %+v plan %s, want ignored and team", ev, e.tenantPlan(tenant))
+	if ev := e.waitEvent(before); ev.Status == billing.StatusFailed || e.tenantPlan(tenant) != "team" || e.version(tenant) != v {
+		t.Fatalf("pre-change event: %+v plan %s version %d→%d, want team unchanged", ev, e.tenantPlan(tenant), v, e.version(tenant))
 	}
 
 	// A plan without a Stripe price cannot be used with a subscription.
@@ -285,32 +303,23 @@ func TestPlanChangeGoesThroughStripeAndItsWebhookIsANoop(t *testing.T) {
 		t.Fatalf("plan without price: %d %s", r.Status, r.Raw)
 	}
 	// A subscription stored without its item id: the item is read from
-	// Stripe first (stripe-mock's canned item), then updated, then kept.
+	// Stripe first, then updated, then kept.
 	cus2, sub2 := newCustomer(), "sub_noitem_"+newCustomer()
 	t2 := e.tenant("pro", cus2)
+	fs.setSub(fakeSub(sub2, cus2, "active", start, base.AddDate(0, 1, 0).Unix(), [3]any{"si_other", "price_addon_x", 1}, [3]any{"si_" + sub2, "price_pro_test", 1}))
 	if _, err := e.pool.Exec(context.Background(), `INSERT INTO subscriptions (id, tenant_id, stripe_customer_id, stripe_price_id, status)
 		VALUES ($1, $2, $3, 'price_pro_test', 'active')`, sub2, t2, cus2); err != nil {
 		t.Fatal(err)
 	}
-	n := len(requests())
 	if r := e.admin(http.MethodPut, "/admin/v1/tenants/"+t2+"/plan", []byte(`{"plan":"team"}`)); r.Status != http.StatusOK {
 		t.Fatalf("change without item id: %d %s", r.Status, r.Raw)
 	}
-	// Only this subscription's requests: the worker's own background calls
-	// (e.g. listing active entitlements for an earlier event) may land in the
-	// same window.
-	reqs = nil
-	for _, r := range requests()[n:] {
-		if strings.Contains(r.path, "/v1/subscriptions/"+sub2) {
-			reqs = append(reqs, r)
-		}
-	}
-	if len(reqs) != 2 || reqs[0].method != http.MethodGet || reqs[1].form.Get("items[0][id]") != "si_QXhVBoJ7NQdNXh" {
+	if reqs := fs.postsTo("/v1/subscriptions/" + sub2); len(reqs) != 1 || reqs[0].Form.Get("items[0][id]") != "si_"+sub2 {
 		t.Fatalf("requests without item id: %+v", reqs)
 	}
 	var item string
 	_ = e.pool.QueryRow(context.Background(), `SELECT stripe_item_id FROM subscriptions WHERE id = $1`, sub2).Scan(&item)
-	if item != "si_QXhVBoJ7NQdNXh" || e.tenantPlan(t2) != "team" {
+	if item != "si_"+sub2 || e.tenantPlan(t2) != "team" {
 		t.Fatalf("item %q plan %s after the change", item, e.tenantPlan(t2))
 	}
 
@@ -325,11 +334,11 @@ func TestPlanChangeStripeErrorIs502AndChangesNothing(t *testing.T) {
 	base := time.Now().Add(-time.Minute)
 	check := func(t *testing.T, e *env, sub string) {
 		cus := newCustomer()
-		tenant := e.tenant("free", cus)
-		id := newEventID(t)
-		e.post(subEvent(t, "customer.subscription.created", id, cus, sub, "active", "price_pro_test", base))
-		if r := e.waitEvent(id); r.Status != billing.StatusProcessed {
-			t.Fatalf("setup: %+v", r)
+		tenant := e.tenant("pro", cus)
+		// Stored as a subscription event would have left it.
+		if _, err := e.pool.Exec(context.Background(), `INSERT INTO subscriptions (id, tenant_id, stripe_customer_id, stripe_price_id, stripe_item_id, status, last_event_at)
+			VALUES ($1, $2, $3, 'price_pro_test', $4, 'active', $5)`, sub, tenant, cus, "si_"+sub, base); err != nil {
+			t.Fatal(err)
 		}
 		v := e.version(tenant)
 		r := e.admin(http.MethodPut, "/admin/v1/tenants/"+tenant+"/plan", []byte(`{"plan":"team"}`))

@@ -227,36 +227,6 @@ func TestUnknownTypeAndCustomerAreIgnoredAndShown(t *testing.T) {
 	}
 }
 
-func TestAnotherAPIVersionIsStoredMarkedNotProcessed(t *testing.T) {
-	e := newEnv(t, envOpts{})
-	e.plans()
-	cus := newCustomer()
-	tenant := e.tenant("free", cus)
-	id := newEventID(t)
-	body := subEvent(t, "customer.subscription.created", id, cus, "sub_v_"+cus, "active", "price_pro_test", time.Now())
-	body = []byte(strings.Replace(string(body), `"api_version":"2024-06-20"`, `"api_version":"2025-03-31.basil"`, 1))
-	r := e.post(body)
-	if r.Status != http.StatusOK || r.Body["status"] != billing.StatusIgnored {
-		t.Fatalf("other version: %d %s", r.Status, r.Raw)
-	}
-	ev := e.event(id)
-	if ev.Status != billing.StatusIgnored || !strings.Contains(deref(ev.Reason), "2025-03-31.basil") {
-		t.Fatalf("stored %+v %s", ev, deref(ev.Reason))
-	}
-	var jobsN int
-	_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job WHERE args->>'event_id' = $1`, id).Scan(&jobsN)
-	if jobsN != 0 || e.tenantPlan(tenant) != "free" {
-		t.Fatalf("jobs %d plan %s: an event on another version must not be applied", jobsN, e.tenantPlan(tenant))
-	}
-	// A replay does not guess at it either.
-	if r := e.admin(http.MethodPost, "/admin/v1/stripe/events/"+id+"/replay", nil); r.Status != http.StatusAccepted {
-		t.Fatalf("replay: %d %s", r.Status, r.Raw)
-	}
-	if r := e.waitEvent(id); r.Status != billing.StatusIgnored || e.tenantPlan(tenant) != "free" {
-		t.Fatalf("replayed other version: %+v plan %s", r, e.tenantPlan(tenant))
-	}
-}
-
 // A subscription event posted to one api instance changes what the limiter
 // of another instance enforces within two seconds of the 2xx.
 func TestSubscriptionChangeReachesAnotherInstancesLimiterWithin2s(t *testing.T) {

@@ -46,6 +46,10 @@ type Config struct {
 	StripeAPIBase string
 	// DefaultPlan (DEFAULT_PLAN), default free: the plan of tenants whose subscription ended.
 	DefaultPlan string
+	// StripeProration (STRIPE_PRORATION), default create_prorations: how plan
+	// changes through Stripe prorate (create_prorations, always_invoice, none,
+	// or pending_if_incomplete: always_invoice and limits rise only once paid).
+	StripeProration string
 	// GracePeriod (GRACE_PERIOD, a Go duration), default 168h: how long past_due keeps the plan.
 	GracePeriod time.Duration
 	// LogLevel (LOG_LEVEL): debug, info, warn or error; default info.
@@ -105,6 +109,7 @@ func Load(getenv func(string) string) (Config, error) {
 		StripeWebhookSecretPrevious: get("STRIPE_WEBHOOK_SECRET_PREVIOUS", ""),
 		StripeSecretKey:             get("STRIPE_SECRET_KEY", ""),
 		StripeAPIBase:               get("STRIPE_API_BASE", ""),
+		StripeProration:             get("STRIPE_PRORATION", "create_prorations"),
 		DefaultPlan:                 get("DEFAULT_PLAN", "free"),
 		LimiterFailMode:             get("LIMITER_FAIL_MODE", "local"),
 	}
@@ -137,6 +142,11 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.StripeSecretKey != "" && !(strings.HasPrefix(c.StripeSecretKey, "sk_") || strings.HasPrefix(c.StripeSecretKey, "rk_")) {
 		bad("STRIPE_SECRET_KEY", errors.New("want an sk_… or rk_… key"))
+	}
+	switch c.StripeProration {
+	case "create_prorations", "always_invoice", "none", "pending_if_incomplete":
+	default:
+		bad("STRIPE_PRORATION", errors.New("want create_prorations, always_invoice, none or pending_if_incomplete"))
 	}
 	if c.StripeAPIBase != "" {
 		if u, err := url.Parse(c.StripeAPIBase); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -1,0 +1,57 @@
+package billing
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+)
+
+func (s *Service) applySummary(ctx context.Context, w *entitlements.Writes, ev storedEvent, sum summaryView, pre prefetched) (outcome, error) {
+	tenant, err := w.TenantByCustomer(ctx, sum.Customer)
+	if err != nil {
+		return outcome{}, err
+	}
+	if tenant == "" {
+		return ignored("", "%s %s: no tenant has this stripe_customer_id", reasonUnknownCustomer, sum.Customer), nil
+	}
+	keys := pre.features
+	if keys == nil {
+		// Only a summary complete in itself can be stale: a re-listed one
+		// is the state now.
+		var newer bool
+		err := w.Tx().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM stripe_events WHERE stripe_customer_id = $1 AND type = $2
+			AND status = 'processed' AND event_created > $3 AND id <> $4)`, sum.Customer, ev.Type, ev.Created, ev.ID).Scan(&newer)
+		if err != nil {
+			return outcome{}, fmt.Errorf("billing: newer summary: %w", err)
+		}
+		if newer {
+			return ignored(tenant, "stale: a newer entitlement summary was already applied"), nil
+		}
+		keys = sum.Keys
+	}
+	if _, err := w.SetStripeFeatures(ctx, tenant, keys); err != nil {
+		return outcome{}, err
+	}
+	return outcome{status: StatusProcessed, tenantID: tenant}, nil
+}
+
+func (s *Service) applyCustomerDeleted(ctx context.Context, w *entitlements.Writes, ev storedEvent) (outcome, error) {
+	customer := ev.Customer
+	tenant, err := w.UnlinkCustomer(ctx, customer)
+	if err != nil {
+		return outcome{}, err
+	}
+	// Deleting a customer cancels its subscriptions; Stripe's own deleted
+	// events may come later, or not at all for our purposes.
+	_, err = w.Tx().Exec(ctx, `UPDATE subscriptions SET status = 'canceled', canceled_at = COALESCE(canceled_at, $2),
+			past_due_since = NULL, grace_ends_at = NULL, last_event_at = GREATEST(last_event_at, $3), updated_at = now()
+		WHERE stripe_customer_id = $1 AND status NOT IN ('canceled', 'incomplete_expired')`, customer, s.opts.Now(), ev.Created)
+	if err != nil {
+		return outcome{}, fmt.Errorf("billing: cancel subscriptions: %w", err)
+	}
+	if tenant == "" {
+		return ignored("", "%s %s: no tenant has this stripe_customer_id", reasonUnknownCustomer, customer), nil
+	}
+	return outcome{status: StatusProcessed, tenantID: tenant}, nil
+}
