@@ -55,6 +55,7 @@ type envOpts struct {
 	beforeApply func(ctx context.Context, eventID string) error
 	noWorker    bool
 	noSecret    bool
+	proration   string
 }
 
 // env is one api instance (server, services) plus, unless noWorker, a
@@ -88,7 +89,7 @@ func newEnvOn(t testing.TB, pool *pgxpool.Pool, rdb *redis.Client, prefix string
 	}
 	reg := prometheus.NewRegistry()
 	bo := billing.Options{WebhookSecret: secret, WebhookSecretPrevious: o.prevSecret, GracePeriod: o.grace,
-		BeforeApply: o.beforeApply, Registerer: reg}
+		BeforeApply: o.beforeApply, Registerer: reg, Proration: o.proration}
 	if o.noSecret {
 		bo.WebhookSecret = ""
 	}
