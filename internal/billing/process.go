@@ -208,15 +208,3 @@ func (s *Service) recordFailure(ctx context.Context, eventID string, cause error
 		s.log.WarnContext(ctx, "stripe event attempt failed", "event_id", eventID, "err", cause)
 	}
 }
-
-func dedupe(ss []string) []string {
-	seen := make(map[string]bool, len(ss))
-	out := ss[:0:0]
-	for _, s := range ss {
-		if s != "" && !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	return out
-}

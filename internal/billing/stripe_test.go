@@ -1,18 +1,11 @@
 package billing_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
-	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -207,40 +200,6 @@ func TestWorkerKilledMidEventProcessesItAfterRestartOnce(t *testing.T) {
 	}
 	if r := e.event(id); r.Status != billing.StatusProcessed || e.version(tenant) != v0+1 || e.tenantPlan(tenant) != "pro" {
 		t.Fatalf("after restart: %+v version %d (want %d) plan %s", r, e.version(tenant), v0+1, e.tenantPlan(tenant))
-	}
-}
-
-// recorded is one request that reached stripe-mock through recordingProxy.
-type recorded struct {
-	method, path, idempotencyKey string
-	form                         url.Values
-}
-
-// recordingProxy forwards to stripe-mock and records each request, so that
-// tests see the shape of what was sent (stripe-mock only validates it).
-func recordingProxy(t *testing.T, target string) (string, func() []recorded) {
-	t.Helper()
-	u, err := url.Parse(target)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var reqs []recorded
-	proxy := httputil.NewSingleHostReverseProxy(u)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		form, _ := url.ParseQuery(string(body))
-		mu.Lock()
-		reqs = append(reqs, recorded{method: r.Method, path: r.URL.Path, idempotencyKey: r.Header.Get("Idempotency-Key"), form: form})
-		mu.Unlock()
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		proxy.ServeHTTP(w, r)
-	}))
-	t.Cleanup(srv.Close)
-	return srv.URL, func() []recorded {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(reqs)
 	}
 }
 
