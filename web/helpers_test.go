@@ -43,6 +43,7 @@ type bundle struct {
 	meter  *metering.Service
 	web    *Web
 	srv    *httptest.Server
+	api    *httpapi.Server
 	admin  string // admin token
 	free   string // this test's default plan
 	pro    string // a bigger plan
@@ -130,6 +131,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 		t.Fatal(err)
 	}
 	w.Register(api.Echo())
+	b.api = api
 	b.srv = httptest.NewServer(api)
 	t.Cleanup(func() { b.srv.Close(); cancel(); _ = lim.Close() })
 

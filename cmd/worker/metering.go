@@ -23,18 +23,20 @@ type meteringPart struct {
 	ents *entitlements.Service
 	rdb  redis.UniversalClient
 	cfg  config.Config
+	jm   *jobMetrics
 	wg   sync.WaitGroup
 }
 
-func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlements.Service, cfg config.Config, log *slog.Logger) *meteringPart {
+func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlements.Service, cfg config.Config, log *slog.Logger, jm *jobMetrics) *meteringPart {
 	store := limiter.NewStore(rdb, limiter.DefaultPrefix)
-	svc := metering.NewService(pool, store, log, metering.Options{}) // the worker never answers GET /v1/usage
-	return &meteringPart{svc: svc, ents: ents, rdb: rdb, cfg: cfg}
+	// The worker never answers GET /v1/usage: no Snapshot.
+	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush})
+	return &meteringPart{svc: svc, ents: ents, rdb: rdb, cfg: cfg, jm: jm}
 }
 
 // Register adds the metering workers and periodic jobs.
 func (m *meteringPart) Register(workers *river.Workers) []*river.PeriodicJob {
-	river.AddWorker(workers, &metering.ClosePeriodsWorker{Service: m.svc})
+	river.AddWorker(workers, &closePeriodsWorker{svc: m.svc, m: m.jm})
 	river.AddWorker(workers, &metering.ExpireOverridesWorker{Refresh: m.ents.RefreshExpiredOverrides})
 	periodic := []*river.PeriodicJob{metering.ClosePeriodsPeriodic(), metering.ExpireOverridesPeriodic()}
 	if m.cfg.StripeSecretKey != "" {

@@ -92,7 +92,11 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	}
 	bill.Workers(workers)
 	periodic = append(periodic, bill.Periodic()...)
-	meter := newMetering(pool, rdb, ents, cfg, log)
+	jm, err := newJobMetrics(reg, pool, log)
+	if err != nil {
+		return err
+	}
+	meter := newMetering(pool, rdb, ents, cfg, log, jm)
 	periodic = append(periodic, meter.Register(workers)...)
 
 	client, err := jobs.NewWorkerClient(pool, log, jobs.Config{Workers: workers, Periodic: periodic})

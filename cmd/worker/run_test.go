@@ -246,7 +246,9 @@ func TestRunServesMetrics(t *testing.T) {
 	if res.StatusCode != http.StatusOK {
 		t.Fatalf("GET /metrics: %d", res.StatusCode)
 	}
-	for _, name := range []string{"tollgate_stripe_events{", "tollgate_stripe_oldest_pending_event_age_seconds", "go_goroutines"} {
+	for _, name := range []string{"tollgate_stripe_events{", "tollgate_stripe_oldest_pending_event_age_seconds", "go_goroutines",
+		"tollgate_usage_flush_lag_seconds", "tollgate_usage_flush_passes_total{result=\"ok\"}", "tollgate_usage_periods_closed_total",
+		"tollgate_usage_periods_overdue", "tollgate_stripe_meter_reports{status=\"failed\"}"} {
 		if !strings.Contains(string(body), name) {
 			t.Errorf("worker /metrics lacks %s", name)
 		}

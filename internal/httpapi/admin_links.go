@@ -32,6 +32,8 @@ func (s *Server) handleMintDashboardLink() echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
+		// The link is a credential: no cache, proxy or browser may keep it.
+		c.Response().Header().Set("Cache-Control", "no-store")
 		return c.JSON(http.StatusCreated, dashboardLinkResponse{URL: u, ExpiresAt: exp})
 	}
 }

@@ -88,8 +88,19 @@ func NewServer(d Deps) (*Server, error) {
 	return s, nil
 }
 
-// ServeHTTP makes Server an http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.echo.ServeHTTP(w, r) }
+// ServeHTTP makes Server an http.Handler. HEAD is served on every GET
+// route (RFC 9110 §9.3.2: the GET's headers, no body): echo registers no
+// HEAD routes (HEAD was a 405, and a 404 on /dashboard/login), so the
+// request is routed as a GET on a copy while net/http, which holds the
+// original HEAD request, drops whatever body the handler writes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodHead {
+		g := r.WithContext(r.Context())
+		g.Method = http.MethodGet
+		r = g
+	}
+	s.echo.ServeHTTP(w, r)
+}
 
 // Echo exposes the router to tests that list the registered routes.
 func (s *Server) Echo() *echo.Echo { return s.echo }

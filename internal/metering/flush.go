@@ -135,8 +135,12 @@ func (s *Service) RunFlusher(ctx context.Context, interval time.Duration, rdb re
 	defer t.Stop()
 	lastRefusals := time.Time{}
 	for {
-		if _, err := s.FlushOnce(ctx); err != nil && ctx.Err() == nil {
+		st, err := s.FlushOnce(ctx)
+		if err != nil && ctx.Err() == nil {
 			s.log.ErrorContext(ctx, "flush failed", "err", err)
+		}
+		if s.opts.OnFlush != nil && ctx.Err() == nil {
+			s.opts.OnFlush(st, err)
 		}
 		// Refusal counts are a chart, not money: every 10 intervals is plenty.
 		if rdb != nil && time.Since(lastRefusals) >= 10*interval {

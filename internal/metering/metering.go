@@ -31,6 +31,9 @@ type Options struct {
 	// Snapshot gives the tenant's quotas and period to Usage. Required for
 	// Usage; Ingest and the flush do without it.
 	Snapshot SnapshotFunc
+	// OnFlush, when set, is told the outcome of every pass of RunFlusher
+	// (the worker's flush-lag metrics).
+	OnFlush func(st FlushStats, err error)
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// MaxEventAge is how old an event's timestamp may be; default 35 days,

@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+
+	"github.com/tollgatehq/tollgate/internal/metering"
+)
+
+// jobMetrics are the worker's metrics of its metering jobs: how far the
+// flush of the limiter's counters lags, periods closed, Stripe meter
+// reports and River's queue. Flush figures are this process's own (every
+// worker flushes); the rest is read from Postgres at scrape time, so every
+// worker shows the same, whichever of them ran the job.
+type jobMetrics struct {
+	flushes     *prometheus.CounterVec
+	flushUnits  prometheus.Counter
+	lastFlushOK atomic.Int64 // unix nanoseconds of the last pass without error
+	closed      prometheus.Counter
+}
+
+func newJobMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, log *slog.Logger) (*jobMetrics, error) {
+	m := &jobMetrics{
+		flushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_usage_flush_passes_total",
+			Help: "Passes of the flush of limiter counters to Postgres, by result (ok or error).",
+		}, []string{"result"}),
+		flushUnits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_usage_flush_units_total",
+			Help: "Usage units this worker's flush added to Postgres.",
+		}),
+		closed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_usage_periods_closed_total",
+			Help: "Usage periods this worker closed.",
+		}),
+	}
+	m.flushes.WithLabelValues("ok")            // both series exist from the start
+	m.flushes.WithLabelValues("error")         // (alerts on a rate need them)
+	m.lastFlushOK.Store(time.Now().UnixNano()) // lag counts from the start
+	lag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "tollgate_usage_flush_lag_seconds",
+		Help: "Seconds since this worker's last flush pass that succeeded: how far Postgres may be behind Redis (alert when it grows beyond a few flush intervals).",
+	}, func() float64 { return time.Since(time.Unix(0, m.lastFlushOK.Load())).Seconds() })
+	for _, c := range []prometheus.Collector{m.flushes, m.flushUnits, m.closed, lag, newStateCollector(pool, log)} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// onFlush is metering's OnFlush hook.
+func (m *jobMetrics) onFlush(st metering.FlushStats, err error) {
+	if err != nil {
+		m.flushes.WithLabelValues("error").Inc()
+		return
+	}
+	m.flushes.WithLabelValues("ok").Inc()
+	m.flushUnits.Add(float64(st.Units))
+	m.lastFlushOK.Store(time.Now().UnixNano())
+}
+
+// closePeriodsWorker is metering's ClosePeriodsWorker, counting what it
+// closed.
+type closePeriodsWorker struct {
+	river.WorkerDefaults[metering.ClosePeriodsArgs]
+	svc *metering.Service
+	m   *jobMetrics
+}
+
+func (w *closePeriodsWorker) Work(ctx context.Context, _ *river.Job[metering.ClosePeriodsArgs]) error {
+	n, err := w.svc.ClosePeriods(ctx)
+	w.m.closed.Add(float64(n))
+	return err
+}
+
+// stateCollector reads, at scrape time, River's queue depth, the usage
+// periods left open past their end, and the Stripe meter reports by status.
+type stateCollector struct {
+	pool    *pgxpool.Pool
+	log     *slog.Logger
+	jobs    *prometheus.Desc
+	overdue *prometheus.Desc
+	reports *prometheus.Desc
+}
+
+func newStateCollector(pool *pgxpool.Pool, log *slog.Logger) *stateCollector {
+	return &stateCollector{pool: pool, log: log,
+		jobs: prometheus.NewDesc("tollgate_river_jobs",
+			"River jobs not finished, by queue, kind and state (available, scheduled, retryable, running); read from Postgres at scrape time.",
+			[]string{"queue", "kind", "state"}, nil),
+		overdue: prometheus.NewDesc("tollgate_usage_periods_overdue",
+			"Usage periods that ended more than 10 minutes ago and are still open (the close job is not running).", nil, nil),
+		reports: prometheus.NewDesc("tollgate_stripe_meter_reports",
+			"Usage reports to Stripe Billing Meters by status (pending, sent, failed).", []string{"status"}, nil),
+	}
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.jobs
+	ch <- c.overdue
+	ch <- c.reports
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rows, err := c.pool.Query(ctx, `
+		SELECT queue, kind, state::text, count(*) FROM river_job
+		WHERE state IN ('available', 'scheduled', 'retryable', 'running') GROUP BY 1, 2, 3`)
+	if err == nil {
+		var queue, kind, state string
+		var n int64
+		_, err = pgx.ForEachRow(rows, []any{&queue, &kind, &state, &n}, func() error {
+			ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(n), queue, kind, state)
+			return nil
+		})
+	}
+	if err != nil {
+		c.log.Warn("river queue depth not read", "err", err)
+	}
+	var overdue int64
+	if err := c.pool.QueryRow(ctx, `SELECT count(*) FROM usage_periods WHERE closed_at IS NULL AND period_end < now() - interval '10 minutes'`).Scan(&overdue); err != nil {
+		c.log.Warn("open periods not read", "err", err)
+	} else {
+		ch <- prometheus.MustNewConstMetric(c.overdue, prometheus.GaugeValue, float64(overdue))
+	}
+	counts := map[string]int64{"pending": 0, "sent": 0, "failed": 0}
+	rows, err = c.pool.Query(ctx, `SELECT status, count(*) FROM stripe_meter_reports GROUP BY status`)
+	if err == nil {
+		var status string
+		var n int64
+		_, err = pgx.ForEachRow(rows, []any{&status, &n}, func() error { counts[status] = n; return nil })
+	}
+	if err != nil {
+		c.log.Warn("meter reports not read", "err", err)
+		return
+	}
+	for st, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.reports, prometheus.GaugeValue, float64(n), st)
+	}
+}

@@ -1,0 +1,86 @@
+package web
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// HEAD answers on every GET route as GET does, without a body; it was 405
+// (404 on /dashboard/login).
+func TestHeadOnEveryGetRoute(t *testing.T) {
+	b := setup(t)
+	tn := b.tenant(t, "Head Co", b.pro)
+	key := b.key(t, tn.ID)
+	admin := b.browser(t)
+	admin.loginAdmin(b.admin)
+	dash := b.browser(t)
+	dash.loginKey(key.Key)
+	params := strings.NewReplacer(":id", tn.ID, ":key", b.pro, ":oid", tn.ID, "*", "style.css")
+	n := 0
+	for _, r := range b.api.Echo().Routes() {
+		if r.Method != http.MethodGet {
+			continue
+		}
+		path := params.Replace(r.Path)
+		if strings.HasPrefix(path, "/static/") {
+			path = "/static/style.css"
+		}
+		br, bearer := b.browser(t), ""
+		switch {
+		case strings.HasPrefix(path, "/admin/v1/"):
+			bearer = b.admin
+		case strings.HasPrefix(path, "/v1/"):
+			bearer = key.Key
+		case strings.HasPrefix(path, "/admin"):
+			br = admin
+		case strings.HasPrefix(path, "/dashboard"):
+			br = dash
+		}
+		get, head := reqWith(br, http.MethodGet, path, bearer), reqWith(br, http.MethodHead, path, bearer)
+		if head.status == http.StatusMethodNotAllowed || head.status != get.status {
+			t.Errorf("HEAD %s = %d, GET = %d", path, head.status, get.status)
+		}
+		if head.body != "" {
+			t.Errorf("HEAD %s sent a body of %d bytes", path, len(head.body))
+		}
+		if g, h := get.header.Get("Content-Type"), head.header.Get("Content-Type"); g != h {
+			t.Errorf("HEAD %s: Content-Type %q, GET %q", path, h, g)
+		}
+		n++
+	}
+	if n < 20 {
+		t.Fatalf("only %d GET routes checked", n)
+	}
+	// The login page, which was a 404 for HEAD.
+	if r := reqWith(b.browser(t), http.MethodHead, "/dashboard/login", ""); r.status != http.StatusOK {
+		t.Fatalf("HEAD /dashboard/login = %d", r.status)
+	}
+}
+
+func reqWith(br *browser, method, path, bearer string) resp {
+	br.t.Helper()
+	req, _ := http.NewRequest(method, br.base+path, nil)
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	return br.do(req)
+}
+
+func TestFaviconAndNoStoreOnCredentials(t *testing.T) {
+	b := setup(t)
+	br := b.browser(t)
+	r := br.get("/favicon.ico")
+	if r.status != http.StatusOK || r.header.Get("Content-Type") != "image/x-icon" || !strings.HasPrefix(r.body, "\x00\x00\x01\x00") {
+		t.Fatalf("favicon: %d %q %d bytes", r.status, r.header.Get("Content-Type"), len(r.body))
+	}
+	tn := b.tenant(t, "Cache Co", b.free)
+	link := reqWith(br, http.MethodPost, "/admin/v1/tenants/"+tn.ID+"/dashboard-links", b.admin)
+	if link.status != http.StatusCreated || link.header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("dashboard link: %d, Cache-Control %q", link.status, link.header.Get("Cache-Control"))
+	}
+	k := reqWith(br, http.MethodPost, "/admin/v1/tenants/"+tn.ID+"/api-keys", b.admin)
+	if k.status != http.StatusCreated || k.header.Get("Cache-Control") != "no-store" {
+		t.Fatalf("API key: %d, Cache-Control %q", k.status, k.header.Get("Cache-Control"))
+	}
+}
