@@ -6,27 +6,64 @@ import (
 	"testing"
 )
 
-// TestDependencies keeps the package importable on its own: the standard
-// library, go-redis (with only the two small modules it has long needed) and
-// golang.org/x/{time,sync}. The list is explicit on purpose: a go-redis
-// upgrade that drags in more (v9.19+ imports go.uber.org/atomic and
-// golang.org/x/sys) must fail here, not slip in.
-func TestDependencies(t *testing.T) {
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}",
-		"github.com/tollgatehq/tollgate/limiter").CombinedOutput()
+const limiterPkg = "github.com/tollgatehq/tollgate/limiter"
+
+// goListDeps returns the non-standard packages pkg depends on (itself
+// included).
+func goListDeps(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg).CombinedOutput()
 	if err != nil {
-		t.Fatalf("go list: %v\n%s", err, out)
+		t.Fatalf("go list %s: %v\n%s", pkg, err, out)
 	}
-	for _, p := range strings.Fields(string(out)) {
+	return strings.Fields(string(out))
+}
+
+// badDeps returns what of deps the limiter may not import: anything but
+// itself (and its own subpackages), go-redis with whatever go-redis itself
+// depends on (redisDeps, so that tracking go-redis's latest release never
+// needs a pin), and golang.org/x/{time,sync}. Another Tollgate package is
+// always refused, even if go-redis somehow listed it.
+func badDeps(deps, redisDeps []string) []string {
+	allowed := map[string]bool{}
+	for _, p := range redisDeps {
+		allowed[p] = true
+	}
+	var bad []string
+	for _, p := range deps {
 		switch {
-		case p == "github.com/tollgatehq/tollgate/limiter",
-			strings.HasPrefix(p, "github.com/redis/go-redis/v9"),
-			strings.HasPrefix(p, "github.com/cespare/xxhash/"),
-			strings.HasPrefix(p, "github.com/dgryski/go-rendezvous"),
+		case p == limiterPkg, strings.HasPrefix(p, limiterPkg+"/"):
+		case strings.HasPrefix(p, "github.com/tollgatehq/"):
+			bad = append(bad, p)
+		case allowed[p],
 			strings.HasPrefix(p, "golang.org/x/time/"),
 			strings.HasPrefix(p, "golang.org/x/sync/"):
 		default:
-			t.Errorf("limiter depends on %s", p)
+			bad = append(bad, p)
 		}
+	}
+	return bad
+}
+
+// TestDependencies keeps the package importable on its own: the standard
+// library, go-redis and its own dependencies, and golang.org/x/{time,sync}.
+func TestDependencies(t *testing.T) {
+	redisDeps := goListDeps(t, "github.com/redis/go-redis/v9")
+	for _, p := range badDeps(goListDeps(t, limiterPkg), redisDeps) {
+		t.Errorf("limiter depends on %s", p)
+	}
+}
+
+// TestDependencyRule checks the rule itself: go-redis's dependencies pass,
+// Tollgate packages and unrelated modules do not.
+func TestDependencyRule(t *testing.T) {
+	redisDeps := []string{"github.com/redis/go-redis/v9", "go.uber.org/atomic", "golang.org/x/sys/cpu"}
+	deps := []string{limiterPkg, limiterPkg + "/limiterhttp", "github.com/redis/go-redis/v9", "go.uber.org/atomic",
+		"golang.org/x/sys/cpu", "golang.org/x/sync/singleflight", "golang.org/x/time/rate",
+		"github.com/tollgatehq/tollgate/internal/ids", "github.com/labstack/echo/v4"}
+	got := badDeps(deps, redisDeps)
+	want := []string{"github.com/tollgatehq/tollgate/internal/ids", "github.com/labstack/echo/v4"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("badDeps = %v, want %v", got, want)
 	}
 }
