@@ -98,6 +98,8 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	}
 	meter := newMetering(pool, rdb, ents, cfg, log, jm)
 	periodic = append(periodic, meter.Register(workers)...)
+	river.AddWorker(workers, &jobs.RetentionWorker{Log: log, Rules: retention(cfg, ents, bill, meter)})
+	periodic = append(periodic, jobs.RetentionPeriodic())
 
 	client, err := jobs.NewWorkerClient(pool, log, jobs.Config{Workers: workers, Periodic: periodic})
 	if err != nil {

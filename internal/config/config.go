@@ -79,6 +79,25 @@ type Config struct {
 	// the worker serves /metrics (its job counters live only in its process);
 	// "off" disables it.
 	WorkerMetricsAddr string
+	// Retention: how long the worker's hourly retention job keeps rows.
+	// UsageEventsRetention (USAGE_EVENTS_RETENTION), default 2160h (90 days),
+	// at least 864h: an event's row is its idempotency record, so it must
+	// outlive the 35 days (plus 5 minutes of clock skew) in which the same
+	// event would still be accepted; after that a replay is refused as too
+	// old instead of counted twice. Its quantity stays in the period figures.
+	UsageEventsRetention time.Duration
+	// StripeEventsRetention (STRIPE_EVENTS_RETENTION), default 2160h, at
+	// least 744h: Stripe may redeliver (or an operator resend) an event for
+	// 30 days, and the row is what makes that a no-op. Only processed and
+	// ignored events go; pending and failed ones stay.
+	StripeEventsRetention time.Duration
+	// EntitlementVersionsRetention (ENTITLEMENT_VERSIONS_RETENTION), default
+	// 4320h (180 days): older versions go, but never a tenant's latest.
+	EntitlementVersionsRetention time.Duration
+	// ExpiredOverridesRetention (EXPIRED_OVERRIDES_RETENTION), default 720h
+	// (30 days): how long an expired quota override stays listed after its
+	// expiry took effect.
+	ExpiredOverridesRetention time.Duration
 }
 
 // Error names the variable whose value is bad.
@@ -174,6 +193,10 @@ func Load(getenv func(string) string) (Config, error) {
 	c.LimiterTimeout = dur("LIMITER_TIMEOUT", "50ms", time.Millisecond)
 	c.FlushInterval = dur("FLUSH_INTERVAL", "1s", 100*time.Millisecond)
 	c.ShutdownTimeout = dur("SHUTDOWN_TIMEOUT", "15s", 0)
+	c.UsageEventsRetention = dur("USAGE_EVENTS_RETENTION", "2160h", 864*time.Hour)
+	c.StripeEventsRetention = dur("STRIPE_EVENTS_RETENTION", "2160h", 744*time.Hour)
+	c.EntitlementVersionsRetention = dur("ENTITLEMENT_VERSIONS_RETENTION", "4320h", time.Hour)
+	c.ExpiredOverridesRetention = dur("EXPIRED_OVERRIDES_RETENTION", "720h", 0)
 	c.WorkerMetricsAddr = get("WORKER_METRICS_ADDR", "127.0.0.1:9091")
 	if c.WorkerMetricsAddr == "off" {
 		c.WorkerMetricsAddr = ""
