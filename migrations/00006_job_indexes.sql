@@ -4,11 +4,7 @@
 -- +goose Up
 -- metering.ClosePeriods prunes flush records by age.
 CREATE INDEX IF NOT EXISTS usage_flushes_flushed_idx ON usage_flushes (flushed_at);
--- metering.ReportStripe sums what was reported per (tenant, meter, period)...
-CREATE INDEX IF NOT EXISTS stripe_meter_reports_period_idx ON stripe_meter_reports (tenant_id, meter, period_start);
--- ...and sends what is pending or failed, oldest first; sent reports (almost
--- all of them) stay out of this index.
-CREATE INDEX IF NOT EXISTS stripe_meter_reports_unsent_idx ON stripe_meter_reports (created_at) WHERE status IN ('pending', 'failed');
+-- (stripe_meter_reports' lookups are indexed by 00004.)
 -- entitlements.RefreshExpiredOverrides (every 10 s) and the retention of
 -- expired overrides look overrides up by expiry; most never expire.
 CREATE INDEX IF NOT EXISTS quota_overrides_expires_idx ON quota_overrides (expires_at) WHERE expires_at IS NOT NULL;
@@ -20,6 +16,4 @@ CREATE INDEX IF NOT EXISTS entitlement_versions_created_idx ON entitlement_versi
 DROP INDEX IF EXISTS entitlement_versions_created_idx;
 DROP INDEX IF EXISTS usage_events_received_idx;
 DROP INDEX IF EXISTS quota_overrides_expires_idx;
-DROP INDEX IF EXISTS stripe_meter_reports_unsent_idx;
-DROP INDEX IF EXISTS stripe_meter_reports_period_idx;
 DROP INDEX IF EXISTS usage_flushes_flushed_idx;

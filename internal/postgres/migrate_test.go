@@ -87,7 +87,7 @@ func TestMigrateCreatesMissingDatabaseAndIsIdempotent(t *testing.T) {
 	defer conn.Close(ctx)
 	for _, table := range []string{"tenants", "plans", "api_keys", "stripe_events", "usage_events", "river_job",
 		// the periodic and retention jobs' indexes
-		"usage_flushes_flushed_idx", "stripe_meter_reports_period_idx", "stripe_meter_reports_unsent_idx",
+		"usage_flushes_flushed_idx", "stripe_meter_reports_period_idx", "stripe_meter_reports_todo_idx",
 		"quota_overrides_expires_idx", "usage_events_received_idx", "entitlement_versions_created_idx"} {
 		var ok bool
 		if err := conn.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, table).Scan(&ok); err != nil || !ok {
