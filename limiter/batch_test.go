@@ -12,7 +12,7 @@ import (
 
 func TestBatchingExact(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		ls, st := fleet(t, b, limiter.Options{Timeout: 2 * time.Second, Batching: 200 * time.Microsecond})
+		ls, st := fleet(t, b, limiter.Options{Timeout: 2 * time.Second, Batching: true})
 		s := snapshot("batched", func(s *limiter.Snapshot) {
 			s.Rate = &limiter.Rate{PerSecond: 0.001, Burst: 1000}
 			s.Quotas = map[string]limiter.Quota{"requests": {Limit: 73}}
@@ -40,7 +40,7 @@ func TestBatchingExact(t *testing.T) {
 // value (with the old fixed window, an hour would have blocked it).
 func TestBatchingAddsNoWait(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		l, rt, st := counted(t, b, limiter.Options{Timeout: 2 * time.Second, Batching: time.Hour})
+		l, rt, st := counted(t, b, limiter.Options{Timeout: 2 * time.Second, Batching: true})
 		put(t, st, rateQuota("alone"))
 		ctx := context.Background()
 		if _, err := l.Allow(ctx, "alone", limiter.Request{Cost: 1}); err != nil {
@@ -80,7 +80,7 @@ func TestBatchingAddsNoWait(t *testing.T) {
 // pipelines, fewer round trips than decisions, and each gets its own reply.
 func TestBatchingSharesRoundTrips(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		l, rt, st := counted(t, b, limiter.Options{Timeout: 2 * time.Second, Batching: 1})
+		l, rt, st := counted(t, b, limiter.Options{Timeout: 2 * time.Second, Batching: true})
 		const tenants, callers, calls = 8, 64, 20
 		names := make([]string, tenants)
 		for i := range names {
@@ -88,7 +88,7 @@ func TestBatchingSharesRoundTrips(t *testing.T) {
 			s := rateQuota(names[i])
 			s.Quotas = map[string]limiter.Quota{"requests": {Limit: int64(callers * calls / tenants)}}
 			put(t, st, s)
-			if _, err := l.Allow(context.Background(), names[i], limiter.Request{Cost: 0}); err != nil {
+			if _, err := l.Allow(context.Background(), names[i], limiter.Request{Peek: true}); err != nil {
 				t.Fatal(err)
 			}
 		}

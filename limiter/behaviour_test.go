@@ -11,13 +11,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
 func TestRefill(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
-	st := limiter.NewStore(b.client(), b.prefix)
+	st := limitstore.New(b.client(), b.prefix)
 	const perSecond, burst, k = 20.0, 5, 4
 	put(t, st, snapshot("refill", func(s *limiter.Snapshot) { s.Rate = &limiter.Rate{PerSecond: perSecond, Burst: burst} }))
 	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix})
@@ -40,7 +41,7 @@ func TestRefill(t *testing.T) {
 	empty := time.Now()
 	// Poll (peek) until k tokens are back, then take them all.
 	poll(t, 2*time.Second, "refill", func() bool {
-		d, err := l.Allow(ctx, "refill", limiter.Request{Cost: 0})
+		d, err := l.Allow(ctx, "refill", limiter.Request{Peek: true})
 		return err == nil && d.Policies[0].Remaining >= k
 	})
 	waited := time.Since(empty)
@@ -56,7 +57,7 @@ func TestTenantsIsolatedAndKeysExpire(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
 	rdb := b.client()
-	st := limiter.NewStore(rdb, b.prefix)
+	st := limitstore.New(rdb, b.prefix)
 	for _, tn := range []string{"a", "b"} {
 		put(t, st, snapshot(tn, func(s *limiter.Snapshot) {
 			s.Rate = &limiter.Rate{PerSecond: 1, Burst: 3}
@@ -108,7 +109,7 @@ func TestRebuildAfterRedisLoss(t *testing.T) {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
-	st := limiter.NewStore(rdb, "")
+	st := limitstore.New(rdb, "")
 	s := snapshot("acme", func(s *limiter.Snapshot) {
 		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 10, Mode: limiter.ModeHard}}
 	})
@@ -157,7 +158,7 @@ func TestRebuildAfterRedisLoss(t *testing.T) {
 	// A partial rebuild counts unflushed pending usage too: durable 3 + pending 4.
 	rdb.FlushAll(ctx)
 	durable.Store(3)
-	k := limiter.Keys{}
+	k := limitstore.Keys{}
 	rdb.Set(ctx, k.Pending("acme", "requests", s.PeriodStart), 4, time.Hour)
 	d, err = l.Allow(ctx, "acme", limiter.Request{Cost: 1})
 	if err != nil || !d.Allowed {
@@ -172,14 +173,14 @@ func TestPeriodRoll(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
 	rdb := b.client()
-	st := limiter.NewStore(rdb, b.prefix)
+	st := limitstore.New(rdb, b.prefix)
 	now := time.Now().UTC().Truncate(time.Second)
 	s := snapshot("roll", func(s *limiter.Snapshot) {
 		s.PeriodStart, s.PeriodEnd, s.NextPeriodEnd = now.AddDate(0, -1, 0), now.Add(-time.Minute), now.AddDate(0, 1, 0)
 		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 5}}
 	})
 	put(t, st, s)
-	keys := limiter.Keys{Prefix: b.prefix}
+	keys := limitstore.Keys{Prefix: b.prefix}
 	rdb.Set(ctx, keys.Quota("roll", "requests", s.PeriodStart), 5, time.Hour) // the old period is exhausted
 	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix})
 	d, err := l.Allow(ctx, "roll", limiter.Request{Cost: 1})
@@ -200,7 +201,7 @@ func TestPeriodRoll(t *testing.T) {
 func TestNearCacheInvalidation(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
-		st := limiter.NewStore(b.client(), b.prefix)
+		st := limitstore.New(b.client(), b.prefix)
 		s := snapshot("up", func(s *limiter.Snapshot) { s.Plan = "free"; s.Rate = &limiter.Rate{PerSecond: 1, Burst: 5} })
 		put(t, st, s)
 		var hits atomic.Int64
@@ -208,17 +209,17 @@ func TestNearCacheInvalidation(t *testing.T) {
 		l2 := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Hooks: limiter.Hooks{OnCacheHit: func() { hits.Add(1) }}})
 		// Wait until l2 serves from its cache (subscribed and filled).
 		poll(t, 5*time.Second, "cache hits", func() bool {
-			_, err := l2.Allow(ctx, "up", limiter.Request{Cost: 0})
+			_, err := l2.Allow(ctx, "up", limiter.Request{Peek: true})
 			return err == nil && hits.Load() > 0
 		})
-		if d, _ := l1.Allow(ctx, "up", limiter.Request{Cost: 0}); d.Plan != "free" {
+		if d, _ := l1.Allow(ctx, "up", limiter.Request{Peek: true}); d.Plan != "free" {
 			t.Fatalf("plan %q", d.Plan)
 		}
 		s.Version, s.Plan, s.Rate = 2, "team", &limiter.Rate{PerSecond: 10, Burst: 50}
 		changed := time.Now()
 		put(t, st, s)
 		poll(t, time.Second, "plan change seen by the other limiter", func() bool {
-			d, err := l2.Allow(ctx, "up", limiter.Request{Cost: 0})
+			d, err := l2.Allow(ctx, "up", limiter.Request{Peek: true})
 			return err == nil && d.Plan == "team" && d.Policies[0].Limit == 50
 		})
 		t.Logf("seen after %v", time.Since(changed))
@@ -235,7 +236,7 @@ func TestNearCacheInvalidation(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
-	st := limiter.NewStore(b.client(), b.prefix)
+	st := limitstore.New(b.client(), b.prefix)
 	put(t, st, snapshot("t1", func(s *limiter.Snapshot) {
 		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 1}}
 	}))
@@ -272,7 +273,7 @@ func TestBadInput(t *testing.T) {
 func TestExplicitLimits(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
-	st := limiter.NewStore(b.client(), b.prefix)
+	st := limitstore.New(b.client(), b.prefix)
 	put(t, st, snapshot("ip:192.0.2.1", func(s *limiter.Snapshot) { s.Rate = &limiter.Rate{PerSecond: 1, Burst: 1} }))
 	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix})
 	lim := &limiter.Limits{Windows: []limiter.Window{{Name: "auth-failures", Limit: 5, Length: time.Minute}}, Rate: &limiter.Rate{PerSecond: 100, Burst: 100}}
@@ -298,7 +299,7 @@ func TestExplicitLimits(t *testing.T) {
 func TestPendingFlushProtocol(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
-		st := limiter.NewStore(b.client(), b.prefix)
+		st := limitstore.New(b.client(), b.prefix)
 		var snaps []limiter.Snapshot
 		for _, tn := range []string{"f1", "f2", "f3"} {
 			s := snapshot(tn, func(s *limiter.Snapshot) { s.Quotas = map[string]limiter.Quota{"requests": {Limit: 100}} })
@@ -314,8 +315,8 @@ func TestPendingFlushProtocol(t *testing.T) {
 			}
 		}
 		got := map[string]int64{}
-		var first limiter.Claim
-		err := st.ScanPending(ctx, func(k limiter.PendingKey) error {
+		var first limitstore.Claim
+		err := st.ScanPending(ctx, func(k limitstore.PendingKey) error {
 			c, ok, err := st.ClaimPending(ctx, k)
 			if err != nil || !ok {
 				return err
@@ -335,7 +336,7 @@ func TestPendingFlushProtocol(t *testing.T) {
 		}
 		// The retried flush gets the same claim back, even with new usage meanwhile.
 		l.Allow(ctx, "f1", limiter.Request{Cost: 1}) //nolint:errcheck
-		k := limiter.PendingKey{Tenant: "f1", Meter: "requests", PeriodStart: snaps[0].PeriodStart}
+		k := limitstore.PendingKey{Tenant: "f1", Meter: "requests", PeriodStart: snaps[0].PeriodStart}
 		c, ok, err := st.ClaimPending(ctx, k)
 		if err != nil || !ok || c != first {
 			t.Fatalf("retried claim %+v %v %v, want %+v", c, ok, err, first)
@@ -365,7 +366,7 @@ func TestPendingFlushProtocol(t *testing.T) {
 
 func TestMiddleware(t *testing.T) {
 	b := singleRedis(t)
-	st := limiter.NewStore(b.client(), b.prefix)
+	st := limitstore.New(b.client(), b.prefix)
 	put(t, st, snapshot("mw", func(s *limiter.Snapshot) {
 		s.Plan = "free"
 		s.Rate = &limiter.Rate{PerSecond: 0.01, Burst: 2}
@@ -418,7 +419,7 @@ func TestMiddleware(t *testing.T) {
 func TestRateUpgradeDropsOldDebt(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
-		st := limiter.NewStore(b.client(), b.prefix)
+		st := limitstore.New(b.client(), b.prefix)
 		put(t, st, snapshot("upg", func(s *limiter.Snapshot) { s.Rate = &limiter.Rate{PerSecond: 0.01, Burst: 2} }))
 		l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, DisableRefusalCache: true})
 		for i := 0; i < 2; i++ {
@@ -442,7 +443,7 @@ func TestRateUpgradeDropsOldDebt(t *testing.T) {
 			return admitted >= 5
 		})
 		// The bucket restarts empty at the new rate: no fresh burst of 50.
-		if d, err := l.Allow(ctx, "upg", limiter.Request{Cost: 0}); err != nil || d.Policies[0].Remaining > 10 {
+		if d, err := l.Allow(ctx, "upg", limiter.Request{Peek: true}); err != nil || d.Policies[0].Remaining > 10 {
 			t.Fatalf("after upgrade the bucket should refill at the new rate, not start full: %+v %v", d, err)
 		}
 	})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -131,7 +132,7 @@ func BenchmarkAllow(b *testing.B) {
 	_, prefix := redistest.New(b)
 	tenants := benchTenants(10000)
 	admin, _ := benchClient(b)
-	st := limiter.NewStore(admin, prefix)
+	st := limitstore.New(admin, prefix)
 	ctx := context.Background()
 	now := time.Now().UTC()
 	start := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
@@ -149,7 +150,7 @@ func BenchmarkAllow(b *testing.B) {
 
 	ours := func(batching time.Duration) (*limiter.Limiter, *roundTrips) {
 		rdb, rt := benchClient(b)
-		l, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Timeout: time.Second, Batching: batching})
+		l, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Timeout: time.Second, Batching: batching > 0})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -44,7 +44,7 @@ type preparedQuota struct {
 	limit   int64
 	limitS  string
 	hard    bool
-	mode    string
+	mode    QuotaMode
 	keys    [4]string // Q, P, Qnext, Pnext
 	flush   [2]string // qf current, qf next
 	endS    string    // period end, ms
@@ -74,14 +74,14 @@ func prepareRate(key string, r *Rate) *preparedRate {
 	}
 }
 
-func (k Keys) prepare(s Snapshot) *prepared {
+func (k keyNames) prepare(s Snapshot) *prepared {
 	t := s.TenantID
-	p := &prepared{snap: s, conc: s.Concurrency, rfBase: k.refusalBase(t), entKey: k.Snapshot(t)}
+	p := &prepared{snap: s, conc: s.Concurrency, rfBase: k.refusalBase(t), entKey: k.snapshot(t)}
 	if s.Rate != nil {
-		p.rate = prepareRate(k.Rate(t), s.Rate)
+		p.rate = prepareRate(k.rate(t), s.Rate)
 	}
 	if s.Concurrency > 0 {
-		p.concKey = k.Concurrency(t)
+		p.concKey = k.concurrency(t)
 	}
 	if len(s.Quotas) > 0 {
 		p.quotas = make(map[string]*preparedQuota, len(s.Quotas))
@@ -97,8 +97,8 @@ func (k Keys) prepare(s Snapshot) *prepared {
 				limitS:  strconv.FormatInt(q.Limit, 10),
 				hard:    q.Mode != ModeSoft,
 				mode:    q.Mode,
-				keys:    [4]string{k.Quota(t, m, s.PeriodStart), k.Pending(t, m, s.PeriodStart), k.Quota(t, m, s.PeriodEnd), k.Pending(t, m, s.PeriodEnd)},
-				flush:   [2]string{k.Flushing(t, m, s.PeriodStart), k.Flushing(t, m, s.PeriodEnd)},
+				keys:    [4]string{k.quota(t, m, s.PeriodStart), k.pending(t, m, s.PeriodStart), k.quota(t, m, s.PeriodEnd), k.pending(t, m, s.PeriodEnd)},
+				flush:   [2]string{k.flushing(t, m, s.PeriodStart), k.flushing(t, m, s.PeriodEnd)},
 				endS:    strconv.FormatInt(s.PeriodEnd.UnixMilli(), 10),
 				nextS:   strconv.FormatInt(next.UnixMilli(), 10),
 				starts:  [2]time.Time{s.PeriodStart, s.PeriodEnd},

@@ -16,6 +16,9 @@ var (
 	// ErrInvalidRequest is wrapped by every error about a bad argument
 	// (negative cost, cost over Options.MaxCost, a malformed tenant id).
 	ErrInvalidRequest = errors.New("limiter: invalid request")
-	// ErrClosed is returned by a Limiter after Close.
+	// ErrClosed is returned by Allow (and by decisions waiting in a batch)
+	// once Close was called: a Limiter cannot be reopened, make a new one.
+	// Close itself is idempotent. HTTP: Middleware answers it 503, like
+	// ErrUnavailable, since it happens while a server shuts down.
 	ErrClosed = errors.New("limiter: closed")
 )

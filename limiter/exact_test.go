@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -17,14 +18,14 @@ const (
 )
 
 // fleet is numLimiters Limiters, each on its own client, sharing a prefix.
-func fleet(t *testing.T, b *backend, opts limiter.Options) ([]*limiter.Limiter, *limiter.Store) {
+func fleet(t *testing.T, b *backend, opts limiter.Options) ([]*limiter.Limiter, *limitstore.Store) {
 	t.Helper()
 	opts.Prefix = b.prefix
 	ls := make([]*limiter.Limiter, numLimiters)
 	for i := range ls {
 		ls[i] = newLimiter(t, b.client(), opts)
 	}
-	return ls, limiter.NewStore(b.client(), b.prefix)
+	return ls, limitstore.New(b.client(), b.prefix)
 }
 
 // hammer runs numCallers goroutines, each calling f calls times with a
@@ -133,7 +134,7 @@ func TestExactness(t *testing.T) {
 				t.Fatalf("%d tokens admitted from a bucket of %d", tokens.Load(), burst)
 			}
 			// A peek reports what is left: the bucket minus exactly what was admitted.
-			d, err := ls[0].Allow(ctx, "cost", limiter.Request{Cost: 0, SkipQuota: true})
+			d, err := ls[0].Allow(ctx, "cost", limiter.Request{Peek: true, SkipQuota: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -179,7 +180,7 @@ func TestExactness(t *testing.T) {
 				t.Fatalf("max holders %d (limit %d), admitted %d", m, c, admitted.Load())
 			}
 			// Every slot came back.
-			d, err := ls[0].Allow(ctx, "conc", limiter.Request{Cost: 0, Concurrency: true})
+			d, err := ls[0].Allow(ctx, "conc", limiter.Request{Peek: true, Concurrency: true})
 			if err != nil || !d.Allowed || d.Policies[0].Remaining != c {
 				t.Fatalf("after release: %+v %v", d, err)
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -37,7 +38,7 @@ func TestRedisFailure(t *testing.T) {
 			ctx := context.Background()
 			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: c.ctxTimeouts, MaxRetries: -1})
 			t.Cleanup(func() { rdb.Close() })
-			st := limiter.NewStore(rdb, "")
+			st := limitstore.New(rdb, "")
 			s := snapshot("acme", func(s *limiter.Snapshot) { s.Rate = &limiter.Rate{PerSecond: 0.01, Burst: 10} })
 			put(t, st, s)
 			const timeout = 50 * time.Millisecond
@@ -127,7 +128,7 @@ func TestRedisFailure(t *testing.T) {
 func TestShadowAndOverload(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
-	st := limiter.NewStore(b.client(), b.prefix)
+	st := limitstore.New(b.client(), b.prefix)
 	put(t, st, snapshot("sh", func(s *limiter.Snapshot) { s.Rate = &limiter.Rate{PerSecond: 0.01, Burst: 1} }))
 	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Shadow: true})
 	for i := 0; i < 3; i++ {

@@ -94,11 +94,8 @@ func (l *Limiter) fallback(pl *plan, req *Request) (*Decision, error) {
 		}
 	}
 	d := &Decision{Allowed: true, Plan: pl.planName, Fallback: FallbackOpen, Policies: make([]PolicyStatus, len(pl.pol))}
-	peek := req.Cost == 0
+	peek := req.Peek
 	eff := req.Cost
-	if peek {
-		eff = 1
-	}
 	n := l.opts.ExpectedInstances
 	now := time.Now()
 	var st *localState

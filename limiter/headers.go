@@ -148,13 +148,13 @@ type Problem struct {
 // ProblemPolicy is one policy in a problem body or a /v1/check answer;
 // Reset and Window are in seconds.
 type ProblemPolicy struct {
-	Name      string `json:"name"`
-	Limit     int64  `json:"limit"`
-	Remaining int64  `json:"remaining"`
-	Reset     int64  `json:"reset"`
-	Window    int64  `json:"window,omitempty"`
-	Unit      string `json:"unit,omitempty"`
-	Mode      string `json:"mode,omitempty"`
+	Name      string    `json:"name"`
+	Limit     int64     `json:"limit"`
+	Remaining int64     `json:"remaining"`
+	Reset     int64     `json:"reset"`
+	Window    int64     `json:"window,omitempty"`
+	Unit      string    `json:"unit,omitempty"`
+	Mode      QuotaMode `json:"mode,omitempty"`
 }
 
 // ProblemPolicies converts a decision's policies for a JSON body.

@@ -8,74 +8,69 @@ import (
 // DefaultPrefix is the key prefix used when none is configured.
 const DefaultPrefix = "tg"
 
-// Keys names the Redis keys of the limiter. Every key of one tenant carries
-// the hash tag {t:<tenant>}, so that one decision script touches a single
-// Redis Cluster slot, while different tenants spread over all slots.
-type Keys struct {
-	// Prefix starts every key; "" means DefaultPrefix.
-	Prefix string
+// keyNames names the Redis keys of the limiter. Every key of one tenant
+// carries the hash tag {t:<tenant>}, so that one decision script touches a
+// single Redis Cluster slot, while different tenants spread over all slots.
+// Tollgate's server side (internal/limitstore) writes and reads the same
+// layout; its TestKeysMatchLimiter keeps the two in step.
+type keyNames struct {
+	prefix string
 }
 
-func (k Keys) prefix() string {
-	if k.Prefix == "" {
-		return DefaultPrefix
+func newKeyNames(prefix string) keyNames {
+	if prefix == "" {
+		prefix = DefaultPrefix
 	}
-	return k.Prefix
+	return keyNames{prefix: prefix}
 }
 
 // tenantBase returns "<p>:{t:<tenant>}:".
-func (k Keys) tenantBase(tenant string) string {
-	return k.prefix() + ":{t:" + tenant + "}:"
+func (k keyNames) tenantBase(tenant string) string {
+	return k.prefix + ":{t:" + tenant + "}:"
 }
 
-// Snapshot is the key of the tenant's entitlement snapshot (JSON).
-func (k Keys) Snapshot(tenant string) string { return k.tenantBase(tenant) + "ent" }
+// snapshot is the key of the tenant's entitlement snapshot (JSON).
+func (k keyNames) snapshot(tenant string) string { return k.tenantBase(tenant) + "ent" }
 
-// Rate is the key of the tenant's token bucket (GCRA theoretical arrival time).
-func (k Keys) Rate(tenant string) string { return k.tenantBase(tenant) + "rate" }
+// rate is the key of the tenant's token bucket (GCRA theoretical arrival time).
+func (k keyNames) rate(tenant string) string { return k.tenantBase(tenant) + "rate" }
 
-// Quota is the key of the total used of a meter in the period starting at
+// quota is the key of the total used of a meter in the period starting at
 // periodStart: the figure the limiter enforces.
-func (k Keys) Quota(tenant, meter string, periodStart time.Time) string {
+func (k keyNames) quota(tenant, meter string, periodStart time.Time) string {
 	return k.tenantBase(tenant) + "q:" + meter + ":" + strconv.FormatInt(periodStart.Unix(), 10)
 }
 
-// Pending is the key of the growth of a Quota counter counted by the limiter
-// and not yet flushed to Postgres.
-func (k Keys) Pending(tenant, meter string, periodStart time.Time) string {
+// pending is the key of the growth of a quota counter counted by the
+// limiter and not yet flushed to Postgres.
+func (k keyNames) pending(tenant, meter string, periodStart time.Time) string {
 	return k.tenantBase(tenant) + "qp:" + meter + ":" + strconv.FormatInt(periodStart.Unix(), 10)
 }
 
-// Flushing is the key of a claimed, not yet acknowledged flush (a hash with
-// fields n and id); see Store.ClaimPending.
-func (k Keys) Flushing(tenant, meter string, periodStart time.Time) string {
+// flushing is the key of a claimed, not yet acknowledged flush (a hash with
+// fields n and id).
+func (k keyNames) flushing(tenant, meter string, periodStart time.Time) string {
 	return k.tenantBase(tenant) + "qf:" + meter + ":" + strconv.FormatInt(periodStart.Unix(), 10)
 }
 
-// Concurrency is the key of the tenant's concurrency leases (a sorted set
+// concurrency is the key of the tenant's concurrency leases (a sorted set
 // scored by lease expiry in milliseconds).
-func (k Keys) Concurrency(tenant string) string { return k.tenantBase(tenant) + "conc" }
+func (k keyNames) concurrency(tenant string) string { return k.tenantBase(tenant) + "conc" }
 
-// Window is the key of a sliding-window limit of an explicit Limits.
-func (k Keys) Window(tenant, name string, window time.Duration) string {
+// window is the key of a sliding-window limit of an explicit Limits.
+func (k keyNames) window(tenant, name string, window time.Duration) string {
 	return k.tenantBase(tenant) + "sw:" + name + ":" + strconv.FormatInt(window.Milliseconds(), 10)
 }
 
-// ExplicitRate is the key of the token bucket of an explicit Limits; it is
+// explicitRate is the key of the token bucket of an explicit Limits; it is
 // kept apart from the tenant's plan bucket.
-func (k Keys) ExplicitRate(tenant string) string { return k.tenantBase(tenant) + "xrate" }
+func (k keyNames) explicitRate(tenant string) string { return k.tenantBase(tenant) + "xrate" }
 
-// ExplicitConcurrency is the key of the leases of an explicit Limits.
-func (k Keys) ExplicitConcurrency(tenant string) string { return k.tenantBase(tenant) + "xconc" }
+// explicitConcurrency is the key of the leases of an explicit Limits.
+func (k keyNames) explicitConcurrency(tenant string) string { return k.tenantBase(tenant) + "xconc" }
 
-// Refusals is the key of the hash counting the tenant's refusals per policy
-// on one UTC day.
-func (k Keys) Refusals(tenant string, day time.Time) string {
-	return k.refusalBase(tenant) + day.UTC().Format("20060102")
-}
+func (k keyNames) refusalBase(tenant string) string { return k.tenantBase(tenant) + "rf:" }
 
-func (k Keys) refusalBase(tenant string) string { return k.tenantBase(tenant) + "rf:" }
-
-// Invalidations is the pub/sub channel on which snapshot changes are
+// invalidations is the pub/sub channel on which snapshot changes are
 // announced as "<tenant>:<version>".
-func (k Keys) Invalidations() string { return k.prefix() + ":ent:inval" }
+func (k keyNames) invalidations() string { return k.prefix + ":ent:inval" }

@@ -15,7 +15,7 @@ type middlewareConfig struct {
 	shadowHeader string
 }
 
-// WithErrorHandler answers errors other than ErrUnavailable and
+// WithErrorHandler answers errors other than ErrUnavailable, ErrClosed and
 // ErrOverloaded (the resolver's errors, ErrUnknownTenant,
 // ErrInvalidRequest). The default answers 400 for ErrInvalidRequest, 401
 // for ErrUnknownTenant and 500 otherwise, as problem+json.
@@ -56,7 +56,7 @@ func Middleware(l *Limiter, resolve func(*http.Request) (tenant string, req Requ
 			}
 			d, err := l.Allow(r.Context(), tenant, req)
 			switch {
-			case errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOverloaded):
+			case errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOverloaded) || errors.Is(err, ErrClosed):
 				WriteUnavailable(w, err)
 				return
 			case err != nil:

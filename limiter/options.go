@@ -99,6 +99,7 @@ type Options struct {
 	// Allow returns ErrOverloaded. 0 = no cap.
 	MaxInFlight int
 	// MaxCost is the largest Request.Cost accepted; default 1,000,000.
+	// A larger cost is ErrInvalidRequest.
 	MaxCost int64
 	// LeaseTTL is how long a concurrency slot is held when its holder never
 	// releases it (a crash); default 60s. Requests running longer lose their
@@ -107,14 +108,12 @@ type Options struct {
 	// DisableRefusalCache turns off the local cache of refusals (by default
 	// a refusal is answered locally until its retry time, at no Redis cost).
 	DisableRefusalCache bool
-	// Batching, when > 0, opts into natural batching (group commit):
-	// a decision finding no pipeline in flight is sent at once; decisions
-	// arriving while one is in flight are sent together, as one pipeline, as
-	// soon as it returns. Busy processes get more decisions per round trip,
-	// an idle one pays no added wait. Any positive value turns it on; the
-	// duration is no longer a wait (it was a fixed collection window before,
-	// which Go timers made late by a millisecond and more).
-	Batching time.Duration
+	// Batching opts into natural batching (group commit): a decision
+	// finding no pipeline in flight is sent at once; decisions arriving
+	// while one is in flight are sent together, as one pipeline, as soon as
+	// it returns. Busy processes get more decisions per round trip, an idle
+	// one pays no added wait (there is no collection window to tune).
+	Batching bool
 	// MaxBatch bounds the decisions of one pipeline; default 128.
 	MaxBatch int
 	// Hooks are metrics callbacks.
@@ -180,8 +179,6 @@ func (o *Options) setDefaults() error {
 		return fmt.Errorf("limiter: MaxCost %d is negative", o.MaxCost)
 	case o.LeaseTTL < time.Millisecond:
 		return fmt.Errorf("limiter: LeaseTTL %v is under 1ms", o.LeaseTTL)
-	case o.Batching < 0:
-		return fmt.Errorf("limiter: Batching %v is negative; use 0 to turn batching off", o.Batching)
 	}
 	return nil
 }

@@ -13,12 +13,8 @@ type cachedRefusal struct {
 	d      Decision
 }
 
-func effCost(req *Request) int64 {
-	if req.Cost == 0 {
-		return 1
-	}
-	return req.Cost
-}
+// effCost is the cost a request asks about (validate made 0 into 1).
+func effCost(req *Request) int64 { return req.Cost }
 
 func (l *Limiter) cachedRefusal(pl *plan, req *Request) *Decision {
 	if l.opts.DisableRefusalCache || l.opts.Shadow {

@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
 // counted returns a limiter on its own client whose round trips are
 // counted, after its invalidation subscription is confirmed (until then
 // every snapshot is read per decision, by design).
-func counted(t *testing.T, b *backend, opts limiter.Options) (*limiter.Limiter, *roundTrips, *limiter.Store) {
+func counted(t *testing.T, b *backend, opts limiter.Options) (*limiter.Limiter, *roundTrips, *limitstore.Store) {
 	t.Helper()
 	rdb := b.client()
 	rt := &roundTrips{}
@@ -27,7 +28,7 @@ func counted(t *testing.T, b *backend, opts limiter.Options) (*limiter.Limiter, 
 	}
 	l := newLimiter(t, rdb, opts)
 	poll(t, 5*time.Second, "subscription confirmed", subscribed.Load)
-	return l, rt, limiter.NewStore(b.client(), b.prefix)
+	return l, rt, limitstore.New(b.client(), b.prefix)
 }
 
 func rateQuota(tenant string) limiter.Snapshot {

@@ -9,7 +9,7 @@ import (
 // decideScript checks and takes every policy of one decision, all or
 // nothing. The only clock is Redis TIME.
 //
-// ARGV: 1 cost, 2 peek (0|1), 3 count refusals (0|1), 4 refusal key base,
+// ARGV: 1 cost taken, 2 peek (0, or the cost asked about), 3 count refusals (0|1), 4 refusal key base,
 // 5 lease id, 6 seed required (0|1), 7 number of policies, then 6 arguments
 // per policy: type, name, a, b, c, d.
 //
@@ -35,9 +35,9 @@ local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
 local cost = tonumber(ARGV[1])
-local peek = ARGV[2] == '1'
+local peek = ARGV[2] ~= '0'
 local eff = cost
-if peek then eff = 1 end
+if peek then eff = tonumber(ARGV[2]) end
 local n = tonumber(ARGV[7])
 local seed = ARGV[6] == '1'
 

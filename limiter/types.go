@@ -5,9 +5,11 @@ import (
 	"time"
 )
 
-// Snapshot is the tenant's entitlement snapshot; the server side writes it as
-// JSON to Keys.Snapshot(tenant) (see Store.PutSnapshot) and the limiter reads
-// it through its near-cache.
+// Snapshot is the tenant's entitlement snapshot. Tollgate's server writes it
+// to Redis as JSON and announces changes; the limiter reads it through its
+// near-cache, or asks Options.Loader (e.g. RemoteLoaders) for one missing
+// from Redis. Its JSON form is also what Tollgate's API returns from
+// GET /v1/internal/snapshots/{tenant}.
 type Snapshot struct {
 	TenantID    string           `json:"tenant_id"`
 	Plan        string           `json:"plan"`
@@ -30,16 +32,19 @@ type Rate struct {
 	Burst     int64   `json:"burst"`
 }
 
+// QuotaMode says what a period quota does at its limit.
+type QuotaMode string
+
 // Quota modes.
 const (
-	ModeHard = "hard" // refuse a request that would go over the limit
-	ModeSoft = "soft" // admit and count; the overage is reported elsewhere
+	ModeHard QuotaMode = "hard" // refuse a request that would go over the limit
+	ModeSoft QuotaMode = "soft" // admit and count; the overage is reported elsewhere
 )
 
 // Quota is a period quota of one meter.
 type Quota struct {
-	Limit int64  `json:"limit"`
-	Mode  string `json:"mode"` // "hard" | "soft"; "" means hard
+	Limit int64     `json:"limit"`
+	Mode  QuotaMode `json:"mode"` // ModeHard or ModeSoft; "" means hard
 }
 
 // Limits are explicit limits a backend defines itself (per IP, per endpoint,
@@ -63,10 +68,13 @@ type Window struct {
 
 // Request describes what one decision takes.
 type Request struct {
-	// Cost is the number of tokens and quota units taken. 0 peeks: the
-	// decision says whether a request of cost 1 would be admitted and takes
-	// nothing (no token, no quota unit, no concurrency slot).
+	// Cost is the number of tokens and quota units taken; 0 means 1, so
+	// that a forgotten Cost still enforces the limits.
 	Cost int64
+	// Peek asks whether a request of Cost would be admitted without taking
+	// anything (no token, no quota unit, no concurrency slot, no refusal
+	// counted).
+	Peek bool
 	// Meter is the quota meter; "" means "requests". A meter for which the
 	// snapshot has no quota is unlimited: allowed and not counted.
 	Meter string
@@ -82,13 +90,25 @@ type Request struct {
 
 // Policy names and units used in decisions.
 const (
-	PolicyRate           = "rate"
-	PolicyConcurrency    = "concurrency"
-	UnitConcurrent       = "concurrent-requests"
-	DefaultMeter         = "requests"
-	FallbackOpen         = "open"
-	FallbackLocal        = "local"
-	fallbackClosedReason = "closed"
+	PolicyRate        = "rate"
+	PolicyConcurrency = "concurrency"
+	UnitConcurrent    = "concurrent-requests"
+	DefaultMeter      = "requests"
+)
+
+// Fallback says how a decision was made when Redis did not answer.
+type Fallback string
+
+// Fallbacks of a Decision.
+const (
+	// FallbackNone: Redis decided (the normal case).
+	FallbackNone Fallback = ""
+	// FallbackOpen: at least one policy was allowed without being checked
+	// (fail mode open, or a quota in fail mode local).
+	FallbackOpen Fallback = "open"
+	// FallbackLocal: at least one policy was decided in process (fail mode
+	// local); its limit was divided by Options.ExpectedInstances.
+	FallbackLocal Fallback = "local"
 )
 
 // Decision is the outcome of Allow. A refusal is a Decision with Allowed
@@ -106,9 +126,9 @@ type Decision struct {
 	// Policies has one entry per policy checked, in header order: rate,
 	// windows, quota, concurrency.
 	Policies []PolicyStatus
-	// Fallback is "" normally; "open" or "local" when Redis failed and the
-	// fail mode decided.
-	Fallback string
+	// Fallback is FallbackNone normally; FallbackOpen or FallbackLocal when
+	// Redis failed and the fail modes decided.
+	Fallback Fallback
 	// Shadow is true in shadow mode when the request would have been refused
 	// and was allowed.
 	Shadow bool
@@ -124,7 +144,7 @@ type PolicyStatus struct {
 	Remaining int64         // units left after this decision (never negative)
 	Reset     time.Duration // until the units can be used again (refused) or are all back (allowed)
 	Unit      string        // "" or "concurrent-requests"
-	Mode      string        // "hard" or "soft" for quotas
+	Mode      QuotaMode     // ModeHard or ModeSoft for quotas; "" otherwise
 }
 
 // Release gives the concurrency slot of the decision back. It is a no-op for

@@ -23,6 +23,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
 	"github.com/tollgatehq/tollgate/internal/jobs"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
@@ -38,7 +39,7 @@ type bundle struct {
 	pool   *pgxpool.Pool
 	rdb    *redis.Client
 	prefix string
-	store  *limiter.Store
+	store  *limitstore.Store
 	ents   *entitlements.Service
 	meter  *metering.Service
 	web    *Web
@@ -81,7 +82,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	log := slog.New(slog.DiscardHandler)
-	b := &bundle{ctx: ctx, pool: pool, rdb: rdb, prefix: prefix, store: limiter.NewStore(rdb, prefix),
+	b := &bundle{ctx: ctx, pool: pool, rdb: rdb, prefix: prefix, store: limitstore.New(rdb, prefix),
 		admin: "tga_" + uniq("admin"), free: uniq("free"), pro: uniq("pro")}
 	b.ents = entitlements.NewService(pool, b.store, log, entitlements.Options{DefaultPlan: b.free, Redis: rdb, Prefix: prefix})
 	// ents.Run is not started: without it Authenticate asks Postgres every

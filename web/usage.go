@@ -196,7 +196,7 @@ func meterView(m metering.MeterUsage, start, end, now time.Time) MeterView {
 
 	elapsed := now.Sub(start)
 	switch {
-	case v.Used >= v.Limit && v.Mode == limiter.ModeSoft:
+	case v.Used >= v.Limit && v.Mode == string(limiter.ModeSoft):
 		v.Projection = "Quota used up: further usage is billed as overage until the period resets."
 	case v.Used >= v.Limit:
 		v.Projection = "Quota used up: requests on this meter are refused until the period resets."

@@ -34,7 +34,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
-	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 )
 
 //go:embed templates/*.html
@@ -50,7 +50,7 @@ type Deps struct {
 	DB  *pgxpool.Pool
 	// Limits reads the limiter's live counters (usage not yet flushed to
 	// Postgres, today's refusals).
-	Limits *limiter.Store
+	Limits *limitstore.Store
 	// Snapshots gives a tenant's effective entitlements (plan after the
 	// subscription status rules, overrides, period). Required.
 	Snapshots Snapshots

@@ -17,6 +17,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/config"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/logging"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/postgres"
@@ -121,7 +122,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	}
 	// The limiter rebuilds a quota counter lost with Redis from metering's
 	// durable usage, so a Redis restart never hands out a fresh quota.
-	meter := metering.NewService(pool, limiter.NewStore(rdb, limiter.DefaultPrefix), log, metering.Options{Snapshot: ents.Current})
+	meter := metering.NewService(pool, limitstore.New(rdb, limiter.DefaultPrefix), log, metering.Options{Snapshot: ents.Current})
 	lim, closeLimiter, err := newLimiter(cfg, ents, meter.LoadUsage, reg)
 	if err != nil {
 		return err
@@ -135,7 +136,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	if cfg.StripeSecretKey != "" {
 		resync = bill
 	}
-	pages, err := web.New(web.Deps{Log: log, DB: pool, Limits: limiter.NewStore(rdb, limiter.DefaultPrefix),
+	pages, err := web.New(web.Deps{Log: log, DB: pool, Limits: limitstore.New(rdb, limiter.DefaultPrefix),
 		Snapshots: ents, Usage: meter, AdminToken: cfg.AdminToken, DefaultPlan: cfg.DefaultPlan, PublicURL: cfg.PublicURL,
 		Plans: planChanger(cfg, ents, bill), PlanAdmin: ents, Keys: ents, Overrides: ents, Replayer: bill, Resyncer: resync, Guard: authLim})
 	if err != nil {
@@ -159,9 +160,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 // newEntitlements builds the entitlements service of a process: snapshots
 // and revocations go through rdb under the limiter's key prefix.
 func newEntitlements(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg config.Config, log *slog.Logger) *entitlements.Service {
-	var store *limiter.Store
+	var store *limitstore.Store
 	if rdb != nil {
-		store = limiter.NewStore(rdb, limiter.DefaultPrefix)
+		store = limitstore.New(rdb, limiter.DefaultPrefix)
 	}
 	return entitlements.NewService(pool, store, log, entitlements.Options{
 		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Redis: rdb, Prefix: limiter.DefaultPrefix,

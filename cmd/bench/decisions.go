@@ -19,6 +19,7 @@ import (
 	ulredis "github.com/ulule/limiter/v3/drivers/store/redis"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -117,7 +118,7 @@ func benchDecisions(ctx context.Context, c config, stdout io.Writer) error {
 	}()
 
 	tenants := tenantIDs(c.tenants)
-	store := limiter.NewStore(admin, prefix)
+	store := limitstore.New(admin, prefix)
 	if err := seedSnapshots(ctx, store, tenants); err != nil {
 		return err
 	}
@@ -162,7 +163,7 @@ func benchDecisions(ctx context.Context, c config, stdout io.Writer) error {
 	}
 	ourDecision := func(batching time.Duration) func(rdb *redis.Client) (func(context.Context, *mrand.Rand) error, func(), error) {
 		return func(rdb *redis.Client) (func(context.Context, *mrand.Rand) error, func(), error) {
-			l, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Batching: batching, Timeout: c.timeout})
+			l, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Batching: batching > 0, Timeout: c.timeout})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -340,7 +341,7 @@ func warm(ctx context.Context, tenants []string, decide func(context.Context, st
 	return nil
 }
 
-func seedSnapshots(ctx context.Context, store *limiter.Store, tenants []string) error {
+func seedSnapshots(ctx context.Context, store *limitstore.Store, tenants []string) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.SetLimit(32)
 	now := time.Now().UTC()

@@ -21,6 +21,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/postgres"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -93,7 +94,7 @@ func benchHTTP(ctx context.Context, c config, stdout io.Writer) error {
 		}
 	}()
 
-	ents := entitlements.NewService(pool, limiter.NewStore(rdb, prefix), log, entitlements.Options{Redis: rdb, Prefix: prefix})
+	ents := entitlements.NewService(pool, limitstore.New(rdb, prefix), log, entitlements.Options{Redis: rdb, Prefix: prefix})
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	go func() { _ = ents.Run(runCtx) }()
@@ -236,7 +237,7 @@ func seedTenants(ctx context.Context, ents *entitlements.Service, runID string, 
 	plan := "bench-" + runID
 	if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: "Bench " + runID,
 		Rate:   &entitlements.RateInput{PerSecond: f64(benchRate), Burst: i64(benchRate)},
-		Quotas: map[string]*entitlements.QuotaInput{limiter.DefaultMeter: {Limit: i64(1 << 40), Mode: limiter.ModeHard}},
+		Quotas: map[string]*entitlements.QuotaInput{limiter.DefaultMeter: {Limit: i64(1 << 40), Mode: string(limiter.ModeHard)}},
 	}); err != nil {
 		return nil, fmt.Errorf("bench: plan: %w", err)
 	}

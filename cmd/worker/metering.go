@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/config"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -28,7 +29,7 @@ type meteringPart struct {
 }
 
 func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlements.Service, cfg config.Config, log *slog.Logger, jm *jobMetrics) *meteringPart {
-	store := limiter.NewStore(rdb, limiter.DefaultPrefix)
+	store := limitstore.New(rdb, limiter.DefaultPrefix)
 	// The worker never answers GET /v1/usage: no Snapshot.
 	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush})
 	return &meteringPart{svc: svc, ents: ents, rdb: rdb, cfg: cfg, jm: jm}

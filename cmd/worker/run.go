@@ -13,6 +13,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/config"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/jobs"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/logging"
 	"github.com/tollgatehq/tollgate/internal/postgres"
 	"github.com/tollgatehq/tollgate/limiter"
@@ -83,7 +84,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// One entitlements service for every job that changes what a tenant may
 	// do; its snapshots go to Redis under the limiter's prefix, as the api's do.
-	ents := entitlements.NewService(pool, limiter.NewStore(rdb, limiter.DefaultPrefix), log, entitlements.Options{
+	ents := entitlements.NewService(pool, limitstore.New(rdb, limiter.DefaultPrefix), log, entitlements.Options{
 		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Prefix: limiter.DefaultPrefix,
 	})
 	bill, err := newBilling(pool, ents, cfg, log, reg)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
-	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 )
 
 // invoiceEvent builds an invoice event for sub.
@@ -93,7 +93,7 @@ func TestPastDueKeepsThePlanForTheGracePeriodThenFallsBack(t *testing.T) {
 	if err != nil || len(refreshed) != 1 || refreshed[0] != tenant {
 		t.Fatalf("ExpireGrace = %v, %v; want [%s]", refreshed, err, tenant)
 	}
-	cached, ok, err := limiter.NewStore(e.rdb, e.prefix).Snapshot(context.Background(), tenant)
+	cached, ok, err := limitstore.New(e.rdb, e.prefix).Snapshot(context.Background(), tenant)
 	if err != nil || !ok || cached.Plan != "free" {
 		t.Fatalf("redis snapshot after grace: %+v ok %v err %v, want free", cached, ok, err)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
 	"github.com/tollgatehq/tollgate/internal/jobs"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/limiter"
@@ -81,7 +82,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 
 func newEnvOn(t testing.TB, pool *pgxpool.Pool, rdb *redis.Client, prefix string, o envOpts) *env {
 	t.Helper()
-	store := limiter.NewStore(rdb, prefix)
+	store := limitstore.New(rdb, prefix)
 	ents := entitlements.NewService(pool, store, nil, entitlements.Options{DefaultPlan: "free", Prefix: prefix})
 	inserter, err := jobs.NewInsertClient(pool, nil)
 	if err != nil {

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
-	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 )
 
 func TestSubscriptionLifecycleSetsPlanStatusAndFallsBack(t *testing.T) {
@@ -49,7 +49,7 @@ func TestSubscriptionLifecycleSetsPlanStatusAndFallsBack(t *testing.T) {
 	// The limiter's copy in Redis follows too.
 	// (published just after the commit that waitEvent saw: poll)
 	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		cached, ok, err := limiter.NewStore(e.rdb, e.prefix).Snapshot(context.Background(), tenant)
+		cached, ok, err := limitstore.New(e.rdb, e.prefix).Snapshot(context.Background(), tenant)
 		if err == nil && ok && cached.Plan == "free" && cached.Version == e.version(tenant) {
 			break
 		}

@@ -12,9 +12,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
-	"github.com/tollgatehq/tollgate/limiter"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -24,7 +24,7 @@ type bundle struct {
 	pool   *pgxpool.Pool
 	rdb    *redis.Client
 	prefix string
-	store  *limiter.Store
+	store  *limitstore.Store
 	svc    *entitlements.Service
 	free   string // this test's default plan key
 }
@@ -42,7 +42,7 @@ func setup(t testing.TB) *bundle {
 	ctx, cancel := context.WithCancel(t.Context()) // t.Context ends before any Cleanup runs
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
-	b := &bundle{ctx: ctx, pool: pool, rdb: rdb, prefix: prefix, store: limiter.NewStore(rdb, prefix), free: uniq("free")}
+	b := &bundle{ctx: ctx, pool: pool, rdb: rdb, prefix: prefix, store: limitstore.New(rdb, prefix), free: uniq("free")}
 	b.svc = b.newService(t)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = b.svc.Run(ctx) }()

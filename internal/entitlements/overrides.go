@@ -67,7 +67,7 @@ func (in *OverrideInput) Validate(now time.Time) error {
 	if in.Limit != nil && *in.Limit < 0 {
 		v.Add("limit", "must be at least 0")
 	}
-	if in.Mode != "" && in.Mode != limiter.ModeHard && in.Mode != limiter.ModeSoft {
+	if in.Mode != "" && in.Mode != string(limiter.ModeHard) && in.Mode != string(limiter.ModeSoft) {
 		v.Add("mode", `must be "hard" or "soft"`)
 	}
 	if in.Extra == nil && in.Limit == nil && in.Mode == "" {

@@ -152,7 +152,7 @@ func (in *PlanInput) Validate() error {
 		case *q.Limit < 0:
 			v.Add(field+".limit", "must not be negative")
 		}
-		if q.Mode != "" && q.Mode != limiter.ModeHard && q.Mode != limiter.ModeSoft {
+		if q.Mode != "" && q.Mode != string(limiter.ModeHard) && q.Mode != string(limiter.ModeSoft) {
 			v.Add(field+".mode", `must be "hard" or "soft"`)
 		}
 		if len(q.StripeMeterEvent) > 100 || !token(q.StripeMeterEvent) {
@@ -202,7 +202,7 @@ func (in PlanInput) normalized() PlanInput {
 		}
 		qq := *q
 		if qq.Mode == "" {
-			qq.Mode = limiter.ModeHard
+			qq.Mode = string(limiter.ModeHard)
 		}
 		if qq.StripeReport == "" {
 			qq.StripeReport = ReportOverage

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -53,7 +54,7 @@ type Options struct {
 // Service is the entitlements domain: plans, tenants, API keys, snapshots.
 type Service struct {
 	db    *pgxpool.Pool
-	store *limiter.Store
+	store *limitstore.Store
 	log   *slog.Logger
 	opts  Options
 	keys  *keyCache
@@ -69,7 +70,7 @@ type querier interface {
 
 // NewService builds the service. store may be nil in tools that never
 // publish (then Publish is a no-op).
-func NewService(db *pgxpool.Pool, store *limiter.Store, log *slog.Logger, opts Options) *Service {
+func NewService(db *pgxpool.Pool, store *limitstore.Store, log *slog.Logger, opts Options) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -121,7 +121,7 @@ func (s *Service) compute(in inputs) limiter.Snapshot {
 		snap.Concurrency = *plan.Concurrency
 	}
 	for m, q := range plan.Quotas {
-		snap.Quotas[m] = limiter.Quota{Limit: q.Limit, Mode: q.Mode}
+		snap.Quotas[m] = limiter.Quota{Limit: q.Limit, Mode: limiter.QuotaMode(q.Mode)}
 	}
 	applyOverrides(snap.Quotas, in.overrides)
 	features := append([]string(nil), plan.Features...)
@@ -178,7 +178,7 @@ func (s *Service) fallback(in inputs) Plan {
 	}
 	// No default plan stored: refuse metered use rather than keep paid
 	// limits for a tenant that stopped paying.
-	return Plan{Key: s.opts.DefaultPlan, Quotas: map[string]Quota{limiter.DefaultMeter: {Limit: 0, Mode: limiter.ModeHard}}}
+	return Plan{Key: s.opts.DefaultPlan, Quotas: map[string]Quota{limiter.DefaultMeter: {Limit: 0, Mode: string(limiter.ModeHard)}}}
 }
 
 // applyOverrides changes quotas in the order the overrides were created: a
@@ -201,7 +201,7 @@ func applyOverrides(quotas map[string]limiter.Quota, os []override) {
 			q.Limit += *o.extra
 		}
 		if o.mode != nil {
-			q.Mode = *o.mode
+			q.Mode = limiter.QuotaMode(*o.mode)
 		}
 		quotas[o.meter] = q
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -170,7 +171,7 @@ func TestRedisDownWhilePublishing(t *testing.T) {
 	b := setup(t)
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DialTimeout: 100 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { dead.Close() })
-	svc := entitlements.NewService(b.pool, limiter.NewStore(dead, b.prefix), nil, entitlements.Options{DefaultPlan: b.free})
+	svc := entitlements.NewService(b.pool, limitstore.New(dead, b.prefix), nil, entitlements.Options{DefaultPlan: b.free})
 	tn, err := svc.CreateTenant(b.ctx, entitlements.TenantInput{Name: "Offline", Plan: b.free})
 	if err != nil || tn.ID == "" {
 		t.Fatalf("CreateTenant with Redis down: %+v %v", tn, err)

@@ -331,7 +331,7 @@ func (s *Service) usage(ctx context.Context, snap limiter.Snapshot) ([]MeterUsag
 		u := MeterUsage{Meter: m, Used: durable[m], Source: "postgres"}
 		if q, ok := snap.Quotas[m]; ok {
 			l := q.Limit
-			u.Limit, u.Mode = &l, q.Mode
+			u.Limit, u.Mode = &l, string(q.Mode)
 		}
 		if s.store != nil {
 			n, ok, err := s.store.Used(ctx, snap.TenantID, m, snap.PeriodStart)

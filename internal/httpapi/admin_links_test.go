@@ -9,17 +9,17 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
-	"github.com/tollgatehq/tollgate/limiter"
 	"github.com/tollgatehq/tollgate/web"
 )
 
 func TestMintDashboardLink(t *testing.T) {
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
-	store := limiter.NewStore(rdb, prefix)
+	store := limitstore.New(rdb, prefix)
 	ents := entitlements.NewService(pool, store, nil, entitlements.Options{Prefix: prefix})
 	meter := metering.NewService(pool, store, nil, metering.Options{Snapshot: ents.LoadSnapshot})
 	const token = "tga_links_test"

@@ -140,7 +140,7 @@ func (a *AuthLimiter) Blocked(ctx context.Context, b string, addr string) error 
 	if !a.suspect(b, addr) {
 		return nil
 	}
-	d, err := a.l.Allow(ctx, authKey(b, addr), limiter.Request{Cost: 0, Limits: &a.limits})
+	d, err := a.l.Allow(ctx, authKey(b, addr), limiter.Request{Peek: true, Limits: &a.limits})
 	if err != nil || d.Allowed {
 		// Redis trouble: do not guess; the credential check still protects.
 		return nil

@@ -19,9 +19,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
-	"github.com/tollgatehq/tollgate/limiter"
 )
 
 // testAdminToken is the admin token of servers started by newTestAPI.
@@ -36,7 +36,7 @@ type testAPI struct {
 	RDB    *redis.Client
 	Prefix string
 	Ents   *entitlements.Service
-	Store  *limiter.Store
+	Store  *limitstore.Store
 	Srv    *Server
 	Logs   *logBuffer
 }
@@ -60,7 +60,7 @@ func newTestAPI(t *testing.T, opt testAPIOptions) *testAPI {
 	}
 	logs := &logBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	store := limiter.NewStore(rdb, prefix)
+	store := limitstore.New(rdb, prefix)
 	ents := entitlements.NewService(pool, store, log, entitlements.Options{Redis: rdb, Prefix: prefix})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

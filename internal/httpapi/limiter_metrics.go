@@ -68,7 +68,7 @@ func (m *LimiterMetrics) Hooks() limiter.Hooks {
 				outcome, policy = "refused", d.Policy
 			}
 			if d.Fallback != "" {
-				fb = d.Fallback
+				fb = string(d.Fallback)
 			}
 			m.decisions.WithLabelValues(outcome, policy, fb).Inc()
 		},

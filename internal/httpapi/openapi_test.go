@@ -11,9 +11,9 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
-	"github.com/tollgatehq/tollgate/limiter"
 )
 
 // The OpenAPI document is kept honest by these tests: every route the server
@@ -83,7 +83,7 @@ func registeredOperations(t *testing.T) []string {
 	t.Helper()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
-	ents := entitlements.NewService(pool, limiter.NewStore(rdb, prefix), nil, entitlements.Options{Redis: rdb, Prefix: prefix})
+	ents := entitlements.NewService(pool, limitstore.New(rdb, prefix), nil, entitlements.Options{Redis: rdb, Prefix: prefix})
 	srv, err := NewServer(Deps{DB: pool, Redis: rdb, AdminToken: "tga_openapi_test", Entitlements: ents})
 	if err != nil {
 		t.Fatal(err)

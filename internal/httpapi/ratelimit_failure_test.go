@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/limiter"
@@ -119,7 +120,7 @@ func TestRedisDownFailModes(t *testing.T) {
 			srv.Restart(t)
 			fresh := redis.NewClient(&redis.Options{Addr: srv.Addr})
 			defer fresh.Close()
-			rateKey := limiter.Keys{Prefix: prefix}.Rate(tenant)
+			rateKey := limitstore.Keys{Prefix: prefix}.Rate(tenant)
 			took := poll(t, 5*time.Second, "decisions from Redis after the restart", func() bool {
 				r := check("redis back")
 				return r.status == http.StatusOK && fresh.Exists(context.Background(), rateKey).Val() == 1

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -47,7 +48,7 @@ type limitSetup struct {
 func newLimitInstance(t *testing.T, pool *pgxpool.Pool, addr, prefix string, set limitSetup) *limitInstance {
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	store := limiter.NewStore(rdb, prefix)
+	store := limitstore.New(rdb, prefix)
 	ents := entitlements.NewService(pool, store, nil, entitlements.Options{Redis: rdb, Prefix: prefix})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -11,7 +11,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/ids"
-	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 )
 
 // FlushStats counts what one flush pass moved.
@@ -53,7 +53,7 @@ func (s *Service) FlushOnce(ctx context.Context) (FlushStats, error) {
 	var st FlushStats
 	periods := map[string]tenantPeriods{}
 	var first error
-	err := s.store.ScanPending(ctx, func(k limiter.PendingKey) error {
+	err := s.store.ScanPending(ctx, func(k limitstore.PendingKey) error {
 		// One counter that cannot be flushed (its claim stays for the next
 		// pass) must not hold back the others.
 		if err := s.flushOne(ctx, k, periods, &st); err != nil {
@@ -75,7 +75,7 @@ func (s *Service) FlushOnce(ctx context.Context) (FlushStats, error) {
 	return st, nil
 }
 
-func (s *Service) flushOne(ctx context.Context, k limiter.PendingKey, periods map[string]tenantPeriods, st *FlushStats) error {
+func (s *Service) flushOne(ctx context.Context, k limitstore.PendingKey, periods map[string]tenantPeriods, st *FlushStats) error {
 	c, ok, err := s.store.ClaimPending(ctx, k)
 	if err != nil || !ok {
 		return err

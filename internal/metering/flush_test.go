@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -62,7 +63,7 @@ func TestFlushMovesCountersExactlyOnce(t *testing.T) {
 	// is committed by hand, not acknowledged; the next pass replays it and
 	// adds nothing more.
 	admit(t, b, lim, tenant, 12)
-	k := limiter.PendingKey{Tenant: tenant, Meter: "requests", PeriodStart: snap.PeriodStart}
+	k := limitstore.PendingKey{Tenant: tenant, Meter: "requests", PeriodStart: snap.PeriodStart}
 	c, ok, err := b.store.ClaimPending(b.ctx, k)
 	if err != nil || !ok || c.N != 12 {
 		t.Fatalf("claim = %+v %v %v", c, ok, err)

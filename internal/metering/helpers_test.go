@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/limiter"
@@ -26,7 +27,7 @@ type bundle struct {
 	db     *pgxpool.Pool
 	rdb    redis.UniversalClient
 	prefix string
-	store  *limiter.Store
+	store  *limitstore.Store
 	svc    *Service
 }
 
@@ -47,7 +48,7 @@ func setup(t testing.TB) *bundle {
 }
 
 func newBundle(t testing.TB, db *pgxpool.Pool, rdb redis.UniversalClient, prefix string) *bundle {
-	b := &bundle{ctx: context.Background(), db: db, rdb: rdb, prefix: prefix, store: limiter.NewStore(rdb, prefix)}
+	b := &bundle{ctx: context.Background(), db: db, rdb: rdb, prefix: prefix, store: limitstore.New(rdb, prefix)}
 	b.svc = NewService(db, b.store, testLog(t), Options{Snapshot: func(ctx context.Context, tenant string) (limiter.Snapshot, error) {
 		s, ok, err := b.store.Snapshot(ctx, tenant)
 		if err == nil && !ok {

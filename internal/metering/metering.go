@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/period"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -51,14 +52,14 @@ type Options struct {
 // Service is the metering domain.
 type Service struct {
 	db    *pgxpool.Pool
-	store *limiter.Store
+	store *limitstore.Store
 	log   *slog.Logger
 	opts  Options
 }
 
 // NewService returns the metering service on db and the limiter's Redis
 // store.
-func NewService(db *pgxpool.Pool, store *limiter.Store, log *slog.Logger, opts Options) *Service {
+func NewService(db *pgxpool.Pool, store *limitstore.Store, log *slog.Logger, opts Options) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

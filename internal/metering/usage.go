@@ -108,11 +108,11 @@ func (s *Service) Usage(ctx context.Context, tenantID string) (Usage, error) {
 		if q, ok := snap.Quotas[m]; ok {
 			limit, rem := q.Limit, max(q.Limit-used, 0)
 			mu.Limit, mu.Remaining = &limit, &rem
-			mu.Mode = q.Mode
+			mu.Mode = string(q.Mode)
 			if mu.Mode == "" {
-				mu.Mode = limiter.ModeHard
+				mu.Mode = string(limiter.ModeHard)
 			}
-			if mu.Mode == limiter.ModeSoft {
+			if mu.Mode == string(limiter.ModeSoft) {
 				mu.Overage = max(used-q.Limit, 0)
 			}
 		}

@@ -1,7 +1,15 @@
-package limiter
+// Package limitstore is the server side of the limiter's Redis state: what
+// Tollgate's api and worker use to publish entitlement snapshots, to read
+// and flush the quota counters the limiter counts, and to read refusal
+// counts. It lives outside the public limiter package because SaaS backends
+// never need it; the key layout it writes is the one the limiter reads (a
+// test of this package keeps the two in step).
+package limitstore
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,11 +18,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/limiter"
 )
 
-// Store is the server side of the limiter's Redis state: what Tollgate's own
-// server and worker use to publish snapshots and to flush and rebuild quota
-// counters. SaaS backends never need it.
+// Store publishes snapshots and flushes quota counters.
 type Store struct {
 	rdb  redis.UniversalClient
 	keys Keys
@@ -23,8 +31,8 @@ type Store struct {
 	SnapshotTTL time.Duration
 }
 
-// NewStore returns a Store on rdb with the key prefix ("" = "tg").
-func NewStore(rdb redis.UniversalClient, prefix string) *Store {
+// New returns a Store on rdb with the key prefix ("" = "tg").
+func New(rdb redis.UniversalClient, prefix string) *Store {
 	return &Store{rdb: rdb, keys: Keys{Prefix: prefix}, SnapshotTTL: 7 * 24 * time.Hour}
 }
 
@@ -55,13 +63,13 @@ return 1
 // PutSnapshot writes the tenant's snapshot (JSON, with SnapshotTTL) and
 // publishes "<tenant>:<version>" on Keys.Invalidations(), in one script. A
 // write older than the stored version is ignored (not an error).
-func (s *Store) PutSnapshot(ctx context.Context, snap Snapshot) error {
-	if !validName(snap.TenantID, true) {
-		return fmt.Errorf("%w: snapshot tenant id %q", ErrInvalidRequest, snap.TenantID)
+func (s *Store) PutSnapshot(ctx context.Context, snap limiter.Snapshot) error {
+	if !validName(snap.TenantID) {
+		return fmt.Errorf("%w: snapshot tenant id %q", limiter.ErrInvalidRequest, snap.TenantID)
 	}
 	raw, err := json.Marshal(snap)
 	if err != nil {
-		return fmt.Errorf("limiter: encoding snapshot: %w", err)
+		return fmt.Errorf("limitstore: encoding snapshot: %w", err)
 	}
 	ttl := int64(s.SnapshotTTL / time.Second)
 	if ttl < 1 {
@@ -70,7 +78,7 @@ func (s *Store) PutSnapshot(ctx context.Context, snap Snapshot) error {
 	err = putSnapshotScript.Run(ctx, s.rdb, []string{s.keys.Snapshot(snap.TenantID)},
 		raw, snap.Version, ttl, s.keys.Invalidations(), snap.TenantID+":"+strconv.FormatInt(snap.Version, 10)).Err()
 	if err != nil {
-		return fmt.Errorf("limiter: writing snapshot of %q: %w", snap.TenantID, err)
+		return fmt.Errorf("limitstore: writing snapshot of %q: %w", snap.TenantID, err)
 	}
 	return nil
 }
@@ -80,22 +88,22 @@ func (s *Store) PutSnapshot(ctx context.Context, snap Snapshot) error {
 func (s *Store) DeleteSnapshot(ctx context.Context, tenant string) error {
 	err := deleteSnapshotScript.Run(ctx, s.rdb, []string{s.keys.Snapshot(tenant)}, s.keys.Invalidations(), tenant+":-1").Err()
 	if err != nil {
-		return fmt.Errorf("limiter: deleting snapshot of %q: %w", tenant, err)
+		return fmt.Errorf("limitstore: deleting snapshot of %q: %w", tenant, err)
 	}
 	return nil
 }
 
 // Snapshot reads the stored snapshot; ok is false when there is none.
-func (s *Store) Snapshot(ctx context.Context, tenant string) (snap Snapshot, ok bool, err error) {
+func (s *Store) Snapshot(ctx context.Context, tenant string) (snap limiter.Snapshot, ok bool, err error) {
 	raw, err := s.rdb.Get(ctx, s.keys.Snapshot(tenant)).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return Snapshot{}, false, nil
+		return limiter.Snapshot{}, false, nil
 	}
 	if err != nil {
-		return Snapshot{}, false, fmt.Errorf("limiter: reading snapshot of %q: %w", tenant, err)
+		return limiter.Snapshot{}, false, fmt.Errorf("limitstore: reading snapshot of %q: %w", tenant, err)
 	}
 	if err := json.Unmarshal(raw, &snap); err != nil {
-		return Snapshot{}, false, fmt.Errorf("limiter: snapshot of %q: %w", tenant, err)
+		return limiter.Snapshot{}, false, fmt.Errorf("limitstore: snapshot of %q: %w", tenant, err)
 	}
 	return snap, true, nil
 }
@@ -114,7 +122,7 @@ func (s *Store) AddUsage(ctx context.Context, tenant, meter string, periodStart 
 	}
 	err := addUsageScript.Run(ctx, s.rdb, []string{s.keys.Quota(tenant, meter, periodStart)}, n).Err()
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return fmt.Errorf("limiter: adding usage of %q %s: %w", tenant, meter, err)
+		return fmt.Errorf("limitstore: adding usage of %q %s: %w", tenant, meter, err)
 	}
 	return nil
 }
@@ -127,7 +135,7 @@ func (s *Store) Used(ctx context.Context, tenant, meter string, periodStart time
 		return 0, false, nil
 	}
 	if err != nil {
-		return 0, false, fmt.Errorf("limiter: reading usage of %q %s: %w", tenant, meter, err)
+		return 0, false, fmt.Errorf("limitstore: reading usage of %q %s: %w", tenant, meter, err)
 	}
 	return n, true, nil
 }
@@ -144,7 +152,7 @@ type PendingKey struct {
 // master of a Cluster, every shard of a Ring). fn may be called for a key
 // whose counter has meanwhile been flushed; ClaimPending then finds nothing.
 func (s *Store) ScanPending(ctx context.Context, fn func(PendingKey) error) error {
-	base := globEscape(s.keys.prefix()) + ":{t:"
+	base := globEscape(s.keys.Base()) + ":{t:"
 	pattern := base + "*}:q[pf]:*"
 	seen := map[string]bool{}
 	scan := func(ctx context.Context, c redis.Cmdable) error {
@@ -214,14 +222,14 @@ func (s *Store) ScanPending(ctx context.Context, fn func(PendingKey) error) erro
 		err = scan(ctx, s.rdb)
 	}
 	if err != nil {
-		return fmt.Errorf("limiter: scanning pending counters: %w", err)
+		return fmt.Errorf("limitstore: scanning pending counters: %w", err)
 	}
 	return nil
 }
 
 // parsePending parses "<p>:{t:<tenant>}:q[pf]:<meter>:<unix>".
 func (s *Store) parsePending(key string) (PendingKey, string, bool) {
-	rest, ok := strings.CutPrefix(key, s.keys.prefix()+":{t:")
+	rest, ok := strings.CutPrefix(key, s.keys.Base()+":{t:")
 	if !ok {
 		return PendingKey{}, "", false
 	}
@@ -292,15 +300,15 @@ func (s *Store) ClaimPending(ctx context.Context, k PendingKey) (Claim, bool, er
 		return Claim{}, false, nil
 	}
 	if err != nil {
-		return Claim{}, false, fmt.Errorf("limiter: claiming pending usage: %w", err)
+		return Claim{}, false, fmt.Errorf("limitstore: claiming pending usage: %w", err)
 	}
 	if len(res) != 2 {
-		return Claim{}, false, fmt.Errorf("limiter: claiming pending usage: reply of %d elements", len(res))
+		return Claim{}, false, fmt.Errorf("limitstore: claiming pending usage: reply of %d elements", len(res))
 	}
 	id, ok1 := res[0].(string)
 	n, ok2 := res[1].(int64)
 	if !ok1 || !ok2 {
-		return Claim{}, false, fmt.Errorf("limiter: claiming pending usage: malformed reply")
+		return Claim{}, false, fmt.Errorf("limitstore: claiming pending usage: malformed reply")
 	}
 	return Claim{ID: id, N: n}, true, nil
 }
@@ -310,7 +318,7 @@ func (s *Store) ClaimPending(ctx context.Context, k PendingKey) (Claim, bool, er
 func (s *Store) AckPending(ctx context.Context, k PendingKey, id string) error {
 	err := ackScript.Run(ctx, s.rdb, []string{s.keys.Flushing(k.Tenant, k.Meter, k.PeriodStart)}, id).Err()
 	if err != nil {
-		return fmt.Errorf("limiter: acknowledging flush: %w", err)
+		return fmt.Errorf("limitstore: acknowledging flush: %w", err)
 	}
 	return nil
 }
@@ -319,15 +327,36 @@ func (s *Store) AckPending(ctx context.Context, k PendingKey, id string) error {
 func (s *Store) Refusals(ctx context.Context, tenant string, day time.Time) (map[string]int64, error) {
 	m, err := s.rdb.HGetAll(ctx, s.keys.Refusals(tenant, day)).Result()
 	if err != nil {
-		return nil, fmt.Errorf("limiter: reading refusals of %q: %w", tenant, err)
+		return nil, fmt.Errorf("limitstore: reading refusals of %q: %w", tenant, err)
 	}
 	out := make(map[string]int64, len(m))
 	for k, v := range m {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("limiter: refusals of %q: %w", tenant, err)
+			return nil, fmt.Errorf("limitstore: refusals of %q: %w", tenant, err)
 		}
 		out[k] = n
 	}
 	return out, nil
+}
+
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// validName is the limiter's rule for tenant ids: printable ASCII without
+// spaces or braces (they would break the hash tag).
+func validName(s string) bool {
+	if s == "" || len(s) > 256 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || c == '{' || c == '}' {
+			return false
+		}
+	}
+	return true
 }

@@ -1,0 +1,184 @@
+package limiter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// This file runs the decision script, rebuilds missing quota counters and
+// reads the script's reply into a Decision.
+func newID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// decide runs the decision script, rebuilding missing quota counters first
+// when a UsageLoader is configured. With due (a cached snapshot past the
+// safety TTL), the script also returns the stored snapshot, which confirms
+// or drops the cached one: the safety re-read costs no round trip.
+func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepared) (*Decision, error) {
+	peek := req.Peek
+	var leaseID string
+	for _, p := range pl.pol {
+		if p.typ == 'c' && !peek {
+			leaseID = newID()
+		}
+	}
+	keys := pl.keys
+	n := 3 + len(pl.args)
+	if due != nil {
+		keys = append(keys[:len(keys):len(keys)], due.entKey) // a copy: pl.keys is shared
+		n++
+	}
+	args := make([]any, n)
+	// A peek takes nothing (cost 0 to the script) and asks about req.Cost.
+	args[0] = req.Cost
+	args[1] = "0"
+	if peek {
+		args[0], args[1] = int64(0), req.Cost
+	}
+	args[2] = "1"
+	copy(args[3:], pl.args)
+	if due != nil {
+		args[n-1] = "1" // one more ARGV: read the snapshot (the last KEY) back
+	}
+	if leaseID != "" {
+		args[4] = leaseID
+	}
+	args[5] = boolArg(l.opts.UsageLoader != nil)
+	for attempt := 0; ; attempt++ {
+		res, err := l.runDecide(ctx, keys, args)
+		if err != nil {
+			return nil, err
+		}
+		if len(res) < 2 {
+			return nil, fmt.Errorf("limiter: short script reply (%d elements)", len(res))
+		}
+		status, err := toInt64(res[0])
+		if err != nil {
+			return nil, err
+		}
+		if status != 2 {
+			if due != nil {
+				if len(res) != 5+3*len(pl.pol) {
+					return nil, fmt.Errorf("limiter: script reply has %d elements, want %d", len(res), 5+3*len(pl.pol))
+				}
+				raw, _ := res[len(res)-1].(string)
+				l.cache.refreshed(pl.tenant, due, raw != "" && storedVersion(raw) == due.snap.Version, time.Now())
+				res = res[:len(res)-1]
+			}
+			return l.decision(pl, req, res, leaseID)
+		}
+		if attempt >= 2 {
+			args[5] = "0" // someone keeps deleting the counter: count from what Redis has
+			continue
+		}
+		if err := l.seed(ctx, pl, res); err != nil {
+			if errors.Is(err, errRedisDown) {
+				return nil, err
+			}
+			if l.opts.FailMode.Quota == FailClosed {
+				return nil, ErrUnavailable
+			}
+			args[5] = "0"
+		}
+	}
+}
+
+func (l *Limiter) runDecide(ctx context.Context, keys []string, args []any) ([]any, error) {
+	if l.batch != nil {
+		return l.batch.do(ctx, keys, args)
+	}
+	var res []any
+	err := l.call(ctx, "decide", func(ctx context.Context) error {
+		var err error
+		res, err = decideScript.Run(ctx, l.rdb, keys, args...).Slice()
+		return err
+	})
+	if err != nil {
+		// res is not read: a call abandoned at its deadline (client without
+		// ContextTimeoutEnabled) may still be writing it.
+		return nil, err
+	}
+	return res, nil
+}
+
+func (l *Limiter) seed(ctx context.Context, pl *plan, res []any) error {
+	n, err := toInt64(res[1])
+	if err != nil || int(n)*2+2 > len(res) {
+		return fmt.Errorf("limiter: malformed seed reply")
+	}
+	for i := 0; i < int(n); i++ {
+		idx, err1 := toInt64(res[2+2*i])
+		period, err2 := toInt64(res[3+2*i])
+		if err1 != nil || err2 != nil || idx < 1 || int(idx) > len(pl.pol) || period < 0 || period > 1 || pl.pol[idx-1].quota == nil {
+			return fmt.Errorf("limiter: malformed seed reply")
+		}
+		q := pl.pol[idx-1].quota
+		durable, err := l.opts.UsageLoader(ctx, pl.tenant, q.meter, q.starts[period])
+		if err != nil {
+			if h := l.opts.Hooks.OnRedisError; h != nil {
+				h("usage", err)
+			}
+			return fmt.Errorf("limiter: usage of %q %s: %w", pl.tenant, q.meter, err)
+		}
+		keys := []string{q.keys[2*period], q.keys[2*period+1], q.flush[period]}
+		expireAt := q.endsT[period].Add(7 * 24 * time.Hour).UnixMilli()
+		if err := l.call(ctx, "seed", func(ctx context.Context) error {
+			return seedScript.Run(ctx, l.rdb, keys, durable, expireAt).Err()
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *Limiter) decision(pl *plan, req *Request, res []any, leaseID string) (*Decision, error) {
+	if len(res) != 4+3*len(pl.pol) {
+		return nil, fmt.Errorf("limiter: script reply has %d elements, want %d", len(res), 4+3*len(pl.pol))
+	}
+	var buf [4 + 3*4]int64 // a decision has at most 4 policies in common use
+	ints := buf[:0]
+	for _, v := range res {
+		n, err := toInt64(v)
+		if err != nil {
+			return nil, err
+		}
+		ints = append(ints, n)
+	}
+	d := &Decision{Allowed: ints[0] == 1, Plan: pl.planName, Policies: make([]PolicyStatus, len(pl.pol))}
+	for i, p := range pl.pol {
+		o := 4 + 3*i
+		ps := PolicyStatus{Name: p.name, Limit: p.limit, Window: p.window, Remaining: ints[o], Reset: time.Duration(ints[o+1]) * time.Millisecond, Mode: p.mode}
+		switch p.typ {
+		case 'q':
+			ps.Window = p.quota.windows[ints[o+2]&1]
+		case 'c':
+			ps.Unit = UnitConcurrent
+		}
+		d.Policies[i] = ps
+	}
+	if !d.Allowed {
+		idx := ints[1]
+		if idx < 1 || int(idx) > len(pl.pol) {
+			return nil, fmt.Errorf("limiter: script named policy %d of %d", idx, len(pl.pol))
+		}
+		d.Policy = pl.pol[idx-1].name
+		d.RetryAfter = time.Duration(ints[2]) * time.Millisecond
+		if r := d.Policies[idx-1].Reset; d.RetryAfter < r {
+			d.RetryAfter = r
+		}
+	} else if leaseID != "" {
+		for _, p := range pl.pol {
+			if p.typ == 'c' {
+				d.lease = &lease{l: l, key: p.keys[0], id: leaseID}
+			}
+		}
+	}
+	return d, nil
+}

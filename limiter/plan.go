@@ -1,0 +1,109 @@
+package limiter
+
+import (
+	"strconv"
+	"time"
+)
+
+// This file turns a snapshot or explicit limits into a plan: the policies of
+// one decision with their keys and script arguments, built once and shared.
+
+// policy is one policy of a decision, in header order.
+type policy struct {
+	typ    byte // 'r', 'w', 'q', 'c'
+	name   string
+	limit  int64
+	window time.Duration
+	mode   QuotaMode
+	quota  *preparedQuota
+	rate   Rate
+	a, b   string
+	c, d   string
+	keys   []string
+	fail   FailMode
+}
+
+// plan is what one decision checks.
+type plan struct {
+	tenant   string
+	planName string
+	refKey   string // refusal cache key
+	rfBase   string
+	pol      []policy
+	nkeys    int
+	explicit bool
+
+	// Ready to send (read-only once built, shared by concurrent decisions):
+	// the script's KEYS, ARGV from the 4th on with the per-policy
+	// arguments, boxed once.
+	keys []string
+	args []any
+}
+
+// snapshotPlan returns the plan of a request on a cached snapshot. Plans
+// are built once per snapshot and request shape, so that a decision in
+// steady state formats no key and boxes no argument.
+func (l *Limiter) snapshotPlan(p *prepared, req *Request) *plan {
+	k := planKey{skipQuota: req.SkipQuota, concurrent: req.Concurrency && p.conc > 0}
+	if !req.SkipQuota && p.quotas[req.Meter] != nil {
+		k.meter = req.Meter
+	}
+	if v, ok := p.plans.Load(k); ok {
+		return v.(*plan)
+	}
+	pl := &plan{tenant: p.snap.TenantID, planName: p.snap.Plan, refKey: p.snap.TenantID, rfBase: p.rfBase}
+	pl.pol = make([]policy, 0, 3)
+	if r := p.rate; r != nil {
+		pl.add(policy{typ: 'r', name: PolicyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, keys: []string{r.key}, fail: l.opts.FailMode.Rate})
+	}
+	if k.meter != "" {
+		q := p.quotas[k.meter]
+		pl.add(policy{typ: 'q', name: q.meter, limit: q.limit, mode: q.mode, quota: q, a: q.limitS, b: boolArg(q.hard), c: q.endS, d: q.nextS, keys: q.keys[:], fail: l.opts.FailMode.Quota})
+	}
+	if k.concurrent {
+		pl.add(policy{typ: 'c', name: PolicyConcurrency, limit: p.conc, a: strconv.FormatInt(p.conc, 10), b: strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10), keys: []string{p.concKey}, fail: l.opts.FailMode.Concurrency})
+	}
+	pl.finish()
+	v, _ := p.plans.LoadOrStore(k, pl)
+	return v.(*plan)
+}
+
+// finish builds the script's keys and fixed arguments.
+func (pl *plan) finish() {
+	pl.keys = make([]string, 0, pl.nkeys)
+	pl.args = make([]any, 0, 4+6*len(pl.pol))
+	pl.args = append(pl.args, pl.rfBase, "", "", len(pl.pol)) // ARGV 4-7; 5 and 6 are set per call
+	for _, p := range pl.pol {
+		pl.keys = append(pl.keys, p.keys...)
+		pl.args = append(pl.args, string(p.typ), p.name, p.a, p.b, p.c, p.d)
+	}
+}
+
+func (l *Limiter) explicitPlan(tenant string, req *Request) *plan {
+	x := req.Limits
+	pl := &plan{tenant: tenant, refKey: "\x00" + tenant, rfBase: l.keys.refusalBase(tenant), explicit: true}
+	if x.Rate != nil {
+		r := prepareRate(l.keys.explicitRate(tenant), x.Rate)
+		pl.add(policy{typ: 'r', name: PolicyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, keys: []string{r.key}, fail: l.opts.FailMode.Rate})
+	}
+	for _, w := range x.Windows {
+		pl.add(policy{typ: 'w', name: w.Name, limit: w.Limit, window: w.Length, a: strconv.FormatInt(w.Limit, 10), b: strconv.FormatInt(w.Length.Milliseconds(), 10), keys: []string{l.keys.window(tenant, w.Name, w.Length)}, fail: l.opts.FailMode.Window})
+	}
+	if req.Concurrency && x.Concurrency > 0 {
+		pl.add(policy{typ: 'c', name: PolicyConcurrency, limit: x.Concurrency, a: strconv.FormatInt(x.Concurrency, 10), b: strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10), keys: []string{l.keys.explicitConcurrency(tenant)}, fail: l.opts.FailMode.Concurrency})
+	}
+	pl.finish()
+	return pl
+}
+
+func (pl *plan) add(p policy) {
+	pl.pol = append(pl.pol, p)
+	pl.nkeys += len(p.keys)
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}

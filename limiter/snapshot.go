@@ -1,0 +1,90 @@
+package limiter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// This file finds a tenant's snapshot: near-cache, Redis, then Options.Loader.
+
+// snapshot returns the tenant's prepared snapshot. With an error wrapping
+// errRedisDown it may still return the last known snapshot (or nil).
+//
+// due says that the snapshot is past the safety TTL and must be confirmed
+// by the decision's script (no round trip of its own).
+func (l *Limiter) snapshot(ctx context.Context, tenant string) (p *prepared, due bool, err error) {
+	p, fresh, due := l.cache.get(tenant, time.Now())
+	if fresh {
+		if h := l.opts.Hooks.OnCacheHit; h != nil {
+			h()
+		}
+		return p, due, nil
+	}
+	if h := l.opts.Hooks.OnCacheMiss; h != nil {
+		h()
+	}
+	if l.redisDown() {
+		return p, false, errRedisDown
+	}
+	v, err, _ := l.sf.Do(tenant, func() (any, error) {
+		return l.fill(context.WithoutCancel(ctx), tenant)
+	})
+	if err != nil {
+		if errors.Is(err, errRedisDown) {
+			return p, false, err
+		}
+		return nil, false, err
+	}
+	return v.(*prepared), false, nil
+}
+
+func (l *Limiter) fill(ctx context.Context, tenant string) (*prepared, error) {
+	f := l.cache.beginFill(tenant)
+	var p *prepared
+	defer func() { l.cache.endFill(tenant, f, p, time.Now()) }()
+	var raw []byte
+	err := l.call(ctx, "snapshot", func(ctx context.Context) error {
+		var err error
+		raw, err = l.rdb.Get(ctx, l.keys.snapshot(tenant)).Bytes()
+		return err
+	})
+	var snap Snapshot
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(raw, &snap); err != nil {
+			return nil, fmt.Errorf("limiter: snapshot of %q: %w", tenant, err)
+		}
+	case errors.Is(err, redis.Nil):
+		if l.opts.Loader == nil {
+			return nil, fmt.Errorf("%w: %q has no snapshot and no loader is configured", ErrUnknownTenant, tenant)
+		}
+		snap, err = l.opts.Loader(ctx, tenant)
+		if err != nil {
+			if errors.Is(err, ErrUnknownTenant) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("limiter: loading snapshot of %q: %w", tenant, err)
+		}
+	default:
+		return nil, err
+	}
+	snap.TenantID = tenant
+	p = l.keys.prepare(snap)
+	return p, nil
+}
+
+// storedVersion reads the version of a stored snapshot; -1 when unreadable.
+func storedVersion(raw string) int64 {
+	var v struct {
+		Version int64 `json:"version"`
+	}
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		return -1
+	}
+	return v.Version
+}
