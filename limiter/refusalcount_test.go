@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -15,7 +16,7 @@ func TestCachedRefusalsAreCounted(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
 		rdb := b.client()
-		st := limiter.NewStore(rdb, b.prefix)
+		st := limitstore.New(rdb, b.prefix)
 		put(t, st, snapshot("hammer", func(s *limiter.Snapshot) {
 			s.Rate = &limiter.Rate{PerSecond: 0.01, Burst: 2} // refills in 100s: the refusal stays cached
 		}))
