@@ -3,6 +3,8 @@ package billing
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,6 +60,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Series at 0 from the start (absent() and rate() work before the
+	// first event); the type label of these is "other".
+	for _, o := range []string{"stored", "duplicate", "ignored_api_version", "rejected", "too_large", "unavailable"} {
+		m.webhook.WithLabelValues("other", o)
+	}
+	for _, st := range []string{StatusProcessed, StatusIgnored, StatusFailed} {
+		m.processed.WithLabelValues("other", st)
+	}
+	m.failures.WithLabelValues("other")
+	m.drift.WithLabelValues("plan")
 	return m, nil
 }
 
@@ -101,22 +113,36 @@ func register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 	return c, nil
 }
 
-// backlogCollector reports, at scrape time, the stored events by status and
-// the age of the oldest pending one. The worker's own counters live in the
-// worker process; these come from Postgres, so any api instance's /metrics
-// shows a stuck queue or failed events (alert on failed > 0, or on the
-// oldest pending event growing old).
+// backlogCollector reports the stored events by status and the age of the
+// oldest pending one. The worker's own counters live in the worker process;
+// these come from Postgres, so any api instance's /metrics shows a stuck
+// queue or failed events (alert on failed > 0, or on the oldest pending
+// event growing old). A scrape never waits on Postgres: it reports the last
+// reading and, when that is older than backlogEvery, starts a new one in
+// the background, so scrapes (however many, however often) cost at most
+// two small queries per backlogEvery per instance (the first scrape of a
+// process waits for its reading).
 type backlogCollector struct {
 	s      *Service
 	events *prometheus.Desc
 	oldest *prometheus.Desc
+
+	mu        sync.Mutex
+	read      time.Time // when the last reading finished (zero: none yet)
+	counts    map[string]float64
+	oldestAt  *time.Time
+	reading   bool
+	readCount atomic.Int64
 }
+
+// backlogEvery is how stale the backlog figures may get.
+const backlogEvery = 15 * time.Second
 
 func newBacklogCollector(s *Service) *backlogCollector {
 	return &backlogCollector{
 		s: s,
 		events: prometheus.NewDesc("tollgate_stripe_events",
-			"Stored Stripe events by status (read from Postgres at scrape time).", []string{"status"}, nil),
+			"Stored Stripe events by status (read from Postgres at most every 15s, in the background).", []string{"status"}, nil),
 		oldest: prometheus.NewDesc("tollgate_stripe_oldest_pending_event_age_seconds",
 			"Age of the oldest pending Stripe event (0 when none is pending).", nil, nil),
 	}
@@ -128,32 +154,61 @@ func (c *backlogCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *backlogCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	counts := map[string]float64{StatusPending: 0, StatusProcessed: 0, StatusIgnored: 0, StatusFailed: 0}
-	rows, err := c.s.db.Query(ctx, `SELECT status, count(*) FROM stripe_events GROUP BY status`)
-	if err != nil {
-		c.s.log.Warn("stripe event backlog not read", "err", err)
-		return
+	c.mu.Lock()
+	first := c.read.IsZero() && !c.reading
+	stale := time.Since(c.read) > backlogEvery
+	if stale && !c.reading {
+		c.reading = true
+		if first {
+			// The first scrape waits for one reading rather than report
+			// nothing; later ones never wait.
+			c.mu.Unlock()
+			c.refresh()
+			c.mu.Lock()
+		} else {
+			go c.refresh()
+		}
 	}
-	var status string
-	var n int64
-	_, err = pgx.ForEachRow(rows, []any{&status, &n}, func() error { counts[status] = float64(n); return nil })
-	if err != nil {
-		c.s.log.Warn("stripe event backlog not read", "err", err)
-		return
+	counts, oldest, read := c.counts, c.oldestAt, c.read
+	c.mu.Unlock()
+	if read.IsZero() {
+		return // nothing read yet: absent beats a made-up 0
 	}
 	for st, v := range counts {
 		ch <- prometheus.MustNewConstMetric(c.events, prometheus.GaugeValue, v, st)
-	}
-	var oldest *time.Time
-	if err := c.s.db.QueryRow(ctx, `SELECT min(received_at) FROM stripe_events WHERE status = 'pending'`).Scan(&oldest); err != nil {
-		c.s.log.Warn("stripe event backlog not read", "err", err)
-		return
 	}
 	age := 0.0
 	if oldest != nil {
 		age = c.s.opts.Now().Sub(*oldest).Seconds()
 	}
 	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age)
+}
+
+// refresh reads the backlog once.
+func (c *backlogCollector) refresh() {
+	c.readCount.Add(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	counts := map[string]float64{StatusPending: 0, StatusProcessed: 0, StatusIgnored: 0, StatusFailed: 0}
+	var oldest *time.Time
+	err := func() error {
+		rows, err := c.s.db.Query(ctx, `SELECT status, count(*) FROM stripe_events GROUP BY status`)
+		if err != nil {
+			return err
+		}
+		var status string
+		var n int64
+		if _, err := pgx.ForEachRow(rows, []any{&status, &n}, func() error { counts[status] = float64(n); return nil }); err != nil {
+			return err
+		}
+		return c.s.db.QueryRow(ctx, `SELECT min(received_at) FROM stripe_events WHERE status = 'pending'`).Scan(&oldest)
+	}()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reading = false
+	if err != nil {
+		c.s.log.Warn("stripe event backlog not read", "err", err)
+		return
+	}
+	c.counts, c.oldestAt, c.read = counts, oldest, time.Now()
 }

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -36,8 +37,42 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 	return m, nil
 }
 
-// observe records every request by its route template, never its raw path,
-// so that ids in URLs do not explode the label set.
+// knownMethods bound the method label: any other method (anyone can send
+// "FOO /") is "other", so that made-up methods cannot add series.
+var knownMethods = map[string]bool{
+	"GET": true, "HEAD": true, "POST": true, "PUT": true, "PATCH": true, "DELETE": true, "OPTIONS": true,
+}
+
+func methodLabel(m string) string {
+	if knownMethods[m] {
+		return m
+	}
+	return "other"
+}
+
+// routeLabel is the route template, never the raw path; the catch-alls that
+// answer unknown paths (and a request no route matched) are "unmatched".
+func routeLabel(route string, status int) string {
+	if route == "" || route == "/*" || strings.HasSuffix(route, "/*") && status >= 400 {
+		return "unmatched"
+	}
+	return route
+}
+
+// initRoutes creates the requests counter of every registered route at 0
+// (status 200), so that the series exist before the first request.
+func (m *httpMetrics) initRoutes(routes []*echo.Route) {
+	for _, r := range routes {
+		if strings.HasSuffix(r.Path, "/*") || !knownMethods[r.Method] {
+			continue
+		}
+		m.requests.WithLabelValues(r.Path, r.Method, "200")
+	}
+}
+
+// observe records every request by its route template and a known method,
+// so that neither ids in URLs nor made-up paths and methods grow the label
+// set.
 func (m *httpMetrics) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := time.Now()
@@ -45,13 +80,12 @@ func (m *httpMetrics) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			c.Error(err) // write the response now so the status is known
 		}
-		route := c.Path()
-		if route == "" || c.Response().Status == 404 && route == "/*" {
-			route = "unmatched"
-		}
-		status := strconv.Itoa(c.Response().Status)
-		m.requests.WithLabelValues(route, c.Request().Method, status).Inc()
-		m.duration.WithLabelValues(route, c.Request().Method, status).Observe(time.Since(start).Seconds())
+		st := c.Response().Status
+		route := routeLabel(c.Path(), st)
+		method := methodLabel(c.Request().Method)
+		status := strconv.Itoa(st)
+		m.requests.WithLabelValues(route, method, status).Inc()
+		m.duration.WithLabelValues(route, method, status).Observe(time.Since(start).Seconds())
 		return nil
 	}
 }

@@ -85,6 +85,7 @@ func NewServer(d Deps) (*Server, error) {
 	s.m = m
 	e.HTTPErrorHandler = s.errorHandler
 	s.routes()
+	s.m.initRoutes(e.Routes())
 	return s, nil
 }
 
