@@ -1,9 +1,9 @@
 package httpapi
 
 import (
-	"fmt"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
