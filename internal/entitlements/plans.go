@@ -66,6 +66,9 @@ type Quota struct {
 	// StripeReport is what the meter is sent: "overage" (usage above
 	// Limit, the default) or "total" (all usage).
 	StripeReport string `json:"stripe_report,omitempty"`
+	// PerSeat: Limit is per seat, multiplied by the quantity of the
+	// subscription's plan item.
+	PerSeat bool `json:"per_seat,omitempty"`
 }
 
 // PlanInput is the body of a plan create (and, merged onto the stored plan,
@@ -94,6 +97,7 @@ type QuotaInput struct {
 	Mode             string `json:"mode"`
 	StripeMeterEvent string `json:"stripe_meter_event"`
 	StripeReport     string `json:"stripe_report"` // "" = overage
+	PerSeat          bool   `json:"per_seat"`      // limit × the plan item's quantity
 }
 
 // PlanPatch changes a plan in place: PatchPlan hands it the stored plan as a
@@ -231,7 +235,7 @@ func (p Plan) Input() PlanInput {
 	in.Quotas = make(map[string]*QuotaInput, len(p.Quotas))
 	for m, q := range p.Quotas {
 		l := q.Limit
-		in.Quotas[m] = &QuotaInput{Limit: &l, Mode: q.Mode, StripeMeterEvent: q.StripeMeterEvent, StripeReport: q.StripeReport}
+		in.Quotas[m] = &QuotaInput{Limit: &l, Mode: q.Mode, StripeMeterEvent: q.StripeMeterEvent, StripeReport: q.StripeReport, PerSeat: q.PerSeat}
 	}
 	return in
 }
@@ -357,7 +361,8 @@ const planSelect = `
 SELECT p.key, p.name, coalesce(p.stripe_price_id, ''), p.rate_per_second, p.rate_burst, p.concurrency,
        p.features, p.quota_window, p.created_at, p.updated_at,
        coalesce((SELECT jsonb_object_agg(q.meter, jsonb_build_object('limit', q.quota_limit, 'mode', q.mode,
-                        'stripe_meter_event', coalesce(q.stripe_meter_event, ''), 'stripe_report', q.stripe_report))
+                        'stripe_meter_event', coalesce(q.stripe_meter_event, ''), 'stripe_report', q.stripe_report,
+                        'per_seat', q.per_seat))
                    FROM plan_quotas q WHERE q.plan_key = p.key), '{}'::jsonb)
   FROM plans p`
 
@@ -434,8 +439,8 @@ func insertQuotas(ctx context.Context, tx pgx.Tx, in PlanInput) error {
 	for _, m := range sortedKeys(in.Quotas) {
 		q := in.Quotas[m]
 		_, err := tx.Exec(ctx, `
-INSERT INTO plan_quotas (plan_key, meter, quota_limit, mode, stripe_meter_event, stripe_report)
-VALUES ($1, $2, $3, $4, nullif($5, ''), $6)`, in.Key, m, *q.Limit, q.Mode, q.StripeMeterEvent, q.StripeReport)
+INSERT INTO plan_quotas (plan_key, meter, quota_limit, mode, stripe_meter_event, stripe_report, per_seat)
+VALUES ($1, $2, $3, $4, nullif($5, ''), $6, $7)`, in.Key, m, *q.Limit, q.Mode, q.StripeMeterEvent, q.StripeReport, q.PerSeat)
 		if err != nil {
 			return pgError(err)
 		}

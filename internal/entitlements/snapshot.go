@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,7 +30,16 @@ type inputs struct {
 	defaultPlan *Plan // nil when DEFAULT_PLAN does not exist
 	sub         *Subscription
 	overrides   []override
-	now         time.Time
+	// addons are the subscription's add-on items with what they grant.
+	addons []addonItem
+	now    time.Time
+}
+
+// addonItem is one add-on item: its grant and the item's quantity.
+type addonItem struct {
+	quotas   map[string]int64
+	features []string
+	qty      int64
 }
 
 type override struct {
@@ -72,17 +82,20 @@ func (s *Service) fill(ctx context.Context, q querier, in *inputs) error {
 	var sub Subscription
 	err = q.QueryRow(ctx, `
 SELECT id, status, coalesce(stripe_price_id, ''), current_period_start, current_period_end,
-       cancel_at_period_end, trial_end, past_due_since, grace_ends_at
+       cancel_at_period_end, trial_end, past_due_since, grace_ends_at, plan_quantity
   FROM subscriptions WHERE tenant_id = $1
  ORDER BY (status IN ('active', 'trialing', 'past_due')) DESC, updated_at DESC
  LIMIT 1`, in.tenant.ID).Scan(&sub.ID, &sub.Status, &sub.StripePriceID, &sub.CurrentPeriodStart, &sub.CurrentPeriodEnd,
-		&sub.CancelAtPeriodEnd, &sub.TrialEnd, &sub.PastDueSince, &sub.GraceEndsAt)
+		&sub.CancelAtPeriodEnd, &sub.TrialEnd, &sub.PastDueSince, &sub.GraceEndsAt, &sub.Seats)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
 		return fmt.Errorf("read subscription: %w", err)
 	default:
 		in.sub = &sub
+		if err := readAddons(ctx, q, in); err != nil {
+			return err
+		}
 	}
 	rows, err = q.Query(ctx, `
 SELECT meter, extra, quota_limit, mode FROM quota_overrides
@@ -120,16 +133,25 @@ func (s *Service) compute(in inputs) limiter.Snapshot {
 	if plan.Concurrency != nil {
 		snap.Concurrency = *plan.Concurrency
 	}
-	for m, q := range plan.Quotas {
-		snap.Quotas[m] = limiter.Quota{Limit: q.Limit, Mode: limiter.QuotaMode(q.Mode)}
+	seats := int64(1)
+	if own && in.sub != nil {
+		seats = in.sub.Seats
 	}
-	applyOverrides(snap.Quotas, in.overrides)
+	for m, q := range plan.Quotas {
+		l := q.Limit
+		if q.PerSeat {
+			l = saturatingMul(l, seats)
+		}
+		snap.Quotas[m] = limiter.Quota{Limit: l, Mode: limiter.QuotaMode(q.Mode)}
+	}
 	features := append([]string(nil), plan.Features...)
 	if own {
-		// Stripe Entitlements features come with the paid subscription; a
-		// tenant sent back to the default plan loses them with it.
+		// Stripe Entitlements features and add-ons come with the paid
+		// subscription; a tenant sent back to the default plan loses them.
 		features = append(features, in.tenant.StripeFeatures...)
+		applyAddons(snap.Quotas, &features, in.addons)
 	}
+	applyOverrides(snap.Quotas, in.overrides)
 	snap.Features = uniqueSorted(features)
 
 	var subPeriod *period.Period
@@ -179,6 +201,67 @@ func (s *Service) fallback(in inputs) Plan {
 	// No default plan stored: refuse metered use rather than keep paid
 	// limits for a tenant that stopped paying.
 	return Plan{Key: s.opts.DefaultPlan, Quotas: map[string]Quota{limiter.DefaultMeter: {Limit: 0, Mode: string(limiter.ModeHard)}}}
+}
+
+// readAddons reads the add-on items of in.sub with their grants.
+func readAddons(ctx context.Context, q querier, in *inputs) error {
+	rows, err := q.Query(ctx, `
+SELECT a.stripe_price_id, a.name, a.quotas, a.features, i.quantity
+  FROM subscription_items i JOIN addon_grants a ON a.stripe_price_id = i.price_id
+ WHERE i.subscription_id = $1
+ ORDER BY i.item_id`, in.sub.ID)
+	if err != nil {
+		return fmt.Errorf("read add-ons: %w", err)
+	}
+	var (
+		price, name string
+		it          addonItem
+	)
+	in.sub.Addons = []SubscriptionAddon{}
+	_, err = pgx.ForEachRow(rows, []any{&price, &name, &it.quotas, &it.features, &it.qty}, func() error {
+		in.addons = append(in.addons, it)
+		in.sub.Addons = append(in.sub.Addons, SubscriptionAddon{StripePriceID: price, Name: name, Quantity: it.qty})
+		it = addonItem{}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read add-ons: %w", err)
+	}
+	return nil
+}
+
+// applyAddons adds each add-on's extra units × its item's quantity to the
+// meters the plan limits (a meter the plan leaves unlimited stays so), and
+// its features.
+func applyAddons(quotas map[string]limiter.Quota, features *[]string, items []addonItem) {
+	for _, it := range items {
+		for m, extra := range it.quotas {
+			if q, ok := quotas[m]; ok {
+				q.Limit = saturatingAdd(q.Limit, saturatingMul(extra, it.qty))
+				quotas[m] = q
+			}
+		}
+		if it.qty > 0 {
+			*features = append(*features, it.features...)
+		}
+	}
+}
+
+func saturatingMul(a, b int64) int64 {
+	if a <= 0 || b <= 0 {
+		return 0
+	}
+	if a > math.MaxInt64/b {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+func saturatingAdd(a, b int64) int64 {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // applyOverrides changes quotas in the order the overrides were created: a

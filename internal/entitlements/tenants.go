@@ -68,6 +68,17 @@ type Subscription struct {
 	TrialEnd           *time.Time `json:"trial_end"`
 	PastDueSince       *time.Time `json:"past_due_since"`
 	GraceEndsAt        *time.Time `json:"grace_ends_at"`
+	// Seats is the quantity of the plan item (per-seat quotas multiply by it).
+	Seats int64 `json:"seats"`
+	// Addons are the items whose price is mapped to an add-on grant.
+	Addons []SubscriptionAddon `json:"addons"`
+}
+
+// SubscriptionAddon is an add-on item of the subscription.
+type SubscriptionAddon struct {
+	StripePriceID string `json:"stripe_price_id"`
+	Name          string `json:"name"`
+	Quantity      int64  `json:"quantity"`
 }
 
 // MeterUsage is the usage of one meter in the current period.

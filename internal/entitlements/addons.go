@@ -1,0 +1,193 @@
+package entitlements
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+)
+
+// Addon is what a Stripe price grants when it is an item of a tenant's
+// subscription (issue 9): extra quota units per meter and features, each
+// multiplied by the item's quantity, while the subscription gives the
+// tenant its own plan.
+type Addon struct {
+	StripePriceID string           `json:"stripe_price_id"`
+	Name          string           `json:"name"`
+	Quotas        map[string]int64 `json:"quotas"` // meter → extra units per unit of quantity
+	Features      []string         `json:"features"`
+	CreatedAt     time.Time        `json:"created_at"`
+	UpdatedAt     time.Time        `json:"updated_at"`
+}
+
+// AddonInput is the body of PUT /admin/v1/addons/{price_id}.
+type AddonInput struct {
+	Name     string           `json:"name"`
+	Quotas   map[string]int64 `json:"quotas"`
+	Features []string         `json:"features"`
+}
+
+// Validate names every bad field.
+func (in *AddonInput) Validate(priceID string) error {
+	var v apperr.Validation
+	if priceID == "" || len(priceID) > 200 || !token(priceID) {
+		v.Add("stripe_price_id", "must be a Stripe price id without spaces")
+	}
+	if l := len(in.Name); l < 1 || l > maxNameLen || !cleanText(in.Name) {
+		v.Add("name", "must be 1-%d printable characters", maxNameLen)
+	}
+	if len(in.Quotas) > maxQuotas {
+		v.Add("quotas", "must have at most %d meters", maxQuotas)
+	}
+	for _, m := range sortedKeys(in.Quotas) {
+		if !meterRe.MatchString(m) {
+			v.Add("quotas."+m, "meter name must match [a-z0-9_.-]{1,64}")
+			continue
+		}
+		if in.Quotas[m] < 0 {
+			v.Add("quotas."+m, "must not be negative")
+		}
+	}
+	if len(in.Features) > maxFeatures {
+		v.Add("features", "must have at most %d entries", maxFeatures)
+	}
+	for i, f := range in.Features {
+		if f == "" || len(f) > maxFeatureLen || !token(f) {
+			v.Add(fmt.Sprintf("features[%d]", i), "must be 1-%d characters without spaces", maxFeatureLen)
+		}
+	}
+	if len(in.Quotas) == 0 && len(in.Features) == 0 {
+		v.Add("quotas", "an add-on must grant quota or features")
+	}
+	return v.Err()
+}
+
+const addonCols = `stripe_price_id, name, quotas, features, created_at, updated_at`
+
+func scanAddon(r pgx.CollectableRow) (Addon, error) {
+	var a Addon
+	err := r.Scan(&a.StripePriceID, &a.Name, &a.Quotas, &a.Features, &a.CreatedAt, &a.UpdatedAt)
+	if a.Quotas == nil {
+		a.Quotas = map[string]int64{}
+	}
+	if a.Features == nil {
+		a.Features = []string{}
+	}
+	return a, err
+}
+
+// ListAddons lists every add-on grant by price id.
+func (s *Service) ListAddons(ctx context.Context) ([]Addon, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+addonCols+` FROM addon_grants ORDER BY stripe_price_id`)
+	if err != nil {
+		return nil, fmt.Errorf("entitlements: list add-ons: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, scanAddon)
+	if err != nil {
+		return nil, fmt.Errorf("entitlements: list add-ons: %w", err)
+	}
+	if out == nil {
+		out = []Addon{}
+	}
+	return out, nil
+}
+
+// GetAddon returns the grant of a price.
+func (s *Service) GetAddon(ctx context.Context, priceID string) (Addon, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+addonCols+` FROM addon_grants WHERE stripe_price_id = $1`, priceID)
+	if err != nil {
+		return Addon{}, fmt.Errorf("entitlements: get add-on: %w", err)
+	}
+	a, err := pgx.CollectExactlyOneRow(rows, scanAddon)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Addon{}, apperr.New(apperr.NotFound, "no add-on for price %q", priceID)
+	}
+	if err != nil {
+		return Addon{}, fmt.Errorf("entitlements: get add-on: %w", err)
+	}
+	return a, nil
+}
+
+// PutAddon creates or replaces the grant of a price; created tells which.
+// A price that is a plan's stripe_price_id cannot be an add-on. Tenants
+// whose subscription has an item with the price get a new version.
+func (s *Service) PutAddon(ctx context.Context, priceID string, in AddonInput) (Addon, bool, error) {
+	if err := in.Validate(priceID); err != nil {
+		return Addon{}, false, err
+	}
+	if in.Quotas == nil {
+		in.Quotas = map[string]int64{}
+	}
+	in.Features = uniqueSorted(in.Features)
+	if in.Features == nil {
+		in.Features = []string{}
+	}
+	var created bool
+	snaps, err := s.Update(ctx, func(ctx context.Context, w *Writes) error {
+		var plan string
+		err := w.tx.QueryRow(ctx, `SELECT key FROM plans WHERE stripe_price_id = $1`, priceID).Scan(&plan)
+		if err == nil {
+			return apperr.Invalidf("stripe_price_id", "price %s is plan %s's price; a price is a plan or an add-on, not both", priceID, plan)
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		err = w.tx.QueryRow(ctx, `
+INSERT INTO addon_grants (stripe_price_id, name, quotas, features) VALUES ($1, $2, $3, $4)
+ON CONFLICT (stripe_price_id) DO UPDATE SET name = EXCLUDED.name, quotas = EXCLUDED.quotas, features = EXCLUDED.features, updated_at = now()
+RETURNING (xmax = 0)`, priceID, in.Name, in.Quotas, in.Features).Scan(&created)
+		if err != nil {
+			return pgError(err)
+		}
+		return s.touchAddonTenants(ctx, w, priceID, "add-on "+priceID+" changed")
+	})
+	if err != nil {
+		return Addon{}, false, fmt.Errorf("entitlements: put add-on: %w", err)
+	}
+	s.log.InfoContext(ctx, "add-on saved", "price", priceID, "tenants", len(snaps))
+	a, err := s.GetAddon(ctx, priceID)
+	return a, created, err
+}
+
+// DeleteAddon removes a grant; tenants that had it get a new version.
+func (s *Service) DeleteAddon(ctx context.Context, priceID string) error {
+	_, err := s.Update(ctx, func(ctx context.Context, w *Writes) error {
+		if err := s.touchAddonTenants(ctx, w, priceID, "add-on "+priceID+" removed"); err != nil {
+			return err
+		}
+		tag, err := w.tx.Exec(ctx, `DELETE FROM addon_grants WHERE stripe_price_id = $1`, priceID)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return apperr.New(apperr.NotFound, "no add-on for price %q", priceID)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("entitlements: delete add-on: %w", err)
+	}
+	return nil
+}
+
+// touchAddonTenants marks the tenants with a subscription item of the price.
+func (s *Service) touchAddonTenants(ctx context.Context, w *Writes, priceID, reason string) error {
+	rows, err := w.tx.Query(ctx, `SELECT DISTINCT s.tenant_id::text FROM subscription_items i
+		JOIN subscriptions s ON s.id = i.subscription_id WHERE i.price_id = $1 ORDER BY 1`, priceID)
+	if err != nil {
+		return fmt.Errorf("tenants of add-on: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("tenants of add-on: %w", err)
+	}
+	for _, id := range ids {
+		w.Changed(id)
+	}
+	w.Reason(reason)
+	return nil
+}
