@@ -38,6 +38,13 @@ type PlanAdmin interface {
 	PatchPlan(ctx context.Context, key string, patch entitlements.PlanPatch) (entitlements.Plan, error)
 }
 
+// AddonAdmin manages add-on grants (entitlements.Service).
+type AddonAdmin interface {
+	ListAddons(ctx context.Context) ([]entitlements.Addon, error)
+	PutAddon(ctx context.Context, priceID string, in entitlements.AddonInput) (entitlements.Addon, bool, error)
+	DeleteAddon(ctx context.Context, priceID string) error
+}
+
 // KeyManager issues, revokes and checks API keys (entitlements.Service).
 type KeyManager interface {
 	IssueKey(ctx context.Context, tenantID, name string) (entitlements.IssuedKey, error)

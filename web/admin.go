@@ -174,6 +174,8 @@ var adminNotices = map[string]string{
 	"replayed": "Event queued for replay.",
 	"created":  "Plan created.",
 	"edited":   "Plan saved; every tenant on it has the new limits.",
+	"addon":    "Add-on saved; tenants with it have the new limits.",
+	"unaddon":  "Add-on removed.",
 }
 
 func (w *Web) handleAdminTenant() echo.HandlerFunc {

@@ -225,7 +225,7 @@ func (w *Web) handleAdminEditPlan() echo.HandlerFunc {
 					// Keep what the form does not show (the Stripe meter event
 					// and what it is sent).
 					if old, ok := cur.Quotas[m]; ok && old != nil && q != nil {
-						q.StripeMeterEvent, q.StripeReport = old.StripeMeterEvent, old.StripeReport
+						q.StripeMeterEvent, q.StripeReport, q.PerSeat = old.StripeMeterEvent, old.StripeReport, old.PerSeat
 					}
 				}
 				*cur = entitlements.PlanInput{Key: key, Name: in.Name, StripePriceID: in.StripePriceID, Rate: in.Rate,

@@ -121,7 +121,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 		plans = bill
 	}
 	w, err := New(Deps{Log: log, DB: pool, Limits: b.store, Snapshots: b.ents, Usage: b.meter, AdminToken: b.admin, DefaultPlan: b.free,
-		Plans: plans, PlanAdmin: b.ents, Keys: b.ents, Overrides: b.ents, Replayer: bill, Resyncer: bill, Guard: guard})
+		Plans: plans, PlanAdmin: b.ents, Addons: b.ents, Keys: b.ents, Overrides: b.ents, Replayer: bill, Resyncer: bill, Guard: guard})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -405,6 +405,7 @@ type EventRow struct {
 	ReceivedAt    time.Time
 	Status        string
 	IgnoredReason string
+	APIVersion    string // the Stripe API version the event was sent in ("" for thin events)
 	Attempts      int
 	LastError     string
 	ProcessedAt   *time.Time
@@ -412,13 +413,13 @@ type EventRow struct {
 }
 
 const eventCols = `id, type, COALESCE(stripe_customer_id, ''), COALESCE(tenant_id::text, ''), event_created, received_at,
-	status, COALESCE(ignored_reason, ''), attempts, COALESCE(last_error, ''), processed_at`
+	status, COALESCE(ignored_reason, ''), attempts, COALESCE(last_error, ''), processed_at, api_version`
 
 func scanEvents(rows pgx.Rows) ([]EventRow, error) {
 	var out []EventRow
 	var e EventRow
 	_, err := pgx.ForEachRow(rows, []any{&e.ID, &e.Type, &e.CustomerID, &e.TenantID, &e.Created, &e.ReceivedAt,
-		&e.Status, &e.IgnoredReason, &e.Attempts, &e.LastError, &e.ProcessedAt}, func() error {
+		&e.Status, &e.IgnoredReason, &e.Attempts, &e.LastError, &e.ProcessedAt, &e.APIVersion}, func() error {
 		out = append(out, e)
 		return nil
 	})
@@ -452,7 +453,7 @@ func (s *store) event(ctx context.Context, id string) (EventRow, error) {
 	e, err := pgx.CollectExactlyOneRow(rows, func(r pgx.CollectableRow) (EventRow, error) {
 		var e EventRow
 		err := r.Scan(&e.ID, &e.Type, &e.CustomerID, &e.TenantID, &e.Created, &e.ReceivedAt,
-			&e.Status, &e.IgnoredReason, &e.Attempts, &e.LastError, &e.ProcessedAt, &e.Payload)
+			&e.Status, &e.IgnoredReason, &e.Attempts, &e.LastError, &e.ProcessedAt, &e.APIVersion, &e.Payload)
 		return e, err
 	})
 	if err != nil {

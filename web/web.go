@@ -62,6 +62,8 @@ type Deps struct {
 	// Actions; nil hides the form that needs it.
 	Plans     PlanChanger
 	PlanAdmin PlanAdmin
+	// Addons manages add-on grants; nil hides the add-ons page's forms.
+	Addons    AddonAdmin
 	Keys      KeyManager
 	Overrides OverrideManager
 	Replayer  EventReplayer
@@ -184,6 +186,9 @@ func (w *Web) Register(e *echo.Echo) {
 	e.POST("/admin/plans", w.handleAdminCreatePlan(), admin...)
 	e.GET("/admin/plans/:key", w.handleAdminPlan(), admin...)
 	e.POST("/admin/plans/:key", w.handleAdminEditPlan(), admin...)
+	e.GET("/admin/addons", w.handleAdminAddons(), admin...)
+	e.POST("/admin/addons", w.handleAdminPutAddon(), admin...)
+	e.POST("/admin/addons/:price/delete", w.handleAdminDeleteAddon(), admin...)
 	e.GET("/admin/events", w.handleAdminEvents(), admin...)
 	e.GET("/admin/events/:id", w.handleAdminEvent(), admin...)
 	e.POST("/admin/events/:id/replay", w.handleAdminReplay(), admin...)

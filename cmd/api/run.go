@@ -138,7 +138,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	}
 	pages, err := web.New(web.Deps{Log: log, DB: pool, Limits: limitstore.New(rdb, limiter.DefaultPrefix),
 		Snapshots: ents, Usage: meter, AdminToken: cfg.AdminToken, DefaultPlan: cfg.DefaultPlan, PublicURL: cfg.PublicURL,
-		Plans: planChanger(cfg, ents, bill), PlanAdmin: ents, Keys: ents, Overrides: ents, Replayer: bill, Resyncer: resync, Guard: authLim})
+		Plans: planChanger(cfg, ents, bill), PlanAdmin: ents, Addons: ents, Keys: ents, Overrides: ents, Replayer: bill, Resyncer: resync, Guard: authLim})
 	if err != nil {
 		return err
 	}
