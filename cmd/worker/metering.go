@@ -30,8 +30,9 @@ type meteringPart struct {
 
 func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlements.Service, cfg config.Config, log *slog.Logger, jm *jobMetrics) *meteringPart {
 	store := limitstore.New(rdb, limiter.DefaultPrefix)
-	// The worker never answers GET /v1/usage: no Snapshot.
-	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush})
+	// The snapshot (computed from Postgres) gives the Stripe report each
+	// tenant's included quota, overrides and all, for overage billing.
+	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush, Snapshot: ents.Snapshot})
 	return &meteringPart{svc: svc, ents: ents, rdb: rdb, cfg: cfg, jm: jm}
 }
 

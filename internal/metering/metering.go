@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"golang.org/x/time/rate"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
@@ -47,6 +48,21 @@ type Options struct {
 	// CloseGrace is how long after its end a period is closed; default 1
 	// minute, so that Redis-timed decisions of its last second are flushed.
 	CloseGrace time.Duration
+	// InvoiceGrace is how long after a billing period's end Stripe keeps
+	// its invoice open to meter events timestamped in it; default 55
+	// minutes (Stripe's default is 1 hour; 5 minutes are left for the
+	// send). Later usage is reported into the current period, marked late.
+	InvoiceGrace time.Duration
+	// ReportConcurrency is how many meter events are sent at once;
+	// default 8.
+	ReportConcurrency int
+	// ReportRate caps meter events sent per second; default 20, under
+	// Stripe's test-mode limit of 25 requests a second (live mode allows
+	// 1000 meter events a second).
+	ReportRate float64
+	// ReportLease is how long a claimed report stays with its reporter
+	// before another may send it; default 2 minutes.
+	ReportLease time.Duration
 }
 
 // Service is the metering domain.
@@ -55,6 +71,8 @@ type Service struct {
 	store *limitstore.Store
 	log   *slog.Logger
 	opts  Options
+	// reportRate paces meter events across passes of this process.
+	reportRate *rate.Limiter
 }
 
 // NewService returns the metering service on db and the limiter's Redis
@@ -75,7 +93,20 @@ func NewService(db *pgxpool.Pool, store *limitstore.Store, log *slog.Logger, opt
 	if opts.CloseGrace == 0 {
 		opts.CloseGrace = time.Minute
 	}
-	return &Service{db: db, store: store, log: log, opts: opts}
+	if opts.InvoiceGrace == 0 {
+		opts.InvoiceGrace = 55 * time.Minute
+	}
+	if opts.ReportConcurrency <= 0 {
+		opts.ReportConcurrency = 8
+	}
+	if opts.ReportRate <= 0 {
+		opts.ReportRate = 20
+	}
+	if opts.ReportLease == 0 {
+		opts.ReportLease = 2 * time.Minute
+	}
+	return &Service{db: db, store: store, log: log, opts: opts,
+		reportRate: rate.NewLimiter(rate.Limit(opts.ReportRate), max(1, int(opts.ReportRate)/4))}
 }
 
 // tenantPeriods is what the period of any instant of a tenant depends on.

@@ -64,8 +64,9 @@ func TestReportToStripeNeverDoubleBills(t *testing.T) {
 	if _, err := b.db.Exec(b.ctx, `INSERT INTO plans (key, name) VALUES ($1, $1)`, plan); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.db.Exec(b.ctx, `INSERT INTO plan_quotas (plan_key, meter, quota_limit, mode, stripe_meter_event) VALUES
-($1, 'exports', 5, 'soft', 'tollgate_exports'), ($1, 'requests', 100, 'hard', NULL)`, plan); err != nil {
+	// Total usage is reported (overage is TestReportOverage's).
+	if _, err := b.db.Exec(b.ctx, `INSERT INTO plan_quotas (plan_key, meter, quota_limit, mode, stripe_meter_event, stripe_report) VALUES
+($1, 'exports', 5, 'soft', 'tollgate_exports', 'total'), ($1, 'requests', 100, 'hard', NULL, 'total')`, plan); err != nil {
 		t.Fatal(err)
 	}
 	var tenant string
