@@ -33,7 +33,7 @@ func TestJobWorkers(t *testing.T) {
 	// A pass with a failed send fails the job (River shows and retries it).
 	plan := "p" + randHex(6)
 	b.db.Exec(b.ctx, `INSERT INTO plans (key, name) VALUES ($1, $1)`, plan)
-	b.db.Exec(b.ctx, `INSERT INTO plan_quotas (plan_key, meter, quota_limit, mode, stripe_meter_event) VALUES ($1, 'exports', 1, 'soft', 'ev')`, plan)
+	b.db.Exec(b.ctx, `INSERT INTO plan_quotas (plan_key, meter, quota_limit, mode, stripe_meter_event, stripe_report) VALUES ($1, 'exports', 1, 'soft', 'ev', 'total')`, plan)
 	b.db.Exec(b.ctx, `UPDATE tenants SET plan_key = $2, stripe_customer_id = $3 WHERE id = $1`, tenant, plan, "cus_"+randHex(5))
 	if _, err := b.svc.Ingest(b.ctx, tenant, []Event{ev("j1", "exports", 2, time.Now())}); err != nil {
 		t.Fatal(err)

@@ -71,7 +71,7 @@ type ReportStats struct {
 	Duplicate int // of Sent: Stripe already had the identifier (a send whose answer was lost)
 	Failed    int // reports that failed in this pass (kept for a retry)
 	Late      int // of Sent: usage past its period's invoice window, billed now
-	Skipped   int // tenants whose included quota could not be read (retried next pass)
+	Skipped   int // windows whose included quota could not be read (retried next pass)
 }
 
 // resendWindow is how long a report of unknown outcome may be sent again
@@ -191,6 +191,7 @@ SELECT up.tenant_id, up.meter, up.period_start, up.period_end, q.stripe_meter_ev
 		if t.kind != ReportTotal {
 			limit, ok := s.includedQuota(ctx, included, t)
 			if !ok {
+				st.Skipped++
 				continue
 			}
 			target = max(t.used-limit, 0)
