@@ -351,3 +351,13 @@ func TestFormBodiesAreLimited(t *testing.T) {
 	r := br.post("/dashboard/login", url.Values{"csrf": {csrf(t, page.body)}, "api_key": {strings.Repeat("k", 100<<10)}})
 	wantStatus(t, r, http.StatusRequestEntityTooLarge, "100 KiB form")
 }
+
+// A NUL byte or invalid UTF-8 in the console's search is a 400, not a 500.
+func TestConsoleSearchWithNULIs400(t *testing.T) {
+	b := setup(t)
+	br := b.browser(t)
+	wantRedirect(t, br.loginAdmin(b.admin), "/admin/tenants", "login")
+	wantStatus(t, br.get("/admin/tenants?q=%00"), http.StatusBadRequest, "NUL in the search")
+	wantStatus(t, br.get("/admin/tenants?q=%ff"), http.StatusBadRequest, "invalid UTF-8 in the search")
+	wantStatus(t, br.get("/admin/tenants/%00"), http.StatusBadRequest, "NUL in a tenant path")
+}

@@ -23,19 +23,25 @@ func (s *Server) handleReadyz() echo.HandlerFunc {
 		defer cancel()
 		checks := map[string]string{"postgres": "ok", "redis": "ok"}
 		failing := ""
+		// The errors name users, hosts and databases: they go to the log,
+		// and this unauthenticated answer only says which one is down.
 		if err := s.DB.Ping(ctx); err != nil {
-			checks["postgres"], failing = err.Error(), "postgres"
+			checks["postgres"], failing = "down", "postgres"
+			s.log.WarnContext(ctx, "readyz: postgres does not answer", "err", err)
 		}
 		if err := s.Redis.Ping(ctx).Err(); err != nil {
-			checks["redis"] = err.Error()
+			checks["redis"] = "down"
 			if failing == "" {
 				failing = "redis"
+			} else {
+				failing = "postgres and redis"
 			}
+			s.log.WarnContext(ctx, "readyz: redis does not answer", "err", err)
 		}
 		if failing != "" {
 			return writeProblem(c, map[string]any{
 				"type": ProblemBase + "not-ready", "title": "Not ready", "status": http.StatusServiceUnavailable,
-				"detail": failing + " does not answer", "checks": checks,
+				"detail": failing + " does not answer (details in the log)", "checks": checks,
 			}, http.StatusServiceUnavailable)
 		}
 		return c.JSON(http.StatusOK, map[string]any{"status": "ready", "checks": checks})

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -95,9 +96,17 @@ func slugFor(status int) string {
 }
 
 // decodeJSON reads the request body as one JSON object into v, strictly:
-// unknown fields, trailing data and type mismatches are 400s naming the field.
+// unknown fields, trailing data and type mismatches are 400s naming the field,
+// and so are NUL characters and invalid UTF-8 anywhere in it.
 func decodeJSON(c echo.Context, v any) error {
-	dec := json.NewDecoder(c.Request().Body)
+	raw, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		return jsonError(err)
+	}
+	if why := badJSONText(raw); why != "" {
+		return apperr.Invalidf("body", "%s", why)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return jsonError(err)
