@@ -316,7 +316,8 @@ func TestPendingFlushProtocol(t *testing.T) {
 		}
 		got := map[string]int64{}
 		var first limitstore.Claim
-		err := st.ScanPending(ctx, func(k limitstore.PendingKey) error {
+		// The limiter marked each counter dirty: the store finds them without a scan.
+		err := st.DirtyPending(ctx, func(k limitstore.PendingKey) error {
 			c, ok, err := st.ClaimPending(ctx, k)
 			if err != nil || !ok {
 				return err
@@ -347,6 +348,17 @@ func TestPendingFlushProtocol(t *testing.T) {
 		c, ok, err = st.ClaimPending(ctx, k)
 		if err != nil || !ok || c.N != 1 || c.ID == first.ID {
 			t.Fatalf("next claim %+v %v %v", c, ok, err)
+		}
+		if err := st.AckPending(ctx, k, c.ID); err != nil {
+			t.Fatal(err)
+		}
+		// Fully flushed counters lose their mark: the next pass finds nothing.
+		var left []limitstore.PendingKey
+		if err := st.DirtyPending(ctx, func(k limitstore.PendingKey) error { left = append(left, k); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if len(left) != 0 {
+			t.Fatalf("still marked after the flush: %+v", left)
 		}
 		// AddUsage only touches an existing counter.
 		if err := st.AddUsage(ctx, "f1", "requests", snaps[0].PeriodStart, 10); err != nil {

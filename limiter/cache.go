@@ -16,6 +16,7 @@ type prepared struct {
 	concKey string
 	quotas  map[string]*preparedQuota
 	rfBase  string
+	dirty   string
 	entKey  string // the snapshot's key
 	// plans caches the decision plans built from this snapshot (keys and
 	// script arguments ready to send), keyed by planKey: at most
@@ -76,7 +77,7 @@ func prepareRate(key string, r *Rate) *preparedRate {
 
 func (k keyNames) prepare(s Snapshot) *prepared {
 	t := s.TenantID
-	p := &prepared{snap: s, conc: s.Concurrency, rfBase: k.refusalBase(t), entKey: k.snapshot(t)}
+	p := &prepared{snap: s, conc: s.Concurrency, rfBase: k.refusalBase(t), dirty: k.dirtyBase(t), entKey: k.snapshot(t)}
 	if s.Rate != nil {
 		p.rate = prepareRate(k.rate(t), s.Rate)
 	}

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -14,7 +15,8 @@ const DefaultPrefix = "tg"
 // Tollgate's server side (internal/limitstore) writes and reads the same
 // layout; its TestKeysMatchLimiter keeps the two in step.
 type keyNames struct {
-	prefix string
+	prefix  string
+	cluster bool // dirty marks per slot (see dirtyBase)
 }
 
 func newKeyNames(prefix string) keyNames {
@@ -74,3 +76,63 @@ func (k keyNames) refusalBase(tenant string) string { return k.tenantBase(tenant
 // invalidations is the pub/sub channel on which snapshot changes are
 // announced as "<tenant>:<version>".
 func (k keyNames) invalidations() string { return k.prefix + ":ent:inval" }
+
+// Dirty marks: the decision script notes each tenant whose usage or
+// refusal counts grew in a small "dirty" structure, so that Tollgate's
+// worker finds what to flush by popping marks, with work that grows with
+// activity instead of a SCAN of the whole keyspace. In a Redis Cluster a
+// script may only touch its own slot, so there is one dirty structure per
+// slot, named with a hash tag chosen to land in that slot; elsewhere (one
+// node, a Ring, where the script writes on the tenant's node) one per node.
+//
+//	<p>:dirty:q    set of pending-counter key names with unflushed usage
+//	<p>:dirty:rf   sorted set of refusal hash names, scored by refusals added
+//
+// (in a Cluster: <p>:{<slot tag>}:dirty:q and :dirty:rf).
+
+// dirtyBase returns the dirty structures' common prefix for tenant.
+func (k keyNames) dirtyBase(tenant string) string {
+	if !k.cluster {
+		return k.prefix + ":dirty:"
+	}
+	return k.prefix + ":{" + slotTag(slot("t:"+tenant)) + "}:dirty:"
+}
+
+// slot is the Redis Cluster slot of a hash tag's content (CRC16/XMODEM
+// mod 16384).
+func slot(tag string) int {
+	var crc uint16
+	for i := 0; i < len(tag); i++ {
+		crc ^= uint16(tag[i]) << 8
+		for j := 0; j < 8; j++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc % 16384)
+}
+
+var (
+	slotTagsOnce sync.Once
+	slotTags     [16384]string
+)
+
+// slotTag returns a short hash tag content whose slot is slot (0-16383):
+// "d" followed by the smallest base-36 number that lands there. Tollgate's
+// worker names the per-slot dirty structures with the same function.
+func slotTag(n int) string {
+	slotTagsOnce.Do(func() {
+		left := len(slotTags)
+		for i := 0; left > 0; i++ {
+			tag := "d" + strconv.FormatInt(int64(i), 36)
+			if s := slot(tag); slotTags[s] == "" {
+				slotTags[s] = tag
+				left--
+			}
+		}
+	})
+	return slotTags[n&16383]
+}

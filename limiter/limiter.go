@@ -64,6 +64,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
 	case *redis.ClusterClient:
 		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
+		l.keys.cluster = true
 	case *redis.Ring:
 		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
 	}

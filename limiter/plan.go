@@ -29,6 +29,7 @@ type plan struct {
 	planName string
 	refKey   string // refusal cache key
 	rfBase   string
+	dirty    string // dirty marks' prefix (keyNames.dirtyBase)
 	pol      []policy
 	nkeys    int
 	explicit bool
@@ -51,7 +52,7 @@ func (l *Limiter) snapshotPlan(p *prepared, req *Request) *plan {
 	if v, ok := p.plans.Load(k); ok {
 		return v.(*plan)
 	}
-	pl := &plan{tenant: p.snap.TenantID, planName: p.snap.Plan, refKey: p.snap.TenantID, rfBase: p.rfBase}
+	pl := &plan{tenant: p.snap.TenantID, planName: p.snap.Plan, refKey: p.snap.TenantID, rfBase: p.rfBase, dirty: p.dirty}
 	pl.pol = make([]policy, 0, 3)
 	if r := p.rate; r != nil {
 		pl.add(policy{typ: 'r', name: PolicyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, keys: []string{r.key}, fail: l.opts.FailMode.Rate})
@@ -71,8 +72,8 @@ func (l *Limiter) snapshotPlan(p *prepared, req *Request) *plan {
 // finish builds the script's keys and fixed arguments.
 func (pl *plan) finish() {
 	pl.keys = make([]string, 0, pl.nkeys)
-	pl.args = make([]any, 0, 4+6*len(pl.pol))
-	pl.args = append(pl.args, pl.rfBase, "", "", len(pl.pol)) // ARGV 4-7; 5 and 6 are set per call
+	pl.args = make([]any, 0, 5+6*len(pl.pol))
+	pl.args = append(pl.args, pl.rfBase, "", "", len(pl.pol), pl.dirty) // ARGV 4-8; 5 and 6 are set per call
 	for _, p := range pl.pol {
 		pl.keys = append(pl.keys, p.keys...)
 		pl.args = append(pl.args, string(p.typ), p.name, p.a, p.b, p.c, p.d)
@@ -81,7 +82,7 @@ func (pl *plan) finish() {
 
 func (l *Limiter) explicitPlan(tenant string, req *Request) *plan {
 	x := req.Limits
-	pl := &plan{tenant: tenant, refKey: "\x00" + tenant, rfBase: l.keys.refusalBase(tenant), explicit: true}
+	pl := &plan{tenant: tenant, refKey: "\x00" + tenant, rfBase: l.keys.refusalBase(tenant), dirty: l.keys.dirtyBase(tenant), explicit: true}
 	if x.Rate != nil {
 		r := prepareRate(l.keys.explicitRate(tenant), x.Rate)
 		pl.add(policy{typ: 'r', name: PolicyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, keys: []string{r.key}, fail: l.opts.FailMode.Rate})

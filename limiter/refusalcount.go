@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,10 +80,17 @@ func (l *Limiter) FlushRefusals(ctx context.Context) error {
 	}
 	_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for key, m := range c {
+			var total int64
 			for policy, n := range m {
 				p.HIncrBy(ctx, key, policy, n)
+				total += n
 			}
 			p.Expire(ctx, key, 40*24*time.Hour) // as the script: 40 days
+			if t, ok := refusalTenant(key); ok {
+				// the worker finds the hash through its dirty mark
+				p.ZIncrBy(ctx, l.keys.dirtyBase(t)+"rf", float64(total), key)
+				p.Expire(ctx, l.keys.dirtyBase(t)+"rf", 40*24*time.Hour)
+			}
 		}
 		return nil
 	})
@@ -113,4 +121,19 @@ func (l *Limiter) flushRefusalsLoop(ctx context.Context) {
 			cancel()
 		}
 	}
+}
+
+// refusalTenant returns the tenant of a refusal hash name
+// "<p>:{t:<tenant>}:rf:<day>".
+func refusalTenant(key string) (string, bool) {
+	i := strings.Index(key, ":{t:")
+	if i < 0 {
+		return "", false
+	}
+	rest := key[i+4:]
+	j := strings.Index(rest, "}:rf:")
+	if j < 0 {
+		return "", false
+	}
+	return rest[:j], true
 }

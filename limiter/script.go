@@ -10,8 +10,13 @@ import (
 // nothing. The only clock is Redis TIME.
 //
 // ARGV: 1 cost taken, 2 peek (0, or the cost asked about), 3 count refusals (0|1), 4 refusal key base,
-// 5 lease id, 6 seed required (0|1), 7 number of policies, then 6 arguments
-// per policy: type, name, a, b, c, d.
+// 5 lease id, 6 seed required (0|1), 7 number of policies, 8 dirty marks'
+// prefix (keyNames.dirtyBase), then 6 arguments per policy: type, name, a,
+// b, c, d.
+//
+// The dirty marks are the one key not in KEYS: in a Cluster their name
+// carries a hash tag of the tenant's own slot, and on one node or a Ring
+// they are written where the script runs, which is what the worker reads.
 //
 //	r rate        KEYS: bucket              a=emission interval µs, b=burst
 //	q quota       KEYS: Q, P, Qnext, Pnext  a=limit, b=hard(1)|soft(0), c=end ms, d=next end ms
@@ -47,7 +52,7 @@ local refuse_idx = 0
 local refuse_retry = -1
 local needs = {}
 for i = 1, n do
-  local o = 7 + (i - 1) * 6
+  local o = 8 + (i - 1) * 6
   local typ = ARGV[o + 1]
   local a = tonumber(ARGV[o + 3])
   local b = tonumber(ARGV[o + 4])
@@ -191,8 +196,11 @@ if refuse_idx > 0 then
     if mp >= 10 then m = mp - 9 end
     if m <= 2 then y = y + 1 end
     local rk = ARGV[4] .. string.format('%04d%02d%02d', y, m, d)
-    redis.call('HINCRBY', rk, ARGV[7 + (refuse_idx - 1) * 6 + 2], 1)
-    redis.call('EXPIRE', rk, 3456000)
+    if redis.call('HINCRBY', rk, ARGV[8 + (refuse_idx - 1) * 6 + 2], 1) == 1 then
+      redis.call('EXPIRE', rk, 3456000)
+    end
+    redis.call('ZINCRBY', ARGV[8] .. 'rf', 1, rk)
+    redis.call('EXPIRE', ARGV[8] .. 'rf', 3456000)
   end
 else
   refuse_retry = 0
@@ -209,13 +217,16 @@ else
           redis.call('PEXPIREAT', s.key, s.pend + 604800000)
         end
         if redis.call('INCRBY', s.pkey, cost) == cost then
+          -- a new pending counter: mark it dirty for the worker's flush
           redis.call('EXPIRE', s.pkey, 3456000)
+          redis.call('SADD', ARGV[8] .. 'q', s.pkey)
+          redis.call('EXPIRE', ARGV[8] .. 'q', 3456000)
         end
       elseif s.typ == 'c' then
         redis.call('ZADD', s.key, now_ms + s.ttl, ARGV[5])
         redis.call('PEXPIRE', s.key, s.ttl)
       elseif s.typ == 'w' then
-        local o = 7 + (i - 1) * 6
+        local o = 8 + (i - 1) * 6
         local len = tonumber(ARGV[o + 4])
         redis.call('HSET', s.key, 'w', s.w, 'c', s.cur + cost, 'p', s.prev)
         redis.call('PEXPIRE', s.key, 2 * len)
@@ -240,7 +251,7 @@ for i = 1, n do
   r[#r + 1] = reset
   r[#r + 1] = s.period
 end
-if #ARGV > 7 + n * 6 then
+if #ARGV > 8 + n * 6 then
   -- the cached snapshot is past its safety TTL: send the stored one back
   r[#r + 1] = redis.call('GET', KEYS[#KEYS])
 end

@@ -18,6 +18,9 @@ const DefaultPrefix = limiter.DefaultPrefix
 type Keys struct {
 	// Prefix starts every key; "" means DefaultPrefix.
 	Prefix string
+	// Cluster names the dirty marks per slot, as the limiter does on a
+	// Redis Cluster client (see DirtyPending).
+	Cluster bool
 }
 
 // Base is the prefix in use ("" means DefaultPrefix).

@@ -33,7 +33,8 @@ type Store struct {
 
 // New returns a Store on rdb with the key prefix ("" = "tg").
 func New(rdb redis.UniversalClient, prefix string) *Store {
-	return &Store{rdb: rdb, keys: Keys{Prefix: prefix}, SnapshotTTL: 7 * 24 * time.Hour}
+	_, cluster := rdb.(*redis.ClusterClient)
+	return &Store{rdb: rdb, keys: Keys{Prefix: prefix, Cluster: cluster}, SnapshotTTL: 7 * 24 * time.Hour}
 }
 
 // Keys returns the key names the Store uses.
@@ -149,7 +150,8 @@ type PendingKey struct {
 }
 
 // ScanPending calls fn once per pending or flushing counter (on every
-// master of a Cluster, every shard of a Ring). fn may be called for a key
+// master of a Cluster, every shard of a Ring). It scans the whole keyspace:
+// the flush reads DirtyPending instead, and only AdoptUnmarked scans, once. fn may be called for a key
 // whose counter has meanwhile been flushed; ClaimPending then finds nothing.
 func (s *Store) ScanPending(ctx context.Context, fn func(PendingKey) error) error {
 	base := globEscape(s.keys.Base()) + ":{t:"
@@ -271,20 +273,30 @@ type Claim struct {
 	N  int64
 }
 
+// claimScript: KEYS pending, flushing, dirty set. With nothing to flush
+// the counter's dirty mark goes.
 var claimScript = redis.NewScript(`
 local f = redis.call('HMGET', KEYS[2], 'id', 'n')
 if f[1] then return {f[1], tonumber(f[2])} end
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
-if n <= 0 then return false end
+if n <= 0 then
+  redis.call('SREM', KEYS[3], KEYS[1])
+  return false
+end
 redis.call('HSET', KEYS[2], 'id', ARGV[1], 'n', n)
 redis.call('EXPIRE', KEYS[2], 3456000)
 if redis.call('DECRBY', KEYS[1], n) == 0 then redis.call('DEL', KEYS[1]) end
 return {ARGV[1], n}
 `)
 
+// ackScript: KEYS flushing, pending, dirty set. The dirty mark goes with
+// the last of the counter's unflushed usage; a pending counter grown since
+// the claim keeps it.
 var ackScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'id') == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
+if redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('SREM', KEYS[3], KEYS[2]) end
+return 1
 `)
 
 // ClaimPending moves the pending growth of a counter into a flushing record
@@ -294,7 +306,7 @@ return 0
 // its ID. Flush protocol: ClaimPending, then in one Postgres transaction
 // insert the claim ID (unique) and add N to durable usage, then AckPending.
 func (s *Store) ClaimPending(ctx context.Context, k PendingKey) (Claim, bool, error) {
-	keys := []string{s.keys.Pending(k.Tenant, k.Meter, k.PeriodStart), s.keys.Flushing(k.Tenant, k.Meter, k.PeriodStart)}
+	keys := []string{s.keys.Pending(k.Tenant, k.Meter, k.PeriodStart), s.keys.Flushing(k.Tenant, k.Meter, k.PeriodStart), s.keys.DirtyPending(k.Tenant)}
 	res, err := claimScript.Run(ctx, s.rdb, keys, newID()).Slice()
 	if errors.Is(err, redis.Nil) {
 		return Claim{}, false, nil
@@ -316,7 +328,8 @@ func (s *Store) ClaimPending(ctx context.Context, k PendingKey) (Claim, bool, er
 // AckPending deletes the flushing record of a claim once it is committed
 // to Postgres; a record with another ID is left alone.
 func (s *Store) AckPending(ctx context.Context, k PendingKey, id string) error {
-	err := ackScript.Run(ctx, s.rdb, []string{s.keys.Flushing(k.Tenant, k.Meter, k.PeriodStart)}, id).Err()
+	keys := []string{s.keys.Flushing(k.Tenant, k.Meter, k.PeriodStart), s.keys.Pending(k.Tenant, k.Meter, k.PeriodStart), s.keys.DirtyPending(k.Tenant)}
+	err := ackScript.Run(ctx, s.rdb, keys, id).Err()
 	if err != nil {
 		return fmt.Errorf("limitstore: acknowledging flush: %w", err)
 	}

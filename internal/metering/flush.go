@@ -44,7 +44,7 @@ WITH f AS (
 SELECT count(*) FROM f`
 
 // FlushOnce moves every pending limiter counter into Postgres, exactly
-// once: ClaimPending (Redis moves the growth into a flushing record with a
+// once. It finds them through their dirty marks (no keyspace scan): ClaimPending (Redis moves the growth into a flushing record with a
 // batch id, or returns the earlier unacknowledged record), then flushSQL,
 // then AckPending. A crash before the commit leaves the record, which the
 // next pass claims again under the same id; a crash after it leaves the
@@ -53,7 +53,7 @@ func (s *Service) FlushOnce(ctx context.Context) (FlushStats, error) {
 	var st FlushStats
 	periods := map[string]tenantPeriods{}
 	var first error
-	err := s.store.ScanPending(ctx, func(k limitstore.PendingKey) error {
+	err := s.store.DirtyPending(ctx, func(k limitstore.PendingKey) error {
 		// One counter that cannot be flushed (its claim stays for the next
 		// pass) must not hold back the others.
 		if err := s.flushOne(ctx, k, periods, &st); err != nil {
@@ -134,6 +134,14 @@ func (s *Service) RunFlusher(ctx context.Context, interval time.Duration, rdb re
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	lastRefusals := time.Time{}
+	// Counters from before the dirty marks (a Redis kept across an
+	// upgrade) are found by one scan at start; every pass after reads the
+	// marks only.
+	if n, err := s.store.AdoptUnmarked(ctx); err != nil && ctx.Err() == nil {
+		s.log.ErrorContext(ctx, "adopting unmarked counters failed", "err", err)
+	} else if n > 0 {
+		s.log.InfoContext(ctx, "adopted counters without a dirty mark", "counters", n)
+	}
 	for {
 		st, err := s.FlushOnce(ctx)
 		if err != nil && ctx.Err() == nil {

@@ -1,0 +1,250 @@
+package limitstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Dirty marks (the limiter's keyNames.dirtyBase): the decision script adds
+// the name of a pending counter to <p>:dirty:q when it creates it, and adds
+// refusals to the score of their hash in <p>:dirty:rf. On a Redis Cluster
+// there is one of each per slot (<p>:{<slot tag>}:dirty:…). The flush reads
+// the marks instead of scanning the keyspace, so a pass costs in proportion
+// to the tenants that were active, not to the keys Redis holds.
+
+// dirtyBase returns the dirty marks' prefix for the tenant.
+func (k Keys) dirtyBase(tenant string) string {
+	if !k.Cluster {
+		return k.Base() + ":dirty:"
+	}
+	return k.Base() + ":{" + slotTag(slot("t:"+tenant)) + "}:dirty:"
+}
+
+// DirtyPending is the set of pending-counter key names of tenant's slot.
+func (k Keys) DirtyPending(tenant string) string { return k.dirtyBase(tenant) + "q" }
+
+// DirtyRefusals is the sorted set of refusal hash names of tenant's slot.
+func (k Keys) DirtyRefusals(tenant string) string { return k.dirtyBase(tenant) + "rf" }
+
+// allDirty returns every dirty structure name with the given suffix: one,
+// or one per slot on a Cluster.
+func (k Keys) allDirty(suffix string) []string {
+	if !k.Cluster {
+		return []string{k.Base() + ":dirty:" + suffix}
+	}
+	out := make([]string, 16384)
+	for i := range out {
+		out[i] = k.Base() + ":{" + slotTag(i) + "}:dirty:" + suffix
+	}
+	return out
+}
+
+// slot is the Redis Cluster slot of a hash tag's content (CRC16/XMODEM
+// mod 16384), as the limiter computes it.
+func slot(tag string) int {
+	var crc uint16
+	for i := 0; i < len(tag); i++ {
+		crc ^= uint16(tag[i]) << 8
+		for j := 0; j < 8; j++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc % 16384)
+}
+
+var (
+	slotTagsOnce sync.Once
+	slotTags     [16384]string
+)
+
+// slotTag is the limiter's: "d" and the smallest base-36 number whose slot
+// is n.
+func slotTag(n int) string {
+	slotTagsOnce.Do(func() {
+		left := len(slotTags)
+		for i := 0; left > 0; i++ {
+			tag := "d" + strconv.FormatInt(int64(i), 36)
+			if s := slot(tag); slotTags[s] == "" {
+				slotTags[s] = tag
+				left--
+			}
+		}
+	})
+	return slotTags[n&16383]
+}
+
+// readDirty runs read on every node that may hold dirty marks named by
+// names (every shard of a Ring, the owning masters of a Cluster, in one
+// pipeline) and returns the replies.
+func (s *Store) readDirty(ctx context.Context, names []string, read func(redis.Pipeliner, string) redis.Cmder, each func(name string, c redis.Cmder) error) error {
+	pipe := func(ctx context.Context, c redis.Cmdable) error {
+		cmds := make([]redis.Cmder, len(names))
+		_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, n := range names {
+				cmds[i] = read(p, n)
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		for i, n := range names {
+			if err := each(n, cmds[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if r, ok := s.rdb.(*redis.Ring); ok {
+		var mu sync.Mutex
+		return r.ForEachShard(ctx, func(ctx context.Context, sh *redis.Client) error {
+			mu.Lock() // each is not safe for concurrent use
+			defer mu.Unlock()
+			return pipe(ctx, sh)
+		})
+	}
+	return pipe(ctx, s.rdb) // a Cluster pipeline goes to each slot's master
+}
+
+// DirtyPending calls fn once per counter marked dirty (limiter-counted
+// usage not yet flushed, or a claimed flush not yet acknowledged). The
+// mark stays until AckPending (or ClaimPending finding nothing) sees the
+// counter fully flushed, so a crash anywhere leaves it for the next pass.
+func (s *Store) DirtyPending(ctx context.Context, fn func(PendingKey) error) error {
+	var keys []PendingKey
+	seen := map[string]bool{}
+	err := s.readDirty(ctx, s.keys.allDirty("q"),
+		func(p redis.Pipeliner, n string) redis.Cmder { return p.SMembers(ctx, n) },
+		func(_ string, c redis.Cmder) error {
+			ms, err := c.(*redis.StringSliceCmd).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return err
+			}
+			for _, m := range ms {
+				pk, id, ok := s.parsePending(m)
+				if ok && !seen[id] {
+					seen[id] = true
+					keys = append(keys, pk)
+				}
+			}
+			return nil
+		})
+	if err != nil {
+		return fmt.Errorf("limitstore: reading dirty counters: %w", err)
+	}
+	for _, k := range keys {
+		if err := fn(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// RefusalMark is a refusal hash marked dirty: Score is the refusals added
+// to it since it was last cleared.
+type RefusalMark struct {
+	Tenant string
+	Day    time.Time
+	Key    string
+	Score  float64
+	set    string
+}
+
+// DirtyRefusals returns the refusal hashes marked dirty.
+func (s *Store) DirtyRefusals(ctx context.Context) ([]RefusalMark, error) {
+	var out []RefusalMark
+	err := s.readDirty(ctx, s.keys.allDirty("rf"),
+		func(p redis.Pipeliner, n string) redis.Cmder { return p.ZRangeWithScores(ctx, n, 0, -1) },
+		func(name string, c redis.Cmder) error {
+			zs, err := c.(*redis.ZSliceCmd).Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				return err
+			}
+			for _, z := range zs {
+				key, _ := z.Member.(string)
+				m := RefusalMark{Key: key, Score: z.Score, set: name}
+				if t, day, ok := s.parseRefusalKey(key); ok {
+					m.Tenant, m.Day = t, day
+				}
+				out = append(out, m)
+			}
+			return nil
+		})
+	if err != nil {
+		return nil, fmt.Errorf("limitstore: reading dirty refusals: %w", err)
+	}
+	return out, nil
+}
+
+var clearMarkScript = redis.NewScript(`
+if tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1])) == tonumber(ARGV[2]) then
+  return redis.call('ZREM', KEYS[1], ARGV[1])
+end
+return 0
+`)
+
+// ClearRefusalMark removes the mark once the hash's counts are stored,
+// unless refusals were added meanwhile (its score moved): then it stays
+// for the next pass. A mark of a malformed key (Tenant "") is cleared too.
+func (s *Store) ClearRefusalMark(ctx context.Context, m RefusalMark) error {
+	err := clearMarkScript.Run(ctx, s.rdb, []string{m.set}, m.Key, strconv.FormatFloat(m.Score, 'f', -1, 64)).Err()
+	if err != nil {
+		return fmt.Errorf("limitstore: clearing refusal mark: %w", err)
+	}
+	return nil
+}
+
+// RefusalsOf returns the refusals per policy of a marked hash.
+func (s *Store) RefusalsOf(ctx context.Context, m RefusalMark) (map[string]int64, error) {
+	return s.Refusals(ctx, m.Tenant, m.Day)
+}
+
+// parseRefusalKey parses "<p>:{t:<tenant>}:rf:<yyyymmdd>".
+func (s *Store) parseRefusalKey(key string) (string, time.Time, bool) {
+	rest, ok := strings.CutPrefix(key, s.keys.Base()+":{t:")
+	if !ok {
+		return "", time.Time{}, false
+	}
+	i := strings.Index(rest, "}:rf:")
+	if i < 0 {
+		return "", time.Time{}, false
+	}
+	day, err := time.Parse("20060102", rest[i+5:])
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	return rest[:i], day, true
+}
+
+// AdoptUnmarked gives a dirty mark to every pending, flushing or refusal
+// key found by one SCAN of the keyspace. Counters written before the marks
+// existed (a Redis carried over from an older release) are found once,
+// when a worker starts; afterwards the marks alone are read.
+func (s *Store) AdoptUnmarked(ctx context.Context) (int, error) {
+	n := 0
+	err := s.ScanPending(ctx, func(k PendingKey) error {
+		// the pending key's name is the mark, whether the flush record or
+		// the pending counter exists
+		p := s.keys.Pending(k.Tenant, k.Meter, k.PeriodStart)
+		n++
+		if err := s.rdb.SAdd(ctx, s.keys.DirtyPending(k.Tenant), p).Err(); err != nil {
+			return err
+		}
+		return s.rdb.Expire(ctx, s.keys.DirtyPending(k.Tenant), 40*24*time.Hour).Err()
+	})
+	if err != nil {
+		return n, err
+	}
+	return n, nil
+}
