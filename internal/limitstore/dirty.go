@@ -117,6 +117,140 @@ func (s *Store) readDirty(ctx context.Context, names []string, read func(redis.P
 	return pipe(ctx, s.rdb) // a Cluster pipeline goes to each slot's master
 }
 
+// DirtyPendingBatches calls fn with the counters marked dirty, in batches
+// of at most max that ClaimPendingBatch and AckPendingBatch may take in
+// one script: on a Cluster the counters of one slot (one dirty set), on a
+// Ring one counter (a script runs on the shard of its first key), else
+// any.
+func (s *Store) DirtyPendingBatches(ctx context.Context, max int, fn func([]PendingKey) error) error {
+	if max < 1 {
+		max = 1
+	}
+	if _, ring := s.rdb.(*redis.Ring); ring {
+		max = 1
+	}
+	groups := map[string][]PendingKey{}
+	var order []string
+	err := s.DirtyPending(ctx, func(k PendingKey) error {
+		g := s.keys.DirtyPending(k.Tenant)
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], k)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, g := range order {
+		ks := groups[g]
+		for len(ks) > 0 {
+			n := min(max, len(ks))
+			if err := fn(ks[:n]); err != nil {
+				return err
+			}
+			ks = ks[n:]
+		}
+	}
+	return nil
+}
+
+// claimBatchScript claims several counters of one dirty set: KEYS are
+// pending and flushing per counter, then the dirty set; ARGV a new claim
+// ID per counter. Per counter it returns the ID and units of the claim, or
+// "" and 0 when there was nothing to flush (the mark goes).
+var claimBatchScript = redis.NewScript(`
+local d = KEYS[#KEYS]
+local out = {}
+for i = 1, (#KEYS - 1) / 2 do
+  local p, f = KEYS[2 * i - 1], KEYS[2 * i]
+  local r = redis.call('HMGET', f, 'id', 'n')
+  if r[1] then
+    out[2 * i - 1] = r[1]; out[2 * i] = tonumber(r[2])
+  else
+    local n = tonumber(redis.call('GET', p) or '0')
+    if n <= 0 then
+      redis.call('SREM', d, p)
+      out[2 * i - 1] = ''; out[2 * i] = 0
+    else
+      redis.call('HSET', f, 'id', ARGV[i], 'n', n)
+      redis.call('EXPIRE', f, 3456000)
+      redis.call('DEL', p)
+      out[2 * i - 1] = ARGV[i]; out[2 * i] = n
+    end
+  end
+end
+return out
+`)
+
+// ackBatchScript acknowledges several claims of one dirty set (KEYS as
+// claimBatchScript's, ARGV the claim IDs, "" to skip one).
+var ackBatchScript = redis.NewScript(`
+local d = KEYS[#KEYS]
+for i = 1, (#KEYS - 1) / 2 do
+  local p, f = KEYS[2 * i - 1], KEYS[2 * i]
+  if ARGV[i] ~= '' and redis.call('HGET', f, 'id') == ARGV[i] then
+    redis.call('DEL', f)
+    if redis.call('EXISTS', p) == 0 then redis.call('SREM', d, p) end
+  end
+end
+return 0
+`)
+
+func (s *Store) batchKeys(ks []PendingKey) []string {
+	keys := make([]string, 0, 2*len(ks)+1)
+	for _, k := range ks {
+		keys = append(keys, s.keys.Pending(k.Tenant, k.Meter, k.PeriodStart), s.keys.Flushing(k.Tenant, k.Meter, k.PeriodStart))
+	}
+	return append(keys, s.keys.DirtyPending(ks[0].Tenant))
+}
+
+// ClaimPendingBatch is ClaimPending for a batch of DirtyPendingBatches in
+// one script: claims[i] is the claim of ks[i], with N 0 when it had
+// nothing to flush.
+func (s *Store) ClaimPendingBatch(ctx context.Context, ks []PendingKey) ([]Claim, error) {
+	if len(ks) == 0 {
+		return nil, nil
+	}
+	ids := make([]any, len(ks))
+	for i := range ids {
+		ids[i] = newID()
+	}
+	res, err := claimBatchScript.Run(ctx, s.rdb, s.batchKeys(ks), ids...).Slice()
+	if err != nil {
+		return nil, fmt.Errorf("limitstore: claiming pending usage: %w", err)
+	}
+	if len(res) != 2*len(ks) {
+		return nil, fmt.Errorf("limitstore: claiming pending usage: reply of %d elements for %d counters", len(res), len(ks))
+	}
+	out := make([]Claim, len(ks))
+	for i := range ks {
+		id, ok1 := res[2*i].(string)
+		n, ok2 := res[2*i+1].(int64)
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("limitstore: claiming pending usage: malformed reply")
+		}
+		out[i] = Claim{ID: id, N: n}
+	}
+	return out, nil
+}
+
+// AckPendingBatch is AckPending for a batch of DirtyPendingBatches in one
+// script; ids[i] is the claim of ks[i] to acknowledge, "" to leave it.
+func (s *Store) AckPendingBatch(ctx context.Context, ks []PendingKey, ids []string) error {
+	if len(ks) == 0 {
+		return nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	if err := ackBatchScript.Run(ctx, s.rdb, s.batchKeys(ks), args...).Err(); err != nil {
+		return fmt.Errorf("limitstore: acknowledging flush: %w", err)
+	}
+	return nil
+}
+
 // DirtyPending calls fn once per counter marked dirty (limiter-counted
 // usage not yet flushed, or a claimed flush not yet acknowledged). The
 // mark stays until AckPending (or ClaimPending finding nothing) sees the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -43,26 +44,73 @@ WITH f AS (
 )
 SELECT count(*) FROM f`
 
+// flushBatch is how many counters one claim script and one acknowledgement
+// script take; flushCommits is how many claims are committed to Postgres at
+// once. A pass over a thousand active tenants is then a handful of Redis
+// scripts and commits spread over several connections, well inside the
+// flush interval.
+const (
+	flushBatch   = 200
+	flushCommits = 8
+)
+
 // FlushOnce moves every pending limiter counter into Postgres, exactly
-// once. It finds them through their dirty marks (no keyspace scan): ClaimPending (Redis moves the growth into a flushing record with a
-// batch id, or returns the earlier unacknowledged record), then flushSQL,
-// then AckPending. A crash before the commit leaves the record, which the
-// next pass claims again under the same id; a crash after it leaves the
-// record too, and the replay finds its id already inserted.
+// once. It finds them through their dirty marks (no keyspace scan), then
+// per batch: ClaimPendingBatch (Redis moves each counter's growth into a
+// flushing record with a batch id, or returns the earlier unacknowledged
+// record), flushSQL per claim, then AckPendingBatch for the committed ones.
+// A crash before a commit leaves the record, which the next pass claims
+// again under the same id; a crash after it leaves the record too, and the
+// replay finds its id already inserted.
 func (s *Service) FlushOnce(ctx context.Context) (FlushStats, error) {
 	var st FlushStats
+	var mu sync.Mutex // guards st, first and periods
 	periods := map[string]tenantPeriods{}
 	var first error
-	err := s.store.DirtyPending(ctx, func(k limitstore.PendingKey) error {
-		// One counter that cannot be flushed (its claim stays for the next
-		// pass) must not hold back the others.
-		if err := s.flushOne(ctx, k, periods, &st); err != nil {
+	fail := func(k limitstore.PendingKey, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil {
+			first = fmt.Errorf("counter %s/%s/%d: %w", k.Tenant, k.Meter, k.PeriodStart.Unix(), err)
+		}
+	}
+	err := s.store.DirtyPendingBatches(ctx, flushBatch, func(ks []limitstore.PendingKey) error {
+		claims, err := s.store.ClaimPendingBatch(ctx, ks)
+		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if first == nil {
-				first = fmt.Errorf("counter %s/%s/%d: %w", k.Tenant, k.Meter, k.PeriodStart.Unix(), err)
+			fail(ks[0], err) // the next pass claims them
+			return nil
+		}
+		acks := make([]string, len(ks))
+		sem := make(chan struct{}, flushCommits)
+		var wg sync.WaitGroup
+		for i, k := range ks {
+			if claims[i].ID == "" {
+				continue // nothing to flush
 			}
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				// One counter that cannot be flushed (its claim stays for
+				// the next pass) must not hold back the others.
+				ack, err := s.commitClaim(ctx, k, claims[i], periods, &st, &mu)
+				if err != nil && ctx.Err() == nil {
+					fail(k, err)
+				}
+				if ack {
+					acks[i] = claims[i].ID
+				}
+			}()
+		}
+		wg.Wait()
+		if err := s.store.AckPendingBatch(ctx, ks, acks); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			fail(ks[0], err) // replayed next pass, found committed
 		}
 		return nil
 	})
@@ -75,51 +123,55 @@ func (s *Service) FlushOnce(ctx context.Context) (FlushStats, error) {
 	return st, nil
 }
 
-func (s *Service) flushOne(ctx context.Context, k limitstore.PendingKey, periods map[string]tenantPeriods, st *FlushStats) error {
-	c, ok, err := s.store.ClaimPending(ctx, k)
-	if err != nil || !ok {
-		return err
-	}
-	drop := func(reason string) error {
+// commitClaim commits one claim to Postgres (or drops it: unknown tenant)
+// and says whether it may be acknowledged.
+func (s *Service) commitClaim(ctx context.Context, k limitstore.PendingKey, c limitstore.Claim, periods map[string]tenantPeriods, st *FlushStats, mu *sync.Mutex) (bool, error) {
+	drop := func(reason string) (bool, error) {
 		// Usage of a tenant we do not have (deleted, or a key no tenant of
 		// ours made) can never be committed; keeping the claim would retry
 		// it every second forever.
 		s.log.WarnContext(ctx, "dropping pending usage", "tenant_id", k.Tenant, "meter", k.Meter, "units", c.N, "reason", reason)
+		mu.Lock()
 		st.Dropped++
-		return s.store.AckPending(ctx, k, c.ID)
+		mu.Unlock()
+		return true, nil
 	}
 	if !ids.IsUUID(k.Tenant) || !ValidMeter(k.Meter) {
 		return drop("malformed tenant or meter")
 	}
+	mu.Lock()
 	tp, ok := periods[k.Tenant]
+	mu.Unlock()
 	if !ok {
+		var err error
 		tp, err = loadTenantPeriods(ctx, s.db, k.Tenant)
 		if err != nil {
 			if apperr.CodeOf(err) == apperr.NotFound {
 				return drop("unknown tenant")
 			}
-			return err
+			return false, err
 		}
+		mu.Lock()
 		periods[k.Tenant] = tp
+		mu.Unlock()
 	}
 	start := k.PeriodStart.UTC()
 	var inserted int64
-	err = s.db.QueryRow(ctx, flushSQL, c.ID, k.Tenant, k.Meter, start, c.N, tp.endOf(start), s.opts.Now()).Scan(&inserted)
+	err := s.db.QueryRow(ctx, flushSQL, c.ID, k.Tenant, k.Meter, start, c.N, tp.endOf(start), s.opts.Now()).Scan(&inserted)
 	if err != nil {
 		var pe *pgconn.PgError
 		if errors.As(err, &pe) && pe.Code == "23503" {
 			return drop("unknown tenant")
 		}
-		return fmt.Errorf("committing batch: %w", err)
+		return false, fmt.Errorf("committing batch: %w", err)
 	}
-	if err := s.store.AckPending(ctx, k, c.ID); err != nil {
-		return err
-	}
+	mu.Lock()
 	st.Counters++
 	if inserted == 1 {
 		st.Units += c.N
 	}
-	return nil
+	mu.Unlock()
+	return true, nil
 }
 
 // RunFlusher flushes every interval until ctx ends. Every worker runs it:

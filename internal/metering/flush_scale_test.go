@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -85,6 +86,18 @@ SELECT 't' || g, $1, $2 FROM generate_series(1, $3) g RETURNING id`, plan, time.
 		snap = b.putSnapshot(t, tn, 1, quotas)
 	}
 	lim := newLimiter(t, b)
+	// A first pass loads the flush scripts, as a running worker has.
+	admit(t, b, lim, tenants[0], 1)
+	if _, err := b.svc.FlushOnce(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	// What the keyspace SCAN of the earlier flush cost on this Redis.
+	c0, u0 := commandStats(t, b)
+	if err := b.store.ScanPending(b.ctx, func(limitstore.PendingKey) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	c1, u1 := commandStats(t, b)
+	t.Logf("for comparison, one keyspace SCAN for pending counters: %d SCAN calls, %.2f ms of Redis CPU", c1["scan"]-c0["scan"], float64(u1["scan"]-u0["scan"])/1000)
 	for _, tn := range tenants {
 		if got := admit(t, b, lim, tn, 2); got != 2 {
 			t.Fatalf("admitted %d, want 2", got)
@@ -109,7 +122,12 @@ SELECT 't' || g, $1, $2 FROM generate_series(1, $3) g RETURNING id`, plan, time.
 			continue
 		}
 		cmds += n - calls0[name]
-		us += usec1[name] - usec0[name]
+		// Redis counts the commands a script runs both on their own and
+		// inside the script's time: the CPU is that of the commands the
+		// client sent (scripts and SMEMBERS).
+		if name == "evalsha" || name == "eval" || name == "smembers" {
+			us += usec1[name] - usec0[name]
+		}
 		per = append(per, fmt.Sprintf("%s %d calls %d µs", name, n-calls0[name], usec1[name]-usec0[name]))
 	}
 	t.Logf("by command: %s", strings.Join(per, "; "))
@@ -128,8 +146,8 @@ SELECT 't' || g, $1, $2 FROM generate_series(1, $3) g RETURNING id`, plan, time.
 	if err := b.db.QueryRow(b.ctx, `SELECT coalesce(sum(used), 0) FROM usage_periods WHERE tenant_id = ANY($1) AND period_start = $2`, tenants, snap.PeriodStart).Scan(&durable); err != nil {
 		t.Fatal(err)
 	}
-	if durable != 2*active {
-		t.Fatalf("durable after the pass %d, want %d", durable, 2*active)
+	if durable != 2*active+1 {
+		t.Fatalf("durable after the pass %d, want %d", durable, 2*active+1)
 	}
 	// And the next pass, with nothing new, costs next to nothing.
 	calls0, _ = commandStats(t, b)

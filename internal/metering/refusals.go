@@ -50,4 +50,3 @@ ON CONFLICT (tenant_id, day, policy) DO UPDATE SET refused = GREATEST(r.refused,
 	}
 	return written, nil
 }
-
