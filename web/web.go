@@ -193,6 +193,7 @@ func (w *Web) Register(e *echo.Echo) {
 	e.GET("/admin/events/:id", w.handleAdminEvent(), admin...)
 	e.POST("/admin/events/:id/replay", w.handleAdminReplay(), admin...)
 	e.GET("/admin/drift", w.handleAdminDrift(), admin...)
+	e.GET("/admin/metering", w.handleAdminMetering(), admin...)
 	e.RouteNotFound("/admin/*", w.handleNotFound(), w.html)
 }
 
