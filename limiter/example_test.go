@@ -2,11 +2,15 @@ package limiter_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"strconv"
+	"strings"
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -148,4 +152,69 @@ func ExampleWriteHeaders() {
 	// "rate";q=200;w=10, "requests";q=100000;w=2592000
 	// "rate";r=57;t=1, "requests";r=4000;t=259200
 	// 4000
+}
+
+// A backend outside Tollgate loads what Redis lost (a flush, a failover)
+// from Tollgate's API with a service token. Here an httptest server stands
+// in for Tollgate; in production the URL and token come from the
+// environment (TOLLGATE_URL, TOLLGATE_TOKEN).
+func ExampleNewRemote() {
+	tollgate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer tgs_example" || r.URL.Path != "/service/v1/tenants/umbrella/snapshot" {
+			http.Error(w, `{"detail": "no such tenant"}`, http.StatusNotFound)
+			return
+		}
+		fmt.Fprint(w, `{"plan": "team", "version": 3, "rate": {"per_second": 100, "burst": 1000},
+			"period_start": "2026-11-01T00:00:00Z", "period_end": "2026-12-01T00:00:00Z"}`)
+	}))
+	defer tollgate.Close()
+
+	remote, err := limiter.NewRemote(tollgate.URL, "tgs_example", limiter.RemoteOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	l, err := limiter.New(rdb, limiter.Options{Prefix: examplePrefix, Loader: remote.Snapshot, UsageLoader: remote.Usage})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer l.Close()
+
+	d, err := l.Allow(context.Background(), "umbrella", limiter.Request{Cost: 10})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(d.Allowed, d.Plan, d.Policies[0].Remaining)
+	_, err = l.Allow(context.Background(), "hooli", limiter.Request{})
+	fmt.Println(errors.Is(err, limiter.ErrUnknownTenant))
+	// Output:
+	// true team 990
+	// true
+}
+
+// TestExamplesSkipWithoutRedis runs this test binary again with the Redis
+// probe pointed at a closed port: the examples are skipped (exit 0, none
+// run), and with CI set the run fails instead.
+func TestExamplesSkipWithoutRedis(t *testing.T) {
+	if os.Getenv("LIMITER_EXAMPLES_PROBE") != "" {
+		t.Skip("inside the re-run")
+	}
+	run := func(ci string) (string, error) {
+		cmd := exec.Command(os.Args[0], "-test.run=^Example", "-test.v")
+		cmd.Env = append(os.Environ(), "LIMITER_EXAMPLES_PROBE=127.0.0.1:1", "CI="+ci)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("")
+	if err != nil || !strings.Contains(out, "skipping the examples") || strings.Contains(out, "=== RUN   Example") {
+		t.Fatalf("without Redis: %v\n%s", err, out)
+	}
+	out, err = run("true")
+	if err == nil || !strings.Contains(out, "examples need a Redis") {
+		t.Fatalf("without Redis under CI: %v\n%s", err, out)
+	}
 }

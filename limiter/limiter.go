@@ -138,10 +138,10 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 		if isDue {
 			due = p
 		}
-		if err != nil && !errors.Is(err, errRedisDown) {
+		if err != nil && !errors.Is(err, errRedisDown) && !errors.Is(err, errLoaderDown) {
 			return nil, err
 		}
-		if p == nil { // Redis down and nothing known of the tenant
+		if p == nil { // Redis or the loader down and nothing known of the tenant
 			return l.fallbackUnknown()
 		}
 		pl = l.snapshotPlan(p, req)

@@ -53,6 +53,10 @@ type Hooks struct {
 	// OnRedisError is called when a Redis call fails or times out; op names
 	// the call ("decide", "snapshot", "seed", "release", "subscribe").
 	OnRedisError func(op string, err error)
+	// OnLoaderError is called when Options.Loader fails for another reason
+	// than an unknown tenant (e.g. Tollgate does not answer a Remote);
+	// loader is "snapshot". The decision then follows the fail modes.
+	OnLoaderError func(loader string, err error)
 	// OnFallback is called when a fail mode decided a policy: mode is
 	// "open", "closed" or "local".
 	OnFallback func(policy string, mode FailMode)
@@ -72,11 +76,16 @@ type Hooks struct {
 type Options struct {
 	// Prefix starts every key; default "tg". It must match the server's.
 	Prefix string
-	// Loader is asked for a snapshot missing from Redis. Without one, a
-	// tenant without a snapshot gets ErrUnknownTenant.
+	// Loader is asked for a snapshot missing from Redis (Remote.Snapshot
+	// outside Tollgate). Without one, a tenant without a snapshot gets
+	// ErrUnknownTenant. When it fails (other than ErrUnknownTenant), the
+	// fail modes decide: with the tenant's last known limits if this
+	// process has them, else open (closed if the rate or quota fail mode
+	// is closed: ErrUnavailable).
 	Loader SnapshotLoader
-	// UsageLoader rebuilds a missing quota counter from durable usage.
-	// Without one, a missing counter starts at 0.
+	// UsageLoader rebuilds a missing quota counter from durable usage
+	// (Remote.Usage outside Tollgate). Without one, a missing counter starts
+	// at 0.
 	UsageLoader UsageLoader
 	// Timeout bounds every Redis call of a decision; default 50ms.
 	Timeout time.Duration

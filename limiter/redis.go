@@ -16,6 +16,10 @@ import (
 // errRedisDown marks a decision that must go to the fail modes.
 var errRedisDown = errors.New("limiter: redis down")
 
+// errLoaderDown marks a snapshot the Loader failed to give (not an unknown
+// tenant): the decision goes to the fail modes too.
+var errLoaderDown = errors.New("limiter: snapshot loader failed")
+
 func (l *Limiter) redisDown() bool {
 	u := l.downUntil.Load()
 	return u != 0 && time.Now().UnixNano() < u

@@ -35,8 +35,8 @@ func (l *Limiter) snapshot(ctx context.Context, tenant string) (p *prepared, due
 		return l.fill(context.WithoutCancel(ctx), tenant)
 	})
 	if err != nil {
-		if errors.Is(err, errRedisDown) {
-			return p, false, err
+		if errors.Is(err, errRedisDown) || errors.Is(err, errLoaderDown) {
+			return p, false, err // the last known limits, if any, for the fail modes
 		}
 		return nil, false, err
 	}
@@ -68,7 +68,12 @@ func (l *Limiter) fill(ctx context.Context, tenant string) (*prepared, error) {
 			if errors.Is(err, ErrUnknownTenant) {
 				return nil, err
 			}
-			return nil, fmt.Errorf("limiter: loading snapshot of %q: %w", tenant, err)
+			if h := l.opts.Hooks.OnLoaderError; h != nil {
+				h("snapshot", err)
+			}
+			// Whoever keeps the snapshots does not answer: like Redis down,
+			// the fail modes decide.
+			return nil, fmt.Errorf("%w: snapshot of %q: %w", errLoaderDown, tenant, err)
 		}
 	default:
 		return nil, err

@@ -87,6 +87,10 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	ents := entitlements.NewService(pool, limitstore.New(rdb, limiter.DefaultPrefix), log, entitlements.Options{
 		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Prefix: limiter.DefaultPrefix,
 	})
+	// Live tenants' snapshots never expire from Redis (a backend without a
+	// loader would see them as unknown tenants).
+	river.AddWorker(workers, &entitlements.RepublishWorker{Service: ents})
+	periodic = append(periodic, entitlements.RepublishPeriodic())
 	bill, err := newBilling(pool, ents, cfg, log, reg)
 	if err != nil {
 		return err

@@ -56,6 +56,19 @@ func (s *Server) routes() {
 	admin.GET("/stripe/drift", s.handleListDrift())
 	admin.POST("/tenants/:id/resync", s.handleResyncTenant())
 
+	// --- admin: service tokens (entitlements) ---
+	admin.POST("/service-tokens", s.handleIssueServiceToken())
+	admin.GET("/service-tokens", s.handleListServiceTokens())
+	admin.DELETE("/service-tokens/:id", s.handleRevokeServiceToken())
+
+	// --- service API /service/v1: the limiter's remote loaders ---
+	// A service token or ADMIN_TOKEN; read-only, no tenant rate limit (the
+	// calls are rare: a snapshot or counter missing from Redis).
+	svc := e.Group("/service/v1", middleware.BodyLimit(bodyLimitDefault), s.authFailures(AuthAdmin), s.requireService)
+	svc.GET("/tenants/:id/snapshot", s.handleServiceSnapshot())
+	svc.GET("/tenants/:id/usage", s.handleServiceUsage())
+	svc.RouteNotFound("/*", s.routeNotFound)
+
 	// --- admin: dashboard links (web) ---
 	admin.POST("/tenants/:id/dashboard-links", s.handleMintDashboardLink())
 

@@ -55,6 +55,26 @@ redis.call('PUBLISH', ARGV[4], ARGV[5])
 return 1
 `)
 
+// republishScript refreshes a stored snapshot's TTL when it is the same,
+// writes and announces it when it differs (missing, older, or the same
+// version computed differently), and leaves a newer one alone.
+var republishScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur == ARGV[1] then
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+  return 0
+end
+if cur then
+  local ok, obj = pcall(cjson.decode, cur)
+  if ok and type(obj) == 'table' and tonumber(obj['version']) and tonumber(obj['version']) > tonumber(ARGV[2]) then
+    return 0
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
+redis.call('PUBLISH', ARGV[4], ARGV[5])
+return 1
+`)
+
 var deleteSnapshotScript = redis.NewScript(`
 redis.call('DEL', KEYS[1])
 redis.call('PUBLISH', ARGV[1], ARGV[2])
@@ -82,6 +102,27 @@ func (s *Store) PutSnapshot(ctx context.Context, snap limiter.Snapshot) error {
 		return fmt.Errorf("limitstore: writing snapshot of %q: %w", snap.TenantID, err)
 	}
 	return nil
+}
+
+// Republish keeps a live tenant's snapshot in Redis: an identical stored
+// snapshot only gets its TTL back (no announcement, so no limiter drops its
+// cache), a missing or different one is written and announced as by
+// PutSnapshot. written says which happened.
+func (s *Store) Republish(ctx context.Context, snap limiter.Snapshot) (written bool, err error) {
+	if !validName(snap.TenantID) {
+		return false, fmt.Errorf("%w: snapshot tenant id %q", limiter.ErrInvalidRequest, snap.TenantID)
+	}
+	raw, err := json.Marshal(snap)
+	if err != nil {
+		return false, fmt.Errorf("limitstore: encoding snapshot: %w", err)
+	}
+	ttl := max(int64(s.SnapshotTTL/time.Second), 1)
+	n, err := republishScript.Run(ctx, s.rdb, []string{s.keys.Snapshot(snap.TenantID)},
+		raw, snap.Version, ttl, s.keys.Invalidations(), snap.TenantID+":"+strconv.FormatInt(snap.Version, 10)).Int64()
+	if err != nil {
+		return false, fmt.Errorf("limitstore: republishing snapshot of %q: %w", snap.TenantID, err)
+	}
+	return n == 1, nil
 }
 
 // DeleteSnapshot removes the tenant's snapshot and publishes

@@ -1,0 +1,161 @@
+package httpapi
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/ids"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+// requireService guards /service/v1/*: the routes of the limiter's remote
+// loaders. A service token (tgs_…) or ADMIN_TOKEN is accepted; tenant API
+// keys are not.
+func (s *Server) requireService(next echo.HandlerFunc) echo.HandlerFunc {
+	admin := sha256.Sum256([]byte(s.AdminToken))
+	return func(c echo.Context) error {
+		token, ok := bearer(c)
+		if !ok {
+			return apperr.New(apperr.Unauthorized, "missing bearer token: send Authorization: Bearer <service token or ADMIN_TOKEN>")
+		}
+		got := sha256.Sum256([]byte(token))
+		if subtle.ConstantTimeCompare(got[:], admin[:]) == 1 {
+			return next(c)
+		}
+		if err := s.Entitlements.AuthenticateService(c.Request().Context(), token); err != nil {
+			return err
+		}
+		return next(c)
+	}
+}
+
+// tenantParam is the {id} of a service route; anything but a UUID is a
+// tenant that does not exist.
+func tenantParam(c echo.Context) (string, error) {
+	id := c.Param("id")
+	if !ids.IsUUID(id) {
+		return "", apperr.New(apperr.NotFound, "no tenant %q", id)
+	}
+	return id, nil
+}
+
+// handleServiceSnapshot returns the tenant's entitlement snapshot in the
+// limiter's JSON form, and writes it back to Redis (Redis lost it, or the
+// caller would not be asking).
+func (s *Server) handleServiceSnapshot() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id, err := tenantParam(c)
+		if err != nil {
+			return err
+		}
+		snap, err := s.Entitlements.LoadSnapshot(c.Request().Context(), id)
+		if err != nil {
+			return err
+		}
+		c.Response().Header().Set("Cache-Control", "no-store")
+		return c.JSON(http.StatusOK, snap)
+	}
+}
+
+// ServiceUsage is the body of GET /service/v1/tenants/{id}/usage.
+type ServiceUsage struct {
+	TenantID    string    `json:"tenant_id"`
+	Meter       string    `json:"meter"`
+	PeriodStart time.Time `json:"period_start"`
+	Used        int64     `json:"used"`
+}
+
+// handleServiceUsage returns the durable usage (Postgres) of one meter in
+// the period starting at period_start: what the limiter rebuilds a lost
+// quota counter from.
+func (s *Server) handleServiceUsage() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id, err := tenantParam(c)
+		if err != nil {
+			return err
+		}
+		meter := c.QueryParam("meter")
+		if meter == "" {
+			meter = limiter.DefaultMeter
+		}
+		if len(meter) > 64 || !validMeterName(meter) {
+			return apperr.Invalidf("meter", "must be 1-64 characters of a-z, 0-9, '_', '.' or '-'")
+		}
+		raw := c.QueryParam("period_start")
+		if raw == "" {
+			return apperr.Invalidf("period_start", "is required (RFC 3339)")
+		}
+		start, err := time.Parse(time.RFC3339, raw)
+		if err != nil {
+			return apperr.Invalidf("period_start", "must be an RFC 3339 time")
+		}
+		ctx := c.Request().Context()
+		if _, err := s.Entitlements.GetTenantRow(ctx, id); err != nil {
+			return err
+		}
+		if s.Metering == nil {
+			return apperr.New(apperr.Unavailable, "usage is not served by this instance")
+		}
+		n, err := s.Metering.LoadUsage(ctx, id, meter, start)
+		if err != nil {
+			return err
+		}
+		c.Response().Header().Set("Cache-Control", "no-store")
+		return c.JSON(http.StatusOK, ServiceUsage{TenantID: id, Meter: meter, PeriodStart: start.UTC(), Used: n})
+	}
+}
+
+func validMeterName(m string) bool {
+	if m == "" {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		c := m[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) handleIssueServiceToken() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		var body struct {
+			Name string `json:"name"`
+		}
+		if err := decodeBody(c, &body); err != nil {
+			return err
+		}
+		k, err := s.Entitlements.IssueServiceToken(c.Request().Context(), body.Name)
+		if err != nil {
+			return err
+		}
+		c.Response().Header().Set("Cache-Control", "no-store")
+		return c.JSON(http.StatusCreated, k)
+	}
+}
+
+func (s *Server) handleListServiceTokens() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		list, err := s.Entitlements.ListServiceTokens(c.Request().Context())
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, map[string][]entitlements.ServiceTokenSummary{"service_tokens": list})
+	}
+}
+
+func (s *Server) handleRevokeServiceToken() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if err := s.Entitlements.RevokeServiceToken(c.Request().Context(), c.Param("id")); err != nil {
+			return err
+		}
+		return c.NoContent(http.StatusNoContent)
+	}
+}

@@ -1,0 +1,238 @@
+package limiter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// RemoteOptions configure NewRemote. The zero value is usable.
+type RemoteOptions struct {
+	// HTTPClient makes the calls; default a client of its own (no overall
+	// timeout: every attempt is bounded by Timeout).
+	HTTPClient *http.Client
+	// Timeout bounds one attempt (connect, request, whole response);
+	// default 2s.
+	Timeout time.Duration
+	// Attempts is how many times a call is tried when Tollgate does not
+	// answer, answers 5xx or 429; default 3. 4xx answers are not retried.
+	Attempts int
+	// Backoff is the wait before the second attempt, doubled before each
+	// further one (never past a Retry-After Tollgate sends, at most 5s);
+	// default 100ms.
+	Backoff time.Duration
+	// Cooldown is how long after a call that failed every attempt further
+	// calls fail at once, without asking Tollgate, so that decisions are not
+	// held up by an API that is down; default 1s.
+	Cooldown time.Duration
+}
+
+// Remote loads what the limiter needs from Tollgate's API when Redis does
+// not have it: the tenant's entitlement snapshot (GET
+// /service/v1/tenants/{id}/snapshot) and the durable usage a lost quota
+// counter is rebuilt from (GET /service/v1/tenants/{id}/usage). It is how a
+// backend outside Tollgate keeps Tollgate's Redis-loss guarantees: a flushed
+// or failed-over Redis neither makes a live tenant unknown nor restarts its
+// quotas at zero.
+//
+// Tollgate writes a loaded snapshot back to Redis, so other processes find
+// it there. The calls are authorized by a service token (POST
+// /admin/v1/service-tokens; it can read snapshots and usage and nothing
+// else) or ADMIN_TOKEN.
+//
+// When Tollgate does not answer after the bounded retries, the error is
+// not ErrUnknownTenant: a decision that needed a snapshot fails with that
+// error (the middleware answers 500 unless WithErrorHandler says
+// otherwise), and a decision that needed a counter rebuilt follows the
+// quota's fail mode. A tenant Tollgate does not know is ErrUnknownTenant.
+type Remote struct {
+	base    *url.URL
+	token   string
+	client  *http.Client
+	timeout time.Duration
+	tries   int
+	backoff time.Duration
+	cool    time.Duration
+
+	downUntil atomic.Int64 // unix ns; calls fail fast before it
+}
+
+// NewRemote returns loaders reading from the Tollgate API at baseURL (e.g.
+// "https://tollgate.internal:8080") with token. Use its methods as
+// Options.Loader and Options.UsageLoader:
+//
+//	remote, err := limiter.NewRemote(os.Getenv("TOLLGATE_URL"), os.Getenv("TOLLGATE_TOKEN"), limiter.RemoteOptions{})
+//	l, err := limiter.New(rdb, limiter.Options{Loader: remote.Snapshot, UsageLoader: remote.Usage})
+func NewRemote(baseURL, token string, opts RemoteOptions) (*Remote, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("limiter: remote URL %q: want http(s)://host[:port]", baseURL)
+	}
+	if token == "" {
+		return nil, errors.New("limiter: remote token is empty: create a service token with POST /admin/v1/service-tokens")
+	}
+	r := &Remote{base: u, token: token, client: opts.HTTPClient, timeout: opts.Timeout, tries: opts.Attempts, backoff: opts.Backoff, cool: opts.Cooldown}
+	if r.client == nil {
+		r.client = &http.Client{}
+	}
+	if r.timeout == 0 {
+		r.timeout = 2 * time.Second
+	}
+	if r.tries == 0 {
+		r.tries = 3
+	}
+	if r.backoff == 0 {
+		r.backoff = 100 * time.Millisecond
+	}
+	if r.cool == 0 {
+		r.cool = time.Second
+	}
+	switch {
+	case r.timeout < 0:
+		return nil, fmt.Errorf("limiter: RemoteOptions.Timeout %v is negative", r.timeout)
+	case r.tries < 0:
+		return nil, fmt.Errorf("limiter: RemoteOptions.Attempts %d is negative", r.tries)
+	case r.backoff < 0:
+		return nil, fmt.Errorf("limiter: RemoteOptions.Backoff %v is negative", r.backoff)
+	case r.cool < 0:
+		return nil, fmt.Errorf("limiter: RemoteOptions.Cooldown %v is negative", r.cool)
+	}
+	return r, nil
+}
+
+// Snapshot is a SnapshotLoader: the tenant's snapshot from Tollgate.
+// ErrUnknownTenant (wrapped) when Tollgate does not know the tenant.
+func (r *Remote) Snapshot(ctx context.Context, tenant string) (Snapshot, error) {
+	var snap Snapshot
+	if err := r.get(ctx, "tenants/"+url.PathEscape(tenant)+"/snapshot", nil, &snap); err != nil {
+		return Snapshot{}, err
+	}
+	snap.TenantID = tenant
+	return snap, nil
+}
+
+// Usage is a UsageLoader: the durable usage of a meter in the period
+// starting at periodStart, from Tollgate.
+func (r *Remote) Usage(ctx context.Context, tenant, meter string, periodStart time.Time) (int64, error) {
+	q := url.Values{"meter": {meter}, "period_start": {periodStart.UTC().Format(time.RFC3339)}}
+	var body struct {
+		Used *int64 `json:"used"`
+	}
+	if err := r.get(ctx, "tenants/"+url.PathEscape(tenant)+"/usage", q, &body); err != nil {
+		return 0, err
+	}
+	if body.Used == nil {
+		return 0, errors.New("limiter: remote usage: reply without \"used\"")
+	}
+	return *body.Used, nil
+}
+
+// remoteError is a failed call: status 0 when Tollgate did not answer.
+type remoteError struct {
+	status int
+	detail string
+	retry  time.Duration
+}
+
+func (e *remoteError) Error() string {
+	if e.status == 0 {
+		return "limiter: tollgate did not answer: " + e.detail
+	}
+	return fmt.Sprintf("limiter: tollgate answered %d: %s", e.status, e.detail)
+}
+
+func (e *remoteError) temporary() bool {
+	return e.status == 0 || e.status == http.StatusTooManyRequests || e.status >= 500
+}
+
+func (r *Remote) get(ctx context.Context, path string, q url.Values, out any) error {
+	u := r.base.JoinPath("service", "v1")
+	u = u.JoinPath(strings.Split(path, "/")...)
+	u.RawQuery = q.Encode()
+	if until := r.downUntil.Load(); until != 0 && time.Now().UnixNano() < until {
+		return &remoteError{detail: "not asked: it failed less than RemoteOptions.Cooldown ago"}
+	}
+	wait := r.backoff
+	var last error
+	for attempt := 1; ; attempt++ {
+		err := r.once(ctx, u.String(), out)
+		if err == nil {
+			return nil
+		}
+		last = err
+		var re *remoteError
+		if !errors.As(err, &re) || !re.temporary() {
+			break
+		}
+		if attempt >= r.tries {
+			r.downUntil.Store(time.Now().Add(r.cool).UnixNano())
+			break
+		}
+		d := wait
+		if re.retry > d {
+			d = re.retry
+		}
+		d = min(d, 5*time.Second)
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (after %d attempts: %w)", ctx.Err(), attempt, last)
+		case <-t.C:
+		}
+		wait *= 2
+	}
+	return last
+}
+
+func (r *Remote) once(ctx context.Context, u string, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return fmt.Errorf("limiter: remote request: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+r.token)
+	req.Header.Set("Accept", "application/json")
+	resp, err := r.client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
+			return ctx.Err() // the caller gave up: not Tollgate's fault
+		}
+		return &remoteError{detail: err.Error()}
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return &remoteError{detail: "reading the reply: " + err.Error()}
+	}
+	if resp.StatusCode == http.StatusOK {
+		if err := json.Unmarshal(body, out); err != nil {
+			return fmt.Errorf("limiter: remote reply: %w", err)
+		}
+		return nil
+	}
+	var p struct {
+		Detail string `json:"detail"`
+	}
+	_ = json.Unmarshal(body, &p)
+	if p.Detail == "" {
+		p.Detail = http.StatusText(resp.StatusCode)
+	}
+	re := &remoteError{status: resp.StatusCode, detail: p.Detail}
+	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+		re.retry = time.Duration(s) * time.Second
+	}
+	if resp.StatusCode == http.StatusNotFound {
+		return fmt.Errorf("%w: %w", ErrUnknownTenant, re)
+	}
+	return re
+}
