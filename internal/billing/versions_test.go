@@ -55,8 +55,7 @@ func versioned(t testing.TB, kind string, p vev) []byte {
 	ev["id"], ev["type"], ev["created"] = p.id, p.typ, p.created.Unix()
 	data := ev["data"].(map[string]any)
 	o := data["object"].(map[string]any)
-	if len(p.extraItems) > 0 {
-		items := o["items"].(map[string]any)
+	if items, ok := o["items"].(map[string]any); ok && len(p.extraItems) > 0 {
 		items["data"] = append(items["data"].([]any), anySlice(p.extraItems)...)
 	}
 	if p.previous != nil {
