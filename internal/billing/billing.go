@@ -8,9 +8,9 @@
 //     enqueueing its job happen in one transaction, so nothing stored is
 //     left unprocessed and nothing unstored is acknowledged.
 //   - Stripe is never called inside a database transaction.
-//   - Every change of what a tenant may do bumps its entitlement version in
-//     the same transaction (entitlements.BumpTx) and is published to the
-//     limiter after the commit.
+//   - Billing writes tenants only through entitlements.Update, which bumps
+//     every changed tenant's entitlement version in the same transaction and
+//     publishes it to the limiter after the commit.
 //   - subscriptions.last_event_at is the created time of the newest event
 //     applied to a subscription; an older event is stale and ignored, and a
 //     canceled subscription is never revived.
