@@ -2,6 +2,7 @@ package billing_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -414,5 +415,33 @@ func TestProrationOptionIsChecked(t *testing.T) {
 		if !billing.ValidProration(p) {
 			t.Fatalf("%s refused", p)
 		}
+	}
+}
+
+// A plan change that got no answer from Stripe keeps its idempotency key
+// (Stripe may have applied it; the same key makes the retry safe).
+func TestPlanChangeWithoutAnAnswerKeepsItsKey(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	e := newEnv(t, envOpts{stripeBase: closed, noWorker: true})
+	e.plans()
+	cus, sub := newCustomer(), "sub_noanswer_"+newCustomer()
+	tenant := e.tenant("pro", cus)
+	if _, err := e.pool.Exec(context.Background(), `INSERT INTO subscriptions (id, tenant_id, stripe_customer_id, stripe_price_id, stripe_item_id, status)
+		VALUES ($1, $2, $3, 'price_pro_test', $4, 'active')`, sub, tenant, cus, "si_"+sub); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if r := e.admin(http.MethodPut, "/admin/v1/tenants/"+tenant+"/plan", []byte(`{"plan":"team"}`)); r.Status != http.StatusBadGateway {
+			t.Fatalf("unreachable Stripe: %d %s", r.Status, r.Raw)
+		}
+	}
+	var attempt int
+	if err := e.pool.QueryRow(context.Background(), `SELECT attempt FROM stripe_plan_changes WHERE base_key LIKE '%' || $1 || '%'`, sub).Scan(&attempt); err != nil || attempt != 0 {
+		t.Fatalf("attempt %d (%v), want 0: no answer, same key", attempt, err)
 	}
 }
