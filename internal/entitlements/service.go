@@ -59,6 +59,8 @@ type Service struct {
 	opts  Options
 	keys  *keyCache
 	index keyIndex
+	// meters caches which meters any plan defines (MeterDefined).
+	meters meterSet
 }
 
 // querier is what both a pool and a transaction offer.

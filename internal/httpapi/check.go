@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"regexp"
@@ -53,6 +54,25 @@ func (s *Server) handleCheck() echo.HandlerFunc {
 				return derr
 			}
 			return err
+		}
+		if req.Meter != limiter.DefaultMeter {
+			// A meter no plan defines is a mistake (a typo would otherwise
+			// be "unlimited" forever); one the tenant's plan leaves without
+			// a quota is unlimited and allowed.
+			known, err := s.Entitlements.MeterDefined(c.Request().Context(), req.Meter)
+			if err != nil {
+				return s.unavailable(c, err)
+			}
+			if !known {
+				if d, derr := s.decide(c, limiter.Request{Cost: 1, SkipQuota: true}); derr != nil || d == nil {
+					return derr
+				}
+				msg := fmt.Sprintf("no plan defines the meter %q", req.Meter)
+				return writeProblem(c, map[string]any{
+					"type": ProblemBase + "unknown-meter", "title": "Unknown meter", "status": http.StatusUnprocessableEntity,
+					"detail": msg, "errors": []map[string]string{{"field": "meter", "message": msg}},
+				}, http.StatusUnprocessableEntity)
+			}
 		}
 		d, err := s.decide(c, req)
 		if err != nil || d == nil {

@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"errors"
+	"fmt"
+	"net/http"
 
 	"github.com/labstack/echo/v4"
 
@@ -43,6 +45,11 @@ func (s *Server) decide(c echo.Context, req limiter.Request) (*limiter.Decision,
 		return nil, s.limiterError(c, err)
 	}
 	if !d.Allowed {
+		if p := impossible(d, req); p != nil {
+			// Waiting would never help: a client honouring Retry-After
+			// would loop forever. 422 says so.
+			return nil, writeProblem(c, costProblem(d, p, req), http.StatusUnprocessableEntity)
+		}
 		limiter.WriteRefusal(c.Response(), d)
 		return nil, nil
 	}
@@ -77,5 +84,41 @@ func (s *Server) limiterError(c echo.Context, err error) error {
 		// The snapshot loader failed (Postgres) or Redis answered nonsense.
 		s.log.ErrorContext(ctx, "rate limit decision failed", "route", c.Path(), "err", err)
 		return apperr.New(apperr.Unavailable, "the rate limiter cannot decide right now; retry")
+	}
+}
+
+// impossible returns the policy of a refusal that no wait can lift: a cost
+// above the rate's burst or above a hard quota's whole limit. Decisions of
+// a fail mode (whose local limits are a share of the real ones) never count.
+func impossible(d *limiter.Decision, req limiter.Request) *limiter.PolicyStatus {
+	if d.Fallback != "" || d.Shadow {
+		return nil
+	}
+	cost := req.Cost
+	if cost < 1 {
+		cost = 1
+	}
+	for i := range d.Policies {
+		p := &d.Policies[i]
+		switch {
+		case p.Name == limiter.PolicyRate && p.Limit < cost:
+			return p
+		case p.Mode == limiter.ModeHard && p.Unit == "" && p.Limit < cost:
+			return p
+		}
+	}
+	return nil
+}
+
+func costProblem(d *limiter.Decision, p *limiter.PolicyStatus, req limiter.Request) map[string]any {
+	what := "its burst"
+	if p.Name != limiter.PolicyRate {
+		what = "its hard quota for the period"
+	}
+	detail := fmt.Sprintf("a cost of %d can never be admitted: the plan %q allows at most %d (%s of policy %q)", req.Cost, d.Plan, p.Limit, what, p.Name)
+	return map[string]any{
+		"type": ProblemBase + "cost-exceeds-limit", "title": "Cost can never be admitted", "status": http.StatusUnprocessableEntity,
+		"detail": detail, "plan": d.Plan, "policy": p.Name, "limit": p.Limit, "cost": req.Cost,
+		"errors": []map[string]string{{"field": "cost", "message": detail}},
 	}
 }

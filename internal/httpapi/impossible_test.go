@@ -1,0 +1,71 @@
+package httpapi
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/tollgatehq/tollgate/internal/pgtest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
+)
+
+// A cost the plan can never admit is 422 naming the limit, never a 429 a
+// client would retry forever; a meter no plan defines is 422; a meter the
+// tenant's plan leaves unlimited is allowed.
+func TestImpossibleCostIs422(t *testing.T) {
+	pool := pgtest.New(t)
+	rdb, prefix := redistest.New(t)
+	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})
+	plan := in.newPlan(t, map[string]any{"per_second": 1, "burst": 10}, map[string]any{
+		"requests": map[string]any{"limit": 100, "mode": "hard"},
+		"exports":  map[string]any{"limit": 5, "mode": "hard"},
+		"emails":   map[string]any{"limit": 5, "mode": "soft"},
+	})
+	in.newPlan(t, nil, map[string]any{"sms": map[string]any{"limit": 5, "mode": "hard"}})
+	_, key := in.newTenant(t, plan)
+	check := func(body map[string]any) answer { return in.call(t, http.MethodPost, "/v1/check", key, body) }
+
+	a := check(map[string]any{"cost": 11})
+	if a.status != http.StatusUnprocessableEntity || a.body["policy"] != "rate" || a.body["limit"] != 10.0 || a.header.Get("Retry-After") != "" {
+		t.Fatalf("cost above the burst: %d %s", a.status, a.raw)
+	}
+	a = check(map[string]any{"cost": 6, "meter": "exports"})
+	if a.status != http.StatusUnprocessableEntity || a.body["policy"] != "exports" || a.body["limit"] != 5.0 {
+		t.Fatalf("cost above a hard quota: %d %s", a.status, a.raw)
+	}
+	// Nothing was taken by the 422s: the whole burst is still there.
+	if a := check(map[string]any{"cost": 10}); a.status != http.StatusOK {
+		t.Fatalf("cost 10 after the 422s: %d %s", a.status, a.raw)
+	}
+	// An ordinary refusal is still a 429.
+	if a := check(map[string]any{"cost": 5}); a.status != http.StatusTooManyRequests {
+		t.Fatalf("burst used up: %d %s", a.status, a.raw)
+	}
+	// A soft quota admits over its limit (recorded as overage)... once the
+	// bucket has refilled enough.
+	poll(t, 15*time.Second, "bucket refilled", func() bool {
+		return check(map[string]any{"cost": 6, "meter": "emails"}).status == http.StatusOK
+	})
+	// Unknown meter: 422 naming the field; a meter only another plan
+	// defines is unlimited for this tenant.
+	poll(t, 5*time.Second, "bucket refilled", func() bool {
+		a := check(map[string]any{"meter": "exportz"})
+		if a.status == http.StatusTooManyRequests {
+			return false
+		}
+		if a.status != http.StatusUnprocessableEntity || !errorFields(a)["meter"] {
+			t.Fatalf("unknown meter: %d %s", a.status, a.raw)
+		}
+		return true
+	})
+	poll(t, 5*time.Second, "bucket refilled", func() bool {
+		a := check(map[string]any{"meter": "sms"})
+		if a.status == http.StatusTooManyRequests {
+			return false
+		}
+		if a.status != http.StatusOK {
+			t.Fatalf("meter left unlimited by the plan: %d %s", a.status, a.raw)
+		}
+		return true
+	})
+}
