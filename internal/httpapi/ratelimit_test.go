@@ -187,6 +187,9 @@ func TestCheckValidation(t *testing.T) {
 		t.Fatalf("oversized body: %d %s", r.status, r.raw)
 	}
 
+	// Another plan defines the meter below; this tenant's plan leaves it
+	// unlimited (a meter no plan defines would be 422).
+	in.newPlan(t, nil, map[string]any{"api.calls_v2-x": map[string]any{"limit": 5, "mode": "hard"}})
 	good := []struct {
 		body      string
 		remaining float64 // of the requests quota, when it is checked
@@ -195,7 +198,7 @@ func TestCheckValidation(t *testing.T) {
 		{`{}`, 99998},
 		{`{"cost": 1000}`, 98998},
 		{`{"cost": null, "meter": "requests"}`, 98997},
-		{`{"meter": "api.calls_v2-x"}`, -1}, // no quota for this meter: rate only
+		{`{"meter": "api.calls_v2-x"}`, -1}, // no quota for this meter in this plan: rate only
 	}
 	for _, c := range good {
 		r := in.call(t, http.MethodPost, "/v1/check", key, c.body)
