@@ -32,7 +32,7 @@ func (w *Web) handleAdminLogin() echo.HandlerFunc {
 			return w.render(c, http.StatusUnauthorized, "admin_login", page{Title: "Billing console login", CSRF: preToken(c, "/admin"),
 				Data: loginPage{Error: "That admin token is wrong."}})
 		}
-		raw, _, err := w.store.createSession(c.Request().Context(), kindAdmin, "", w.AdminTTL)
+		raw, _, err := w.store.createSession(c.Request().Context(), kindAdmin, "", credential{adminHash: hashToken(w.AdminToken)}, w.AdminTTL)
 		if err != nil {
 			return err
 		}

@@ -22,7 +22,7 @@ func BenchmarkDashboardRender(b *testing.B) {
 	if err := bd.pool.QueryRow(bd.ctx, `SELECT count(*) FROM usage_hourly WHERE tenant_id = $1`, tn.ID).Scan(&rows); err != nil || rows < 28*24*2 {
 		b.Fatalf("seeded %d hourly rows (%v)", rows, err)
 	}
-	raw, _, err := bd.web.store.createSession(bd.ctx, kindTenant, tn.ID, bd.web.TenantTTL)
+	raw, _, err := bd.web.store.createSession(bd.ctx, kindTenant, tn.ID, credential{}, bd.web.TenantTTL)
 	if err != nil {
 		b.Fatal(err)
 	}

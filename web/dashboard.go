@@ -52,6 +52,7 @@ func (w *Web) handleDashboardLogin() echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ctx := c.Request().Context()
 		var tenantID string
+		var cred credential
 		if tok := c.FormValue("token"); tok != "" {
 			tid, err := w.store.useLink(ctx, tok)
 			if apperr.CodeOf(err) == apperr.Unauthorized {
@@ -82,9 +83,9 @@ func (w *Web) handleDashboardLogin() echo.HandlerFunc {
 			if err != nil {
 				return err
 			}
-			tenantID = info.TenantID
+			tenantID, cred.apiKeyID = info.TenantID, info.KeyID
 		}
-		raw, _, err := w.store.createSession(ctx, kindTenant, tenantID, w.TenantTTL)
+		raw, _, err := w.store.createSession(ctx, kindTenant, tenantID, cred, w.TenantTTL)
 		if err != nil {
 			return err
 		}

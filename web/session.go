@@ -65,19 +65,29 @@ func equalConst(a, b string) bool {
 	return subtle.ConstantTimeCompare(ha[:], hb[:]) == 1 && a != "" && b != ""
 }
 
+// credential is what opened a session: the API key (tenant sessions opened
+// with a key; "" for a dashboard link) or the hash of the admin token.
+type credential struct {
+	apiKeyID  string
+	adminHash []byte
+}
+
 // createSession stores a new session and returns its raw id (the cookie
-// value); only the id's hash is kept.
-func (s *store) createSession(ctx context.Context, kind, tenantID string, ttl time.Duration) (string, Session, error) {
+// value); only the id's hash is kept, with the credential it ends with.
+func (s *store) createSession(ctx context.Context, kind, tenantID string, cred credential, ttl time.Duration) (string, Session, error) {
 	id := randomToken()
 	sess := Session{Kind: kind, TenantID: tenantID, CSRF: randomToken(), idHash: hashToken(id)}
-	var tid *string
+	var tid, kid *string
 	if tenantID != "" {
 		tid = &tenantID
 	}
+	if cred.apiKeyID != "" {
+		kid = &cred.apiKeyID
+	}
 	err := s.db.QueryRow(ctx, `
-		INSERT INTO web_sessions (id_hash, kind, tenant_id, csrf_token, expires_at)
-		VALUES ($1, $2, $3, $4, now() + $5::interval) RETURNING expires_at`,
-		sess.idHash, kind, tid, sess.CSRF, fmt.Sprintf("%d seconds", int64(ttl.Seconds()))).Scan(&sess.ExpiresAt)
+		INSERT INTO web_sessions (id_hash, kind, tenant_id, csrf_token, expires_at, api_key_id, admin_token_hash)
+		VALUES ($1, $2, $3, $4, now() + $5::interval, $6, $7) RETURNING expires_at`,
+		sess.idHash, kind, tid, sess.CSRF, fmt.Sprintf("%d seconds", int64(ttl.Seconds())), kid, cred.adminHash).Scan(&sess.ExpiresAt)
 	if err != nil {
 		return "", Session{}, fmt.Errorf("web: create session: %w", notFound(err, "tenant"))
 	}
@@ -88,18 +98,23 @@ func (s *store) createSession(ctx context.Context, kind, tenantID string, ttl ti
 	return id, sess, nil
 }
 
-// session loads an unexpired session of the given kind.
-func (s *store) session(ctx context.Context, rawID, kind string) (Session, error) {
+// session loads an unexpired session of the given kind whose credential
+// still holds: its API key unrevoked, or (console) the admin token it was
+// opened with still the current one (adminHash).
+func (s *store) session(ctx context.Context, rawID, kind string, adminHash []byte) (Session, error) {
 	if rawID == "" {
 		return Session{}, apperr.New(apperr.Unauthorized, "not logged in")
 	}
 	sess := Session{idHash: hashToken(rawID)}
 	var tid *string
 	err := s.db.QueryRow(ctx, `
-		SELECT kind, tenant_id::text, csrf_token, expires_at FROM web_sessions
-		WHERE id_hash = $1 AND kind = $2 AND expires_at > now()`, sess.idHash, kind).Scan(&sess.Kind, &tid, &sess.CSRF, &sess.ExpiresAt)
+		SELECT kind, tenant_id::text, csrf_token, expires_at FROM web_sessions ws
+		WHERE id_hash = $1 AND kind = $2 AND expires_at > now()
+		  AND (kind <> 'admin' OR admin_token_hash = $3)
+		  AND (api_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k WHERE k.id = ws.api_key_id AND k.revoked_at IS NULL))`,
+		sess.idHash, kind, adminHash).Scan(&sess.Kind, &tid, &sess.CSRF, &sess.ExpiresAt)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Session{}, apperr.New(apperr.Unauthorized, "session expired or unknown")
+		return Session{}, apperr.New(apperr.Unauthorized, "session expired, unknown, or its credential was revoked")
 	}
 	if err != nil {
 		return Session{}, fmt.Errorf("web: session: %w", err)
@@ -153,7 +168,7 @@ func (w *Web) requireSession(kind string) echo.MiddlewareFunc {
 			if ck, err := c.Cookie(name); err == nil {
 				raw = ck.Value
 			}
-			sess, err := w.store.session(c.Request().Context(), raw, kind)
+			sess, err := w.store.session(c.Request().Context(), raw, kind, hashToken(w.AdminToken))
 			if apperr.CodeOf(err) == apperr.Unauthorized {
 				if c.Request().Method == http.MethodGet {
 					return c.Redirect(http.StatusSeeOther, login)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
 )
 
 func TestDashboardLinkLogsInOnce(t *testing.T) {
@@ -360,4 +362,49 @@ func TestConsoleSearchWithNULIs400(t *testing.T) {
 	wantStatus(t, br.get("/admin/tenants?q=%00"), http.StatusBadRequest, "NUL in the search")
 	wantStatus(t, br.get("/admin/tenants?q=%ff"), http.StatusBadRequest, "invalid UTF-8 in the search")
 	wantStatus(t, br.get("/admin/tenants/%00"), http.StatusBadRequest, "NUL in a tenant path")
+}
+
+// A dashboard session opened with an API key ends when the key is revoked
+// (it could otherwise mint new keys); a console session ends when
+// ADMIN_TOKEN changes.
+func TestSessionsEndWithTheirCredential(t *testing.T) {
+	b := setup(t)
+	tn := b.tenant(t, "Acme Revoked", b.free)
+	k := b.key(t, tn.ID)
+	br := b.browser(t)
+	wantRedirect(t, br.loginKey(k.Key), "/dashboard", "key login")
+	wantStatus(t, br.get("/dashboard"), http.StatusOK, "dashboard with a live key")
+	if err := b.ents.RevokeKey(b.ctx, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	wantRedirect(t, br.get("/dashboard"), "/dashboard/login", "dashboard after the key's revocation")
+
+	// A link session is not tied to a key: revoking another key leaves it.
+	k2 := b.key(t, tn.ID)
+	br2 := b.browser(t)
+	link := b.mint(t, tn.ID)
+	br2.loginLink(link)
+	wantStatus(t, br2.get("/dashboard"), http.StatusOK, "dashboard through a link")
+	if err := b.ents.RevokeKey(b.ctx, k2.ID); err != nil {
+		t.Fatal(err)
+	}
+	wantStatus(t, br2.get("/dashboard"), http.StatusOK, "link session after an unrelated revocation")
+
+	// Console: the session holds the hash of the token it was opened with.
+	raw, _, err := b.web.store.createSession(b.ctx, kindAdmin, "", credential{adminHash: hashToken(b.admin)}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.web.store.session(b.ctx, raw, kindAdmin, hashToken(b.admin)); err != nil {
+		t.Fatalf("console session with the same token: %v", err)
+	}
+	if _, err := b.web.store.session(b.ctx, raw, kindAdmin, hashToken("tga_rotated")); apperr.CodeOf(err) != apperr.Unauthorized {
+		t.Fatalf("console session after ADMIN_TOKEN rotation: %v, want Unauthorized", err)
+	}
+	bra := b.browser(t)
+	wantRedirect(t, bra.loginAdmin(b.admin), "/admin/tenants", "admin login")
+	var n int
+	if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM web_sessions WHERE kind = 'admin' AND admin_token_hash = $1`, hashToken(b.admin)).Scan(&n); err != nil || n < 2 {
+		t.Fatalf("console sessions carrying the token's hash: %d %v", n, err)
+	}
 }
