@@ -33,11 +33,12 @@ type batcher struct {
 const maxPipelines = 2
 
 type batchReq struct {
-	keys []string
-	args []any
-	res  []any
-	err  error
-	done chan struct{}
+	script *redis.Script
+	keys   []string
+	args   []any
+	res    []any
+	err    error
+	done   chan struct{}
 }
 
 func newBatcher(ctx context.Context, l *Limiter, max int) *batcher {
@@ -46,9 +47,9 @@ func newBatcher(ctx context.Context, l *Limiter, max int) *batcher {
 
 var batchReqPool = sync.Pool{New: func() any { return &batchReq{done: make(chan struct{}, 1)} }}
 
-func (b *batcher) do(ctx context.Context, keys []string, args []any) ([]any, error) {
+func (b *batcher) do(ctx context.Context, script *redis.Script, keys []string, args []any) ([]any, error) {
 	r := batchReqPool.Get().(*batchReq)
-	r.keys, r.args = keys, args
+	r.script, r.keys, r.args = script, keys, args
 	b.mu.Lock()
 	if b.inFlight >= maxPipelines {
 		// Ride on the next pipeline. Every pipeline is bounded by
@@ -68,7 +69,7 @@ func (b *batcher) do(ctx context.Context, keys []string, args []any) ([]any, err
 		}
 	}
 	res, err := r.res, r.err
-	r.keys, r.args, r.res, r.err = nil, nil, nil, nil
+	r.script, r.keys, r.args, r.res, r.err = nil, nil, nil, nil, nil
 	batchReqPool.Put(r)
 	return res, err
 }
@@ -116,7 +117,7 @@ func (b *batcher) flush(batch []*batchReq) {
 	err := b.l.call(b.ctx, "decide", func(ctx context.Context) error {
 		pipe := b.l.rdb.Pipeline()
 		for i, r := range batch {
-			cmds[i] = decideScript.EvalSha(ctx, pipe, r.keys, r.args...)
+			cmds[i] = r.script.EvalSha(ctx, pipe, r.keys, r.args...)
 		}
 		_, err := pipe.Exec(ctx)
 		if err == nil || !isNoScript(err) {
@@ -126,7 +127,7 @@ func (b *batcher) flush(batch []*batchReq) {
 		// run the ones that missed one by one.
 		for i, r := range batch {
 			if cmds[i].Err() != nil && isNoScript(cmds[i].Err()) {
-				cmds[i] = decideScript.Run(ctx, b.l.rdb, r.keys, r.args...)
+				cmds[i] = r.script.Run(ctx, b.l.rdb, r.keys, r.args...)
 			}
 		}
 		return nil
@@ -153,7 +154,7 @@ func (b *batcher) flushOne(ctx context.Context, r *batchReq) {
 	var res []any // not r.res: an abandoned call may write it late
 	r.err = b.l.call(ctx, "decide", func(ctx context.Context) error {
 		var err error
-		res, err = decideScript.Run(ctx, b.l.rdb, r.keys, r.args...).Slice()
+		res, err = r.script.Run(ctx, b.l.rdb, r.keys, r.args...).Slice()
 		return err
 	})
 	if r.err == nil {

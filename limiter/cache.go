@@ -260,3 +260,16 @@ func (c *snapCache) isSubscribed() bool {
 	defer c.mu.Unlock()
 	return c.subscribed
 }
+
+// isFresh says whether the tenant's entry would be used as it is.
+func (c *snapCache) isFresh(tenant string) bool {
+	_, fresh, _ := c.get(tenant, time.Now())
+	return fresh
+}
+
+// hasRoom says whether the near-cache is below its capacity.
+func (c *snapCache) hasRoom() bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.lru.len() < c.lru.max
+}

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // This file runs the decision script, rebuilds missing quota counters and
@@ -69,7 +71,15 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 					return nil, fmt.Errorf("limiter: script reply has %d elements, want %d", len(res), 5+3*len(pl.pol))
 				}
 				raw, _ := res[len(res)-1].(string)
-				l.cache.refreshed(pl.tenant, due, raw != "" && storedVersion(raw) == due.snap.Version, time.Now())
+				same := raw != "" && storedVersion(raw) == due.snap.Version
+				l.cache.refreshed(pl.tenant, due, same, time.Now())
+				if !same {
+					// The snapshot changed without the server's write (which
+					// deletes it): the limits hash is as old as our copy.
+					_ = l.call(ctx, "limits", func(ctx context.Context) error {
+						return l.rdb.Del(ctx, l.keys.limits(pl.tenant)).Err()
+					})
+				}
 				res = res[:len(res)-1]
 			}
 			return l.decision(pl, req, res, leaseID)
@@ -91,13 +101,17 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 }
 
 func (l *Limiter) runDecide(ctx context.Context, keys []string, args []any) ([]any, error) {
+	return l.runScript(ctx, decideScript, keys, args)
+}
+
+func (l *Limiter) runScript(ctx context.Context, script *redis.Script, keys []string, args []any) ([]any, error) {
 	if l.batch != nil {
-		return l.batch.do(ctx, keys, args)
+		return l.batch.do(ctx, script, keys, args)
 	}
 	var res []any
 	err := l.call(ctx, "decide", func(ctx context.Context) error {
 		var err error
-		res, err = decideScript.Run(ctx, l.rdb, keys, args...).Slice()
+		res, err = script.Run(ctx, l.rdb, keys, args...).Slice()
 		return err
 	})
 	if err != nil {

@@ -90,6 +90,10 @@ func (k keyNames) invalidations() string { return k.prefix + ":ent:inval" }
 //
 // (in a Cluster: <p>:{<slot tag>}:dirty:q and :dirty:rf).
 
+// limits is the key of the tenant's limits hash, which the decision
+// script reads for a tenant missing from the near-cache (see refLua).
+func (k keyNames) limits(tenant string) string { return k.tenantBase(tenant) + "lim" }
+
 // dirtyBase returns the dirty structures' common prefix for tenant.
 func (k keyNames) dirtyBase(tenant string) string {
 	if !k.cluster {

@@ -30,8 +30,9 @@ type Limiter struct {
 	refusalN  atomic.Int64 // entries in refusals, read without the lock
 	tally     refusalTally // cached refusals not yet added to Redis
 
-	local *localStates
-	batch *batcher
+	local   *localStates
+	bgFills chan struct{} // near-cache fills in the background (byRef)
+	batch   *batcher
 
 	pubsub *redis.PubSub
 	cancel context.CancelFunc
@@ -58,6 +59,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		cache:    newSnapCache(opts.CacheSize, opts.CacheTTL),
 		refusals: newLRU[string, []cachedRefusal](opts.CacheSize),
 		local:    newLocalStates(opts.CacheSize),
+		bgFills:  make(chan struct{}, 4),
 	}
 	switch c := rdb.(type) {
 	case *redis.Client:
@@ -134,6 +136,14 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 	if req.Limits != nil {
 		pl = l.explicitPlan(tenant, req)
 	} else {
+		if !l.redisDown() && !l.cache.isFresh(tenant) {
+			d, ok, err := l.byRef(ctx, tenant, req)
+			if ok || (err != nil && !errors.Is(err, errRedisDown)) {
+				return d, err
+			}
+			// No limits hash yet, or Redis failed: read the snapshot (or
+			// take the fail modes' path) as before.
+		}
 		p, isDue, err := l.snapshot(ctx, tenant)
 		if isDue {
 			due = p

@@ -111,3 +111,75 @@ func TestSafetyReadDropsChangedSnapshot(t *testing.T) {
 		t.Fatalf("plans %v, want the changed snapshot by the second decision", plans)
 	}
 }
+
+// TestOneRoundTripPastTheNearCache: with more active tenants than the
+// near-cache holds, a tenant missing from it is still decided in one round
+// trip (the script reads the limits hash), and quotas stay exact across
+// decisions by reference and from the cache. A plan change (the store's
+// write deletes the limits hash) applies at the next decision.
+func TestOneRoundTripPastTheNearCache(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		l, rt, st := counted(t, b, limiter.Options{Timeout: 2 * time.Second, CacheSize: 4})
+		ctx := context.Background()
+		var tenants []string
+		for i := 0; i < 40; i++ {
+			tn := "far-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+			tenants = append(tenants, tn)
+			put(t, st, snapshot(tn, func(s *limiter.Snapshot) {
+				s.Rate = &limiter.Rate{PerSecond: 1000, Burst: 1000}
+				s.Quotas = map[string]limiter.Quota{"requests": {Limit: 5}}
+			}))
+		}
+		admitted := map[string]int{}
+		allow := func(tn string) {
+			d, err := l.Allow(ctx, tn, limiter.Request{Cost: 1})
+			if err != nil || d.Fallback != "" {
+				t.Fatalf("%s: %+v, %v", tn, d, err)
+			}
+			if d.Plan != "pro" || len(d.Policies) != 2 || d.Policies[1].Limit != 5 || d.Policies[0].Limit != 1000 {
+				t.Fatalf("%s: decision %+v", tn, d)
+			}
+			if d.Allowed {
+				admitted[tn]++
+			}
+		}
+		for _, tn := range tenants { // first visit: reads each snapshot once
+			allow(tn)
+		}
+		before := rt.n.Load()
+		for round := 0; round < 4; round++ {
+			for _, tn := range tenants {
+				allow(tn)
+			}
+		}
+		if got, want := rt.n.Load()-before, int64(4*len(tenants)); got != want {
+			t.Errorf("%d round trips for %d decisions past a near-cache of 4, want %d", got, want, want)
+		}
+		// Past the quota: refused by Redis once, then from the refusal
+		// cache, though the tenant is not in the near-cache.
+		for _, tn := range tenants {
+			allow(tn)
+		}
+		before = rt.n.Load()
+		for i := 0; i < 10; i++ {
+			allow(tenants[len(tenants)-1])
+		}
+		if got := rt.n.Load() - before; got > 1 { // the cached refusals' count may be flushed meanwhile
+			t.Errorf("%d round trips for a hammering tenant's refusals, want none", got)
+		}
+		for _, tn := range tenants {
+			if admitted[tn] != 5 {
+				t.Fatalf("%s admitted %d on a quota of 5", tn, admitted[tn])
+			}
+		}
+		// A plan change reaches decisions by reference at once.
+		put(t, st, snapshot(tenants[10], func(s *limiter.Snapshot) {
+			s.Version, s.Plan = 2, "enterprise"
+			s.Quotas = map[string]limiter.Quota{"requests": {Limit: 10}}
+		}))
+		d, err := l.Allow(ctx, tenants[10], limiter.Request{Cost: 1})
+		if err != nil || d.Plan != "enterprise" || !d.Allowed {
+			t.Fatalf("after the plan change: %+v, %v", d, err)
+		}
+	})
+}

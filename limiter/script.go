@@ -35,7 +35,8 @@ import (
 // per policy: remaining, reset ms, period (quota: 0 current, 1 next)}.
 // status 1 allowed, 0 refused, 2 needs seed: then the reply is
 // {2, n, idx1, period1, ...} naming the quotas whose counter is missing.
-const decideLua = `
+const decideBody = `
+local function decide(KEYS, ARGV)
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = math.floor(now_us / 1000)
@@ -256,6 +257,11 @@ if #ARGV > 8 + n * 6 then
   r[#r + 1] = redis.call('GET', KEYS[#KEYS])
 end
 return r
+end
+`
+
+const decideLua = decideBody + `
+return decide(KEYS, ARGV)
 `
 
 // seedLua rebuilds a missing quota counter: durable usage plus what is
@@ -272,6 +278,8 @@ return 1
 
 var (
 	decideScript = redis.NewScript(decideLua)
+	refScript    = redis.NewScript(refLua)
+	putLimScript = redis.NewScript(putLimLua)
 	seedScript   = redis.NewScript(seedLua)
 )
 
@@ -284,3 +292,64 @@ func toInt64(v any) (int64, error) {
 		return 0, fmt.Errorf("limiter: unexpected script reply element %T", v)
 	}
 }
+
+// refLua decides by reference: for a tenant missing from the near-cache,
+// the script reads the limits it needs from the tenant's limits hash
+// (keyNames.limits, written by the limiter whenever it reads a snapshot)
+// and builds the decision's keys and arguments itself, so that the
+// decision is still one round trip. The limits hash is deleted by the
+// server when it writes or deletes the snapshot.
+//
+// KEYS[1] limits hash. ARGV: 1-3 as decideLua's, 4 the tenant's key base
+// ("<p>:{t:<tenant>}:"), 5 lease id, 6 seed required, 7 meter, 8 dirty
+// marks' prefix, 9 skip quota (0|1), 10 concurrency slot wanted (0|1),
+// 11 lease TTL ms.
+//
+// Reply: {3} when there is no limits hash; else decideLua's reply followed
+// by the hash's v, pl, r, c, q:<meter>, at fields (false when missing).
+//
+// Hash fields: v version, pl plan, at written (ms), r "<emission interval
+// µs> <burst> <per second>", c concurrency, q:<meter> "<limit> <hard 1|0>
+// <end ms> <next end ms> <start unix> <end unix> <mode>".
+const refLua = decideBody + `
+local h = redis.call('HMGET', KEYS[1], 'v', 'pl', 'r', 'c', 'q:' .. ARGV[7], 'at')
+if not h[1] then return {3} end
+local base = ARGV[4]
+local K = {}
+local A = {ARGV[1], ARGV[2], ARGV[3], base .. 'rf:', ARGV[5], ARGV[6], 0, ARGV[8]}
+local n = 0
+if h[3] then
+  local ei, bu = string.match(h[3], '^(%S+) (%S+)')
+  K[#K + 1] = base .. 'rate'
+  A[#A + 1] = 'r'; A[#A + 1] = 'rate'; A[#A + 1] = ei; A[#A + 1] = bu; A[#A + 1] = ''; A[#A + 1] = ''
+  n = n + 1
+end
+if h[5] and ARGV[9] ~= '1' then
+  local lim, hard, e, nx, s0, s1 = string.match(h[5], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)')
+  local m = ARGV[7]
+  K[#K + 1] = base .. 'q:' .. m .. ':' .. s0; K[#K + 1] = base .. 'qp:' .. m .. ':' .. s0
+  K[#K + 1] = base .. 'q:' .. m .. ':' .. s1; K[#K + 1] = base .. 'qp:' .. m .. ':' .. s1
+  A[#A + 1] = 'q'; A[#A + 1] = m; A[#A + 1] = lim; A[#A + 1] = hard; A[#A + 1] = e; A[#A + 1] = nx
+  n = n + 1
+end
+if h[4] and ARGV[10] == '1' then
+  K[#K + 1] = base .. 'conc'
+  A[#A + 1] = 'c'; A[#A + 1] = 'concurrency'; A[#A + 1] = h[4]; A[#A + 1] = ARGV[11]; A[#A + 1] = ''; A[#A + 1] = ''
+  n = n + 1
+end
+A[7] = n
+local r = decide(K, A)
+for i = 1, 6 do r[#r + 1] = h[i] end
+return r
+`
+
+// putLimLua writes a tenant's limits hash unless a newer version is
+// stored. KEYS[1] limits hash; ARGV: version, TTL s, then field, value...
+const putLimLua = `
+local v = tonumber(redis.call('HGET', KEYS[1], 'v'))
+if v and v > tonumber(ARGV[1]) then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return 1
+`

@@ -39,6 +39,11 @@ func (k Keys) tenantBase(tenant string) string {
 // Snapshot is the key of the tenant's entitlement snapshot (JSON).
 func (k Keys) Snapshot(tenant string) string { return k.tenantBase(tenant) + "ent" }
 
+// Limits is the key of the tenant's limits hash, which the limiter writes
+// from the snapshot for its decisions by reference; writing or deleting
+// the snapshot deletes it.
+func (k Keys) Limits(tenant string) string { return k.tenantBase(tenant) + "lim" }
+
 // Rate is the key of the tenant's token bucket (GCRA theoretical arrival time).
 func (k Keys) Rate(tenant string) string { return k.tenantBase(tenant) + "rate" }
 

@@ -51,6 +51,7 @@ if cur then
   end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
+redis.call('DEL', KEYS[2]) -- the limits hash: the next limiter to read the snapshot writes it
 redis.call('PUBLISH', ARGV[4], ARGV[5])
 return 1
 `)
@@ -76,7 +77,7 @@ return 1
 `)
 
 var deleteSnapshotScript = redis.NewScript(`
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('PUBLISH', ARGV[1], ARGV[2])
 return 1
 `)
@@ -96,7 +97,7 @@ func (s *Store) PutSnapshot(ctx context.Context, snap limiter.Snapshot) error {
 	if ttl < 1 {
 		ttl = 1
 	}
-	err = putSnapshotScript.Run(ctx, s.rdb, []string{s.keys.Snapshot(snap.TenantID)},
+	err = putSnapshotScript.Run(ctx, s.rdb, []string{s.keys.Snapshot(snap.TenantID), s.keys.Limits(snap.TenantID)},
 		raw, snap.Version, ttl, s.keys.Invalidations(), snap.TenantID+":"+strconv.FormatInt(snap.Version, 10)).Err()
 	if err != nil {
 		return fmt.Errorf("limitstore: writing snapshot of %q: %w", snap.TenantID, err)
@@ -128,7 +129,7 @@ func (s *Store) Republish(ctx context.Context, snap limiter.Snapshot) (written b
 // DeleteSnapshot removes the tenant's snapshot and publishes
 // "<tenant>:-1" so that every Limiter drops its copy.
 func (s *Store) DeleteSnapshot(ctx context.Context, tenant string) error {
-	err := deleteSnapshotScript.Run(ctx, s.rdb, []string{s.keys.Snapshot(tenant)}, s.keys.Invalidations(), tenant+":-1").Err()
+	err := deleteSnapshotScript.Run(ctx, s.rdb, []string{s.keys.Snapshot(tenant), s.keys.Limits(tenant)}, s.keys.Invalidations(), tenant+":-1").Err()
 	if err != nil {
 		return fmt.Errorf("limitstore: deleting snapshot of %q: %w", tenant, err)
 	}

@@ -1,0 +1,243 @@
+package limiter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// This file decides for a tenant missing from the near-cache in one round
+// trip: the script reads the limits from the tenant's limits hash in Redis
+// (refLua). The near-cache then saves work but is never needed for one
+// trip, however many tenants are active.
+
+// limitsTTL is how long a limits hash lives without being written again.
+// The server deletes it whenever it writes or deletes the snapshot, and a
+// hash older than Options.CacheTTL is re-read in the background (the same
+// safety re-read as the near-cache's), so its TTL only bounds idle keys.
+const limitsTTL = 24 * time.Hour
+
+// limitsFields returns the limits hash of a snapshot (see refLua).
+func limitsFields(p *prepared, now time.Time) []any {
+	s := p.snap
+	f := []any{"v", s.Version, "pl", s.Plan, "at", now.UnixMilli()}
+	if r := p.rate; r != nil {
+		f = append(f, "r", r.ei+" "+r.burst+" "+strconv.FormatFloat(r.rate.PerSecond, 'g', -1, 64))
+	}
+	if p.conc > 0 {
+		f = append(f, "c", p.conc)
+	}
+	for m, q := range p.quotas {
+		f = append(f, "q:"+m, strings.Join([]string{q.limitS, boolArg(q.hard), q.endS, q.nextS,
+			strconv.FormatInt(q.starts[0].Unix(), 10), strconv.FormatInt(q.starts[1].Unix(), 10), string(q.mode)}, " "))
+	}
+	return f
+}
+
+// writeLimits stores the snapshot's limits hash for decisions by reference.
+func (l *Limiter) writeLimits(ctx context.Context, p *prepared) {
+	args := append([]any{p.snap.Version, int64(limitsTTL / time.Second)}, limitsFields(p, time.Now())...)
+	_ = l.call(ctx, "limits", func(ctx context.Context) error {
+		return putLimScript.Run(ctx, l.rdb, []string{l.keys.limits(p.snap.TenantID)}, args...).Err()
+	}) // best effort: without it the tenant is decided in two trips
+}
+
+// byRef decides a tenant that is not fresh in the near-cache in one trip.
+// ok is false when Redis has no limits hash for it (then the caller reads
+// the snapshot as before). Errors wrapping errRedisDown go to the fail modes.
+func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *Decision, ok bool, err error) {
+	if d := l.cachedRefusalByRef(tenant, req); d != nil {
+		return d, true, nil
+	}
+	var leaseID string
+	if req.Concurrency && !req.Peek {
+		leaseID = newID()
+	}
+	args := make([]any, 11)
+	args[0], args[1] = req.Cost, "0"
+	if req.Peek {
+		args[0], args[1] = int64(0), req.Cost
+	}
+	args[2] = "1"
+	args[3] = l.keys.tenantBase(tenant)
+	args[4] = leaseID
+	args[5] = boolArg(l.opts.UsageLoader != nil)
+	args[6] = req.Meter
+	args[7] = l.keys.dirtyBase(tenant)
+	args[8] = boolArg(req.SkipQuota)
+	args[9] = boolArg(req.Concurrency)
+	args[10] = strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10)
+	keys := []string{l.keys.limits(tenant)}
+	for attempt := 0; ; attempt++ {
+		res, err := l.runScript(ctx, refScript, keys, args)
+		if err != nil {
+			return nil, false, err
+		}
+		if len(res) == 1 {
+			return nil, false, nil // no limits hash
+		}
+		if len(res) < 8 {
+			return nil, false, fmt.Errorf("limiter: short script reply (%d elements)", len(res))
+		}
+		p, at, err := l.fromLimits(tenant, req.Meter, res[len(res)-6:])
+		if err != nil {
+			return nil, false, err
+		}
+		res = res[:len(res)-6]
+		pl := l.snapshotPlan(p, req)
+		if leaseID != "" && !planHas(pl, 'c') {
+			leaseID = ""
+		}
+		status, err := toInt64(res[0])
+		if err != nil {
+			return nil, false, err
+		}
+		if status == 2 {
+			if attempt >= 2 {
+				args[5] = "0" // someone keeps deleting the counter: count from what Redis has
+				continue
+			}
+			if err := l.seed(ctx, pl, res); err != nil {
+				if errors.Is(err, errRedisDown) {
+					return nil, false, err
+				}
+				if l.opts.FailMode.Quota == FailClosed {
+					return nil, false, ErrUnavailable
+				}
+				args[5] = "0"
+			}
+			continue
+		}
+		if len(pl.pol) == 0 {
+			return &Decision{Allowed: true, Plan: pl.planName}, true, nil
+		}
+		d, err := l.decision(pl, req, res, leaseID)
+		if err != nil {
+			return nil, false, err
+		}
+		if h := l.opts.Hooks.OnCacheMiss; h != nil {
+			h()
+		}
+		// Fill the near-cache off the decision's path when it has room (a
+		// small deployment then decides from it) or when the hash is past
+		// the safety TTL (which rewrites it).
+		if !d.Allowed {
+			l.cacheRefusal(pl, req, d)
+		}
+		if time.Since(at) > l.opts.CacheTTL || l.cache.hasRoom() {
+			l.fillInBackground(tenant)
+		}
+		return d, true, nil
+	}
+}
+
+// cachedRefusalByRef is cachedRefusal for a tenant without a plan at hand:
+// a cached refusal applies when the request checks its policy (the rate
+// always, a quota of the request's meter, concurrency when a slot is asked).
+func (l *Limiter) cachedRefusalByRef(tenant string, req *Request) *Decision {
+	if l.opts.DisableRefusalCache || l.opts.Shadow || l.refusalN.Load() == 0 {
+		return nil
+	}
+	l.refusalMu.Lock()
+	list, ok := l.refusals.get(tenant)
+	l.refusalMu.Unlock()
+	if !ok {
+		return nil
+	}
+	pl := &plan{tenant: tenant, refKey: tenant, rfBase: l.keys.refusalBase(tenant)}
+	for _, r := range list {
+		switch {
+		case r.typ == 'r',
+			r.typ == 'q' && !req.SkipQuota && r.policy == req.Meter,
+			r.typ == 'c' && req.Concurrency:
+			pl.pol = append(pl.pol, policy{typ: r.typ, name: r.policy})
+		}
+	}
+	if len(pl.pol) == 0 {
+		return nil
+	}
+	return l.cachedRefusal(pl, req)
+}
+
+func planHas(pl *plan, typ byte) bool {
+	for _, p := range pl.pol {
+		if p.typ == typ {
+			return true
+		}
+	}
+	return false
+}
+
+// fromLimits rebuilds the part of a snapshot that a decision on meter
+// needs from the limits hash fields v, pl, r, c, q:<meter>, at.
+func (l *Limiter) fromLimits(tenant, meter string, f []any) (*prepared, time.Time, error) {
+	str := func(v any) string { s, _ := v.(string); return s }
+	bad := func(what string) error { return fmt.Errorf("limiter: limits hash of %q: bad %s", tenant, what) }
+	v, err := strconv.ParseInt(str(f[0]), 10, 64)
+	if err != nil {
+		return nil, time.Time{}, bad("version")
+	}
+	snap := Snapshot{TenantID: tenant, Plan: str(f[1]), Version: v}
+	if r := str(f[2]); r != "" {
+		t := strings.Fields(r)
+		if len(t) != 3 {
+			return nil, time.Time{}, bad("rate")
+		}
+		b, err1 := strconv.ParseInt(t[1], 10, 64)
+		ps, err2 := strconv.ParseFloat(t[2], 64)
+		if err1 != nil || err2 != nil {
+			return nil, time.Time{}, bad("rate")
+		}
+		snap.Rate = &Rate{PerSecond: ps, Burst: b}
+	}
+	if c := str(f[3]); c != "" {
+		n, err := strconv.ParseInt(c, 10, 64)
+		if err != nil {
+			return nil, time.Time{}, bad("concurrency")
+		}
+		snap.Concurrency = n
+	}
+	if q := str(f[4]); q != "" {
+		t := strings.Fields(q)
+		if len(t) != 7 {
+			return nil, time.Time{}, bad("quota")
+		}
+		lim, e1 := strconv.ParseInt(t[0], 10, 64)
+		next, e2 := strconv.ParseInt(t[3], 10, 64)
+		s0, e3 := strconv.ParseInt(t[4], 10, 64)
+		s1, e4 := strconv.ParseInt(t[5], 10, 64)
+		if e1 != nil || e2 != nil || e3 != nil || e4 != nil {
+			return nil, time.Time{}, bad("quota")
+		}
+		snap.Quotas = map[string]Quota{meter: {Limit: lim, Mode: QuotaMode(t[6])}}
+		snap.PeriodStart = time.Unix(s0, 0).UTC()
+		snap.PeriodEnd = time.Unix(s1, 0).UTC()
+		snap.NextPeriodEnd = time.UnixMilli(next).UTC()
+	}
+	at, _ := strconv.ParseInt(str(f[5]), 10, 64)
+	return l.keys.prepare(snap), time.UnixMilli(at), nil
+}
+
+// fillInBackground reads the tenant's snapshot into the near-cache (and
+// rewrites its limits hash) on a goroutine of its own, at most a few at
+// once: a busy moment skips it rather than queue Redis work.
+func (l *Limiter) fillInBackground(tenant string) {
+	if l.closed.Load() {
+		return
+	}
+	select {
+	case l.bgFills <- struct{}{}:
+	default:
+		return
+	}
+	l.wg.Add(1)
+	go func() {
+		defer func() { <-l.bgFills; l.wg.Done() }()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		_, _, _ = l.sf.Do(tenant, func() (any, error) { return l.fill(ctx, tenant) })
+	}()
+}
