@@ -307,12 +307,16 @@ func TestReportsSendInParallelWithinRate(t *testing.T) {
 		}
 	}
 	svc := NewService(b.db, b.store, testLog(t), Options{ReportRate: 20, ReportConcurrency: 8})
+	began := time.Now()
 	st, err := svc.ReportToStripe(b.ctx, fake.sender())
+	took := time.Since(began)
 	if err != nil || st.Sent < n { // other tests' failed reports may be sent too
 		t.Fatalf("stats %+v, %v: want %d sent", st, err, n)
 	}
 	fake.mu.Lock()
 	defer fake.mu.Unlock()
+	t.Logf("%d sends to a Stripe answering in %s: %s (one at a time: %s), at most %d in flight",
+		st.Sent, fake.delay, took.Round(time.Millisecond), time.Duration(st.Sent)*fake.delay, fake.maxIn)
 	if fake.maxIn < 2 || fake.maxIn > 8 {
 		t.Fatalf("at most %d sends in flight, want 2..8 (parallel, capped)", fake.maxIn)
 	}
