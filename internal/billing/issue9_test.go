@@ -2,6 +2,7 @@ package billing_test
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"strings"
@@ -443,5 +444,37 @@ func TestPlanChangeWithoutAnAnswerKeepsItsKey(t *testing.T) {
 	var attempt int
 	if err := e.pool.QueryRow(context.Background(), `SELECT attempt FROM stripe_plan_changes WHERE base_key LIKE '%' || $1 || '%'`, sub).Scan(&attempt); err != nil || attempt != 0 {
 		t.Fatalf("attempt %d (%v), want 0: no answer, same key", attempt, err)
+	}
+}
+
+// Two entitlement summaries of the same second delivered in reverse end on
+// the newer list (without a key: ordered through previous_attributes).
+func TestSameSecondSummariesInReverseEndOnTheNewerList(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.plans()
+	cus := newCustomer()
+	tenant := e.tenant("free", cus)
+	at := time.Now().Add(-time.Minute).Truncate(time.Second)
+	withPrev := func(body []byte, prev []string) []byte {
+		var ev map[string]any
+		if err := json.Unmarshal(body, &ev); err != nil {
+			t.Fatal(err)
+		}
+		data := []any{}
+		for _, k := range prev {
+			data = append(data, map[string]any{"id": "ent_" + k, "object": "entitlements.active_entitlement", "lookup_key": k})
+		}
+		ev["data"].(map[string]any)["previous_attributes"] = map[string]any{"entitlements": map[string]any{"data": data}}
+		out, _ := json.Marshal(ev)
+		return out
+	}
+	first, second := newEventID(t), newEventID(t)
+	older := withPrev(summaryEvent(t, first, cus, []string{"sso"}, false, at), []string{})
+	newer := withPrev(summaryEvent(t, second, cus, []string{"sso", "exports"}, false, at), []string{"sso"})
+	e.processed(newer)
+	e.post(older)
+	r := e.waitEvent(first)
+	if f := e.snapshot(tenant).Features; strings.Join(f, ",") != "exports,sso" || r.Status != billing.StatusIgnored {
+		t.Fatalf("features %v, older summary %s %s; want [exports sso] and the older one ignored", f, r.Status, deref(r.Reason))
 	}
 }
