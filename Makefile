@@ -33,9 +33,8 @@ lint: ## go vet, gofmt check and staticcheck (pinned in go.mod as a tool)
 	$(GO) tool staticcheck ./...
 
 .PHONY: bench
-bench: services ## side-by-side benchmarks; writes BENCHMARKS.md sections
-	$(GO) run ./cmd/bench
-	$(GO) run ./cmd/bench -http
+bench: services ## side-by-side benchmarks (libbench, side-by-side.sh from PERF_DIR, default ../shared/perf; see scripts/bench.sh)
+	@scripts/bench.sh
 
 .PHONY: clean
 clean: ## remove built binaries and throwaway service data
