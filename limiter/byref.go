@@ -21,9 +21,9 @@ import (
 const limitsTTL = 24 * time.Hour
 
 // limitsFields returns the limits hash of a snapshot (see refLua).
-func limitsFields(p *prepared, now time.Time) []any {
+func limitsFields(p *prepared, at int64) []any {
 	s := p.snap
-	f := []any{"v", s.Version, "pl", s.Plan, "at", now.UnixMilli()}
+	f := []any{"v", s.Version, "pl", s.Plan, "at", at}
 	if r := p.rate; r != nil {
 		f = append(f, "r", r.ei+" "+r.burst+" "+strconv.FormatFloat(r.rate.PerSecond, 'g', -1, 64))
 	}
@@ -38,10 +38,19 @@ func limitsFields(p *prepared, now time.Time) []any {
 }
 
 // writeLimits stores the snapshot's limits hash for decisions by reference.
-func (l *Limiter) writeLimits(ctx context.Context, p *prepared) {
-	args := append([]any{p.snap.Version, int64(limitsTTL / time.Second)}, limitsFields(p, time.Now())...)
+// A hash made from the snapshot stored in Redis is written only if that is
+// still the stored version, and needs no safety re-read ("at" 0): the
+// server deletes it with every write of the snapshot. One made from the
+// Loader's answer (nothing in Redis tells of its changes) carries the time
+// it was written, and is read again past Options.CacheTTL.
+func (l *Limiter) writeLimits(ctx context.Context, p *prepared, fromRedis bool) {
+	at := time.Now().UnixMilli()
+	if fromRedis {
+		at = 0
+	}
+	args := append([]any{p.snap.Version, int64(limitsTTL / time.Second)}, limitsFields(p, at)...)
 	_ = l.call(ctx, "limits", func(ctx context.Context) error {
-		return putLimScript.Run(ctx, l.rdb, []string{l.keys.limits(p.snap.TenantID)}, args...).Err()
+		return putLimScript.Run(ctx, l.rdb, []string{l.keys.limits(p.snap.TenantID), l.keys.snapshot(p.snap.TenantID)}, args...).Err()
 	}) // best effort: without it the tenant is decided in two trips
 }
 
@@ -127,7 +136,7 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 		if !d.Allowed {
 			l.cacheRefusal(pl, req, d)
 		}
-		if time.Since(at) > l.opts.CacheTTL || l.cache.hasRoom() {
+		if (at.UnixMilli() != 0 && time.Since(at) > l.opts.CacheTTL) || l.cache.hasRoom() {
 			l.fillInBackground(tenant)
 		}
 		return d, true, nil
@@ -217,7 +226,7 @@ func (l *Limiter) fromLimits(tenant, meter string, f []any) (*prepared, time.Tim
 		snap.PeriodEnd = time.Unix(s1, 0).UTC()
 		snap.NextPeriodEnd = time.UnixMilli(next).UTC()
 	}
-	at, _ := strconv.ParseInt(str(f[5]), 10, 64)
+	at, _ := strconv.ParseInt(str(f[5]), 10, 64) // 0: needs no safety re-read
 	return l.keys.prepare(snap), time.UnixMilli(at), nil
 }
 

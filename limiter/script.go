@@ -344,10 +344,18 @@ return r
 `
 
 // putLimLua writes a tenant's limits hash unless a newer version is
-// stored. KEYS[1] limits hash; ARGV: version, TTL s, then field, value...
+// stored, or a snapshot of another version is (the server wrote it
+// meanwhile, and deleted the hash: a late write must not bring the old
+// limits back). KEYS[1] limits hash, KEYS[2] snapshot; ARGV: version,
+// TTL s, then field, value...
 const putLimLua = `
 local v = tonumber(redis.call('HGET', KEYS[1], 'v'))
 if v and v > tonumber(ARGV[1]) then return 0 end
+local raw = redis.call('GET', KEYS[2])
+if raw then
+  local ok, obj = pcall(cjson.decode, raw)
+  if ok and type(obj) == 'table' and tonumber(obj['version']) ~= tonumber(ARGV[1]) then return 0 end
+end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], unpack(ARGV, 3))
 redis.call('EXPIRE', KEYS[1], ARGV[2])
