@@ -433,7 +433,7 @@ func TestRateUpgradeDropsOldDebt(t *testing.T) {
 		ctx := context.Background()
 		st := limitstore.New(b.client(), b.prefix)
 		put(t, st, snapshot("upg", func(s *limiter.Snapshot) { s.Rate = &limiter.Rate{PerSecond: 0.01, Burst: 2} }))
-		l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, DisableRefusalCache: true})
+		l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, DisableRefusalCache: true, Timeout: 2 * time.Second})
 		for i := 0; i < 2; i++ {
 			if d, err := l.Allow(ctx, "upg", limiter.Request{Cost: 1}); err != nil || !d.Allowed {
 				t.Fatalf("within burst: %+v %v", d, err)

@@ -130,13 +130,12 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 		if h := l.opts.Hooks.OnCacheMiss; h != nil {
 			h()
 		}
-		// Fill the near-cache off the decision's path when it has room (a
-		// small deployment then decides from it) or when the hash is past
-		// the safety TTL (which rewrites it).
+		// A hash from the Loader past the safety TTL is read again off the
+		// decision's path (the fill rewrites it).
 		if !d.Allowed {
 			l.cacheRefusal(pl, req, d)
 		}
-		if (at.UnixMilli() != 0 && time.Since(at) > l.opts.CacheTTL) || l.cache.hasRoom() {
+		if at.UnixMilli() != 0 && time.Since(at) > l.opts.CacheTTL {
 			l.fillInBackground(tenant)
 		}
 		return d, true, nil

@@ -73,9 +73,11 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 				raw, _ := res[len(res)-1].(string)
 				same := raw != "" && storedVersion(raw) == due.snap.Version
 				l.cache.refreshed(pl.tenant, due, same, time.Now())
-				if !same {
-					// The snapshot changed without the server's write (which
-					// deletes it): the limits hash is as old as our copy.
+				if !same && raw != "" {
+					// The stored snapshot changed without the server's write
+					// (which deletes it): the limits hash is as old as our
+					// copy. (Without a stored snapshot the hash came from the
+					// Loader and is re-read by its age.)
 					_ = l.call(ctx, "limits", func(ctx context.Context) error {
 						return l.rdb.Del(ctx, l.keys.limits(pl.tenant)).Err()
 					})

@@ -136,7 +136,10 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 	if req.Limits != nil {
 		pl = l.explicitPlan(tenant, req)
 	} else {
-		if !l.redisDown() && !l.cache.isFresh(tenant) {
+		// Past the near-cache's capacity a miss is decided by reference
+		// (one trip); below it, reading the snapshot into the cache costs
+		// the one extra trip once and saves work afterwards.
+		if !l.redisDown() && !l.cache.isFresh(tenant) && !l.cache.hasRoom() {
 			d, ok, err := l.byRef(ctx, tenant, req)
 			if ok || (err != nil && !errors.Is(err, errRedisDown)) {
 				return d, err
