@@ -278,6 +278,12 @@ func (w *Web) html(next echo.HandlerFunc) echo.HandlerFunc {
 			if errors.As(err, &he) && he.Code < 500 {
 				return w.renderError(c, he.Code, http.StatusText(he.Code), fmt.Sprint(he.Message))
 			}
+			if apperr.Transient(err) {
+				// Postgres or Redis down: a 503 to retry, not a 500.
+				w.log.WarnContext(c.Request().Context(), "page: dependency unavailable", "route", c.Path(), "err", err)
+				c.Response().Header().Set("Retry-After", "1")
+				return w.renderError(c, http.StatusServiceUnavailable, "Try again shortly", "The database or cache does not answer right now. Try again in a moment.")
+			}
 			w.log.ErrorContext(c.Request().Context(), "page failed", "method", c.Request().Method, "route", c.Path(), "err", err)
 			return w.renderError(c, http.StatusInternalServerError, "Something went wrong", "The server failed; the error was logged. Try again in a moment.")
 		}
@@ -291,6 +297,7 @@ func (w *Web) html(next echo.HandlerFunc) echo.HandlerFunc {
 			status, heading = http.StatusConflict, "Conflict"
 		case apperr.Unavailable:
 			status, heading = http.StatusServiceUnavailable, "Try again shortly"
+			c.Response().Header().Set("Retry-After", "1")
 		case apperr.Upstream:
 			status, heading = http.StatusBadGateway, "Stripe refused the change"
 		case apperr.TooLarge:

@@ -79,6 +79,13 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 		case http.StatusUnauthorized:
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
 		}
+	} else if apperr.Transient(err) {
+		// Postgres or Redis down or too slow: the client should retry,
+		// and nothing about the connection is shown.
+		s.log.WarnContext(c.Request().Context(), "dependency unavailable", "method", c.Request().Method, "route", c.Path(), "err", err)
+		c.Response().Header().Set("Retry-After", "1")
+		p = Problem{Type: ProblemBase + "unavailable", Title: "Service unavailable", Status: http.StatusServiceUnavailable,
+			Detail: "a dependency of this request (database or cache) is unavailable; retry"}
 	} else {
 		s.log.ErrorContext(c.Request().Context(), "request failed", "method", c.Request().Method, "route", c.Path(), "err", err)
 		p = Problem{Type: ProblemBase + "internal", Title: "Internal server error", Status: http.StatusInternalServerError,
