@@ -53,7 +53,9 @@ func TestFlushCostGrowsWithActivityNotKeyspace(t *testing.T) {
 		t.Skip("a million keys: skipped in -short mode")
 	}
 	srv := redistest.StartServer(t, "--enable-debug-command", "yes")
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32})
+	// DEBUG POPULATE of a million keys takes seconds on a loaded machine:
+	// past go-redis's 3 s read timeout, the test failed on its setup.
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32, ReadTimeout: time.Minute})
 	t.Cleanup(func() { rdb.Close() })
 	b := newBundle(t, setup(t).db, rdb, "tg")
 	if err := rdb.Do(b.ctx, "DEBUG", "POPULATE", 1_000_000, "other").Err(); err != nil {
