@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/ids"
 )
 
@@ -24,7 +25,9 @@ func (w *Web) handleAdminLoginPage() echo.HandlerFunc {
 // console session.
 func (w *Web) handleAdminLogin() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if !equalConst(strings.TrimSpace(c.FormValue("token")), w.AdminToken) {
+		tok := strings.TrimSpace(c.FormValue("token"))
+		who := w.adminName(tok)
+		if who == "" {
 			if err := w.guardFailed(c, "admin"); err != nil {
 				return err
 			}
@@ -32,7 +35,9 @@ func (w *Web) handleAdminLogin() echo.HandlerFunc {
 			return w.render(c, http.StatusUnauthorized, "admin_login", page{Title: "Billing console login", CSRF: preToken(c, "/admin"),
 				Data: loginPage{Error: "That admin token is wrong."}})
 		}
-		raw, _, err := w.store.createSession(c.Request().Context(), kindAdmin, "", credential{adminHash: hashToken(w.AdminToken)}, w.AdminTTL)
+		// The session ends when the credential it was opened with is no
+		// longer one of the admin tokens; its actions are recorded as who.
+		raw, _, err := w.store.createSession(c.Request().Context(), kindAdmin, "", credential{adminHash: hashToken(tok), actor: who}, w.AdminTTL)
 		if err != nil {
 			return err
 		}
@@ -40,6 +45,31 @@ func (w *Web) handleAdminLogin() echo.HandlerFunc {
 		clearCookie(c, cookiePre, "/admin")
 		return c.Redirect(http.StatusSeeOther, "/admin/tenants")
 	}
+}
+
+// adminName returns the name of the admin credential tok is ("admin" for
+// ADMIN_TOKEN), or "". Every credential is compared, in constant time.
+func (w *Web) adminName(tok string) string {
+	who := ""
+	if equalConst(tok, w.AdminToken) {
+		who = "admin"
+	}
+	for name, t := range w.AdminTokens {
+		if equalConst(tok, t) {
+			who = name
+		}
+	}
+	return who
+}
+
+// adminHashes are the hashes of every valid admin token: a console session
+// lives while the token that opened it is one of them.
+func (w *Web) adminHashes() [][]byte {
+	out := [][]byte{hashToken(w.AdminToken)}
+	for _, t := range w.AdminTokens {
+		out = append(out, hashToken(t))
+	}
+	return out
 }
 
 func (w *Web) handleAdminHome() echo.HandlerFunc {
@@ -130,6 +160,7 @@ type tenantPage struct {
 	CanResync bool
 	OverForm  overrideForm
 	OverErrs  []apperr.FieldError
+	Audit     []AuditRow // the tenant's own trail, newest first
 }
 
 type newLink struct {
@@ -162,6 +193,13 @@ func (w *Web) adminTenant(c echo.Context) (page, tenantPage, error) {
 	}
 	if d.Drift, err = w.store.drift(ctx, id, 10); err != nil {
 		return page{}, d, err
+	}
+	if w.Audit != nil {
+		es, err := w.Audit.List(ctx, audit.Filter{TenantID: id, Limit: 20})
+		if err != nil {
+			return page{}, d, err
+		}
+		d.Audit = w.auditRows(c, es)
 	}
 	return page{Title: u.Tenant.Name, Nav: "tenants"}, d, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
@@ -45,7 +46,9 @@ type bundle struct {
 	web    *Web
 	srv    *httptest.Server
 	api    *httpapi.Server
-	admin  string // admin token
+	admin  string // admin token (ADMIN_TOKEN: actor "admin")
+	alice  string // a named admin credential (ADMIN_TOKENS: actor "alice")
+	trail  *audit.Log
 	free   string // this test's default plan
 	pro    string // a bigger plan
 	// fallbacks counts the limiter's fail-mode decisions (Redis slower
@@ -83,7 +86,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	rdb, prefix := redistest.New(t)
 	log := slog.New(slog.DiscardHandler)
 	b := &bundle{ctx: ctx, pool: pool, rdb: rdb, prefix: prefix, store: limitstore.New(rdb, prefix),
-		admin: "tga_" + uniq("admin"), free: uniq("free"), pro: uniq("pro")}
+		admin: "tga_" + uniq("admin"), alice: "tga_" + uniq("alice-token"), free: uniq("free"), pro: uniq("pro")}
 	b.ents = entitlements.NewService(pool, b.store, log, entitlements.Options{DefaultPlan: b.free, Redis: rdb, Prefix: prefix})
 	// ents.Run is not started: without it Authenticate asks Postgres every
 	// time, which is what these tests want to see.
@@ -120,13 +123,16 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	if o.stripeBase != "" {
 		plans = bill
 	}
+	b.trail = audit.New(pool, log)
+	named := map[string]string{"alice": b.alice}
 	w, err := New(Deps{Log: log, DB: pool, Limits: b.store, Snapshots: b.ents, Usage: b.meter, AdminToken: b.admin, DefaultPlan: b.free,
+		AdminTokens: named, Audit: b.trail,
 		Plans: plans, PlanAdmin: b.ents, Addons: b.ents, Keys: b.ents, Overrides: b.ents, Replayer: bill, Resyncer: bill, Guard: guard})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.web = w
-	api, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, AdminToken: b.admin,
+	api, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, AdminToken: b.admin, AdminTokens: named, Audit: b.trail,
 		Entitlements: b.ents, Metering: b.meter, PlanChanger: plans, Limiter: lim, AuthLimiter: guard, DashboardLinks: w})
 	if err != nil {
 		t.Fatal(err)

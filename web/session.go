@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/audit"
 )
 
 // Session kinds, as stored in web_sessions.kind.
@@ -39,6 +40,7 @@ const (
 type Session struct {
 	Kind      string
 	TenantID  string // "" for admins
+	Actor     string // the admin credential's name; "" for tenants
 	CSRF      string
 	ExpiresAt time.Time
 	idHash    []byte
@@ -70,6 +72,7 @@ func equalConst(a, b string) bool {
 type credential struct {
 	apiKeyID  string
 	adminHash []byte
+	actor     string // the admin credential's name, for the audit trail
 }
 
 // createSession stores a new session and returns its raw id (the cookie
@@ -77,17 +80,21 @@ type credential struct {
 func (s *store) createSession(ctx context.Context, kind, tenantID string, cred credential, ttl time.Duration) (string, Session, error) {
 	id := randomToken()
 	sess := Session{Kind: kind, TenantID: tenantID, CSRF: randomToken(), idHash: hashToken(id)}
-	var tid, kid *string
+	var tid, kid, who *string
 	if tenantID != "" {
 		tid = &tenantID
 	}
 	if cred.apiKeyID != "" {
 		kid = &cred.apiKeyID
 	}
+	if cred.actor != "" {
+		sess.Actor = cred.actor
+		who = &sess.Actor
+	}
 	err := s.db.QueryRow(ctx, `
-		INSERT INTO web_sessions (id_hash, kind, tenant_id, csrf_token, expires_at, api_key_id, admin_token_hash)
-		VALUES ($1, $2, $3, $4, now() + $5::interval, $6, $7) RETURNING expires_at`,
-		sess.idHash, kind, tid, sess.CSRF, fmt.Sprintf("%d seconds", int64(ttl.Seconds())), kid, cred.adminHash).Scan(&sess.ExpiresAt)
+		INSERT INTO web_sessions (id_hash, kind, tenant_id, csrf_token, expires_at, api_key_id, admin_token_hash, actor)
+		VALUES ($1, $2, $3, $4, now() + $5::interval, $6, $7, $8) RETURNING expires_at`,
+		sess.idHash, kind, tid, sess.CSRF, fmt.Sprintf("%d seconds", int64(ttl.Seconds())), kid, cred.adminHash, who).Scan(&sess.ExpiresAt)
 	if err != nil {
 		return "", Session{}, fmt.Errorf("web: create session: %w", notFound(err, "tenant"))
 	}
@@ -101,18 +108,18 @@ func (s *store) createSession(ctx context.Context, kind, tenantID string, cred c
 // session loads an unexpired session of the given kind whose credential
 // still holds: its API key unrevoked, or (console) the admin token it was
 // opened with still the current one (adminHash).
-func (s *store) session(ctx context.Context, rawID, kind string, adminHash []byte) (Session, error) {
+func (s *store) session(ctx context.Context, rawID, kind string, adminHashes [][]byte) (Session, error) {
 	if rawID == "" {
 		return Session{}, apperr.New(apperr.Unauthorized, "not logged in")
 	}
 	sess := Session{idHash: hashToken(rawID)}
-	var tid *string
+	var tid, who *string
 	err := s.db.QueryRow(ctx, `
-		SELECT kind, tenant_id::text, csrf_token, expires_at FROM web_sessions ws
+		SELECT kind, tenant_id::text, csrf_token, expires_at, actor FROM web_sessions ws
 		WHERE id_hash = $1 AND kind = $2 AND expires_at > now()
-		  AND (kind <> 'admin' OR admin_token_hash = $3)
+		  AND (kind <> 'admin' OR admin_token_hash = ANY($3))
 		  AND (api_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k WHERE k.id = ws.api_key_id AND k.revoked_at IS NULL))`,
-		sess.idHash, kind, adminHash).Scan(&sess.Kind, &tid, &sess.CSRF, &sess.ExpiresAt)
+		sess.idHash, kind, adminHashes).Scan(&sess.Kind, &tid, &sess.CSRF, &sess.ExpiresAt, &who)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Session{}, apperr.New(apperr.Unauthorized, "session expired, unknown, or its credential was revoked")
 	}
@@ -121,6 +128,9 @@ func (s *store) session(ctx context.Context, rawID, kind string, adminHash []byt
 	}
 	if tid != nil {
 		sess.TenantID = *tid
+	}
+	if who != nil {
+		sess.Actor = *who
 	}
 	return sess, nil
 }
@@ -168,7 +178,7 @@ func (w *Web) requireSession(kind string) echo.MiddlewareFunc {
 			if ck, err := c.Cookie(name); err == nil {
 				raw = ck.Value
 			}
-			sess, err := w.store.session(c.Request().Context(), raw, kind, hashToken(w.AdminToken))
+			sess, err := w.store.session(c.Request().Context(), raw, kind, w.adminHashes())
 			if apperr.CodeOf(err) == apperr.Unauthorized {
 				if c.Request().Method == http.MethodGet {
 					return c.Redirect(http.StatusSeeOther, login)
@@ -179,6 +189,17 @@ func (w *Web) requireSession(kind string) echo.MiddlewareFunc {
 				return err
 			}
 			c.Set(ctxSession, sess)
+			if sess.Kind == kindAdmin {
+				// Console actions are recorded under the credential that
+				// opened the session (sessions from before named
+				// credentials were ADMIN_TOKEN's).
+				who := sess.Actor
+				if who == "" {
+					who = "admin"
+				}
+				r := c.Request()
+				c.SetRequest(r.WithContext(audit.WithActor(r.Context(), audit.Actor{Name: who, Via: audit.ViaConsole})))
+			}
 			return next(c)
 		}
 	}

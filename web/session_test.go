@@ -395,10 +395,10 @@ func TestSessionsEndWithTheirCredential(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.web.store.session(b.ctx, raw, kindAdmin, hashToken(b.admin)); err != nil {
+	if _, err := b.web.store.session(b.ctx, raw, kindAdmin, [][]byte{hashToken(b.admin)}); err != nil {
 		t.Fatalf("console session with the same token: %v", err)
 	}
-	if _, err := b.web.store.session(b.ctx, raw, kindAdmin, hashToken("tga_rotated")); apperr.CodeOf(err) != apperr.Unauthorized {
+	if _, err := b.web.store.session(b.ctx, raw, kindAdmin, [][]byte{hashToken("tga_rotated")}); apperr.CodeOf(err) != apperr.Unauthorized {
 		t.Fatalf("console session after ADMIN_TOKEN rotation: %v, want Unauthorized", err)
 	}
 	bra := b.browser(t)

@@ -34,6 +34,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 )
 
@@ -57,8 +58,14 @@ type Deps struct {
 	// Usage computes the usage of the current period (GET /v1/usage's
 	// function). Required.
 	Usage UsageReader
-	// AdminToken logs into the console (compared in constant time). Required.
+	// AdminToken logs into the console (compared in constant time) as
+	// "admin". Required.
 	AdminToken string
+	// AdminTokens are further named admin credentials (name → token); the
+	// audit trail records console actions under the name.
+	AdminTokens map[string]string
+	// Audit records every console action; nil records nothing.
+	Audit *audit.Log
 	// Actions; nil hides the form that needs it.
 	Plans     PlanChanger
 	PlanAdmin PlanAdmin
@@ -175,25 +182,26 @@ func (w *Web) Register(e *echo.Echo) {
 	e.GET("/admin", w.handleAdminHome(), admin...)
 	e.GET("/admin/tenants", w.handleAdminTenants(), admin...)
 	e.GET("/admin/tenants/:id", w.handleAdminTenant(), admin...)
-	e.POST("/admin/tenants/:id/plan", w.handleAdminChangePlan(), admin...)
-	e.POST("/admin/tenants/:id/keys", w.handleAdminIssueKey(), admin...)
-	e.POST("/admin/tenants/:id/keys/:key/revoke", w.handleAdminRevokeKey(), admin...)
-	e.POST("/admin/tenants/:id/overrides", w.handleAdminAddOverride(), admin...)
-	e.POST("/admin/tenants/:id/overrides/:oid/delete", w.handleAdminDeleteOverride(), admin...)
-	e.POST("/admin/tenants/:id/dashboard-link", w.handleAdminMintLink(), admin...)
-	e.POST("/admin/tenants/:id/resync", w.handleAdminResync(), admin...)
+	e.POST("/admin/tenants/:id/plan", w.handleAdminChangePlan(), append(admin, w.audited("tenant.plan_change"))...)
+	e.POST("/admin/tenants/:id/keys", w.handleAdminIssueKey(), append(admin, w.audited("api_key.issue"))...)
+	e.POST("/admin/tenants/:id/keys/:key/revoke", w.handleAdminRevokeKey(), append(admin, w.audited("api_key.revoke"))...)
+	e.POST("/admin/tenants/:id/overrides", w.handleAdminAddOverride(), append(admin, w.audited("override.create"))...)
+	e.POST("/admin/tenants/:id/overrides/:oid/delete", w.handleAdminDeleteOverride(), append(admin, w.audited("override.delete"))...)
+	e.POST("/admin/tenants/:id/dashboard-link", w.handleAdminMintLink(), append(admin, w.audited("dashboard_link.issue"))...)
+	e.POST("/admin/tenants/:id/resync", w.handleAdminResync(), append(admin, w.audited("tenant.resync"))...)
 	e.GET("/admin/plans", w.handleAdminPlans(), admin...)
-	e.POST("/admin/plans", w.handleAdminCreatePlan(), admin...)
+	e.POST("/admin/plans", w.handleAdminCreatePlan(), append(admin, w.audited("plan.create"))...)
 	e.GET("/admin/plans/:key", w.handleAdminPlan(), admin...)
-	e.POST("/admin/plans/:key", w.handleAdminEditPlan(), admin...)
+	e.POST("/admin/plans/:key", w.handleAdminEditPlan(), append(admin, w.audited("plan.edit"))...)
 	e.GET("/admin/addons", w.handleAdminAddons(), admin...)
-	e.POST("/admin/addons", w.handleAdminPutAddon(), admin...)
-	e.POST("/admin/addons/:price/delete", w.handleAdminDeleteAddon(), admin...)
+	e.POST("/admin/addons", w.handleAdminPutAddon(), append(admin, w.audited("addon.put"))...)
+	e.POST("/admin/addons/:price/delete", w.handleAdminDeleteAddon(), append(admin, w.audited("addon.delete"))...)
 	e.GET("/admin/events", w.handleAdminEvents(), admin...)
 	e.GET("/admin/events/:id", w.handleAdminEvent(), admin...)
-	e.POST("/admin/events/:id/replay", w.handleAdminReplay(), admin...)
+	e.POST("/admin/events/:id/replay", w.handleAdminReplay(), append(admin, w.audited("stripe_event.replay"))...)
 	e.GET("/admin/drift", w.handleAdminDrift(), admin...)
 	e.GET("/admin/metering", w.handleAdminMetering(), admin...)
+	e.GET("/admin/audit", w.handleAdminAudit(), admin...)
 	e.RouteNotFound("/admin/*", w.handleNotFound(), w.html)
 }
 

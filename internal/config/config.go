@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -35,6 +36,10 @@ type Config struct {
 	AdminToken string
 	// AdminTokenGenerated is true when AdminToken was made up at start.
 	AdminTokenGenerated bool
+	// AdminTokens (ADMIN_TOKENS, "alice:token,bob:token"): named admin
+	// credentials, so that the audit trail says who acted. ADMIN_TOKEN
+	// stays valid under the name "admin".
+	AdminTokens map[string]string
 	// StripeWebhookSecret (STRIPE_WEBHOOK_SECRET), whsec_…; empty = webhook answers 503.
 	StripeWebhookSecret string
 	// StripeWebhookSecretPrevious (STRIPE_WEBHOOK_SECRET_PREVIOUS): the old
@@ -150,6 +155,13 @@ func Load(getenv func(string) string) (Config, error) {
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		bad("HTTP_ADDR", errors.New("want host:port"))
 	}
+	if v := get("ADMIN_TOKENS", ""); v != "" {
+		toks, err := ParseAdminTokens(v)
+		if err != nil {
+			bad("ADMIN_TOKENS", err)
+		}
+		c.AdminTokens = toks
+	}
 	c.PublicURL = strings.TrimRight(get("PUBLIC_URL", "http://"+c.HTTPAddr), "/")
 	if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("PUBLIC_URL", errors.New("want an http(s) URL"))
@@ -263,4 +275,39 @@ func (c Config) NewRedis() (redis.UniversalClient, error) {
 	}
 	opt.ContextTimeoutEnabled = true
 	return redis.NewClient(opt), nil
+}
+
+var adminNameRe = regexp.MustCompile(`^[A-Za-z0-9_.@-]{1,64}$`)
+
+// ParseAdminTokens reads "name:token,name:token". Names are 1-64 of
+// letters, digits and _.@-, unique, and not "admin" (ADMIN_TOKEN's);
+// tokens are at least 16 characters and unique.
+func ParseAdminTokens(v string) (map[string]string, error) {
+	out := map[string]string{}
+	seen := map[string]bool{}
+	for i, item := range strings.Split(v, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, tok, ok := strings.Cut(item, ":")
+		name, tok = strings.TrimSpace(name), strings.TrimSpace(tok)
+		switch {
+		case !ok:
+			// Never echo the item: it may be a bare token.
+			return nil, fmt.Errorf("item %d: want name:token pairs separated by commas", i+1)
+		case !adminNameRe.MatchString(name):
+			return nil, fmt.Errorf("name %q: want 1-64 letters, digits, _ . @ -", name)
+		case name == "admin":
+			return nil, errors.New(`the name "admin" belongs to ADMIN_TOKEN`)
+		case out[name] != "":
+			return nil, fmt.Errorf("name %q appears twice", name)
+		case len(tok) < 16:
+			return nil, fmt.Errorf("token of %q: want at least 16 characters", name)
+		case seen[tok]:
+			return nil, fmt.Errorf("token of %q is another name's token too", name)
+		}
+		out[name], seen[tok] = tok, true
+	}
+	return out, nil
 }

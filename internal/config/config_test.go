@@ -54,3 +54,18 @@ func TestRetentionDefaultsOverridesAndMinimums(t *testing.T) {
 		}
 	}
 }
+func TestAdminTokens(t *testing.T) {
+	c, err := Load(func(k string) string {
+		return map[string]string{"ADMIN_TOKENS": " alice:tga_alice_0123456789 , bob:tga_bob_0123456789abc"}[k]
+	})
+	if err != nil || c.AdminTokens["alice"] != "tga_alice_0123456789" || c.AdminTokens["bob"] != "tga_bob_0123456789abc" || len(c.AdminTokens) != 2 {
+		t.Fatalf("%v %v", c.AdminTokens, err)
+	}
+	for _, bad := range []string{"alice", "alice:short", "al ice:tga_alice_0123456789", "admin:tga_admin_0123456789",
+		"a:tga_same_0123456789,b:tga_same_0123456789", "a:tga_a_0123456789xx,a:tga_b_0123456789xx"} {
+		_, err := Load(func(k string) string { return map[string]string{"ADMIN_TOKENS": bad}[k] })
+		if err == nil || !strings.Contains(err.Error(), "ADMIN_TOKENS") {
+			t.Errorf("%q: %v, want an error naming ADMIN_TOKENS", bad, err)
+		}
+	}
+}

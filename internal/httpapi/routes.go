@@ -27,34 +27,37 @@ func (s *Server) routes() {
 	// authFailures counts wrong tokens per client address (429 once out).
 	admin := e.Group("/admin/v1", middleware.BodyLimit(bodyLimitDefault), s.authFailures(AuthAdmin), s.requireAdmin)
 	// --- admin: plans, tenants, plan changes, API keys (entitlements) ---
-	admin.POST("/plans", s.handleCreatePlan())
+	admin.POST("/plans", s.handleCreatePlan(), s.audited("plan.create"))
 	admin.GET("/plans", s.handleListPlans())
 	admin.GET("/plans/:key", s.handleGetPlan())
-	admin.PATCH("/plans/:key", s.handlePatchPlan())
+	admin.PATCH("/plans/:key", s.handlePatchPlan(), s.audited("plan.edit"))
 	admin.GET("/addons", s.handleListAddons())
 	admin.GET("/addons/:price_id", s.handleGetAddon())
-	admin.PUT("/addons/:price_id", s.handlePutAddon())
-	admin.DELETE("/addons/:price_id", s.handleDeleteAddon())
-	admin.POST("/tenants", s.handleCreateTenant())
+	admin.PUT("/addons/:price_id", s.handlePutAddon(), s.audited("addon.put"))
+	admin.DELETE("/addons/:price_id", s.handleDeleteAddon(), s.audited("addon.delete"))
+	admin.POST("/tenants", s.handleCreateTenant(), s.audited("tenant.create"))
 	admin.GET("/tenants", s.handleListTenants())
 	admin.GET("/tenants/:id", s.handleGetTenant())
-	admin.PUT("/tenants/:id/plan", s.handleChangePlan())
-	admin.POST("/tenants/:id/api-keys", s.handleIssueKey())
+	admin.PUT("/tenants/:id/plan", s.handleChangePlan(), s.audited("tenant.plan_change"))
+	admin.POST("/tenants/:id/api-keys", s.handleIssueKey(), s.audited("api_key.issue"))
 	admin.GET("/tenants/:id/api-keys", s.handleListKeys())
-	admin.DELETE("/api-keys/:id", s.handleRevokeKey())
+	admin.DELETE("/api-keys/:id", s.handleRevokeKey(), s.audited("api_key.revoke"))
 	admin.RouteNotFound("/*", s.routeNotFound) // 405 for a known path, wrong method
 
 	// --- admin: overrides (metering) ---
-	admin.POST("/tenants/:id/overrides", s.handleCreateOverride())
+	admin.POST("/tenants/:id/overrides", s.handleCreateOverride(), s.audited("override.create"))
 	admin.GET("/tenants/:id/overrides", s.handleListOverrides())
-	admin.DELETE("/tenants/:id/overrides/:override_id", s.handleDeleteOverride())
+	admin.DELETE("/tenants/:id/overrides/:override_id", s.handleDeleteOverride(), s.audited("override.delete"))
 
 	// --- admin: Stripe events, replay, resync, drift (billing) ---
 	admin.GET("/stripe/events", s.handleListStripeEvents())
 	admin.GET("/stripe/events/:id", s.handleGetStripeEvent())
-	admin.POST("/stripe/events/:id/replay", s.handleReplayStripeEvent())
+	admin.POST("/stripe/events/:id/replay", s.handleReplayStripeEvent(), s.audited("stripe_event.replay"))
 	admin.GET("/stripe/drift", s.handleListDrift())
-	admin.POST("/tenants/:id/resync", s.handleResyncTenant())
+	admin.POST("/tenants/:id/resync", s.handleResyncTenant(), s.audited("tenant.resync"))
+
+	// --- admin: audit trail ---
+	admin.GET("/audit", s.handleListAudit())
 
 	// --- admin: service tokens (entitlements) ---
 	admin.POST("/service-tokens", s.handleIssueServiceToken())
@@ -70,7 +73,7 @@ func (s *Server) routes() {
 	svc.RouteNotFound("/*", s.routeNotFound)
 
 	// --- admin: dashboard links (web) ---
-	admin.POST("/tenants/:id/dashboard-links", s.handleMintDashboardLink())
+	admin.POST("/tenants/:id/dashboard-links", s.handleMintDashboardLink(), s.audited("dashboard_link.issue"))
 
 	// --- tenant API /v1 (API key; every route passes the tenant's rate limit) ---
 	// v1 authenticates the API key; routes add their own body limits.

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/metering"
@@ -27,8 +28,13 @@ type Deps struct {
 	DB       *pgxpool.Pool
 	Redis    redis.UniversalClient
 	Registry *prometheus.Registry // where the server's metrics register; /metrics serves it
-	// AdminToken guards /admin/v1/* (compared in constant time).
+	// AdminToken guards /admin/v1/* (compared in constant time); its actor
+	// name in the audit trail is "admin".
 	AdminToken string
+	// AdminTokens are further named admin credentials (name → token).
+	AdminTokens map[string]string
+	// Audit records every admin action; nil records nothing.
+	Audit *audit.Log
 	// Entitlements serves plans, tenants, API keys and /v1/entitlements.
 	Entitlements *entitlements.Service
 	// Metering records usage events and answers GET /v1/usage.

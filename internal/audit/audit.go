@@ -1,0 +1,279 @@
+// Package audit keeps the trail of admin actions: who (the name of the admin
+// credential), when, through what (the API or the console), what, and the
+// state of the subject (tenant, plan or Stripe event) before and after. It
+// owns the audit_log table. The HTTP layers wrap each admin action in Do;
+// the services stay unaware of it.
+package audit
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgatehq/tollgate/internal/ids"
+)
+
+// Actor is who acted: the admin credential's name and the way in.
+type Actor struct {
+	Name string
+	Via  string // ViaAPI or ViaConsole
+}
+
+// Ways in.
+const (
+	ViaAPI     = "api"
+	ViaConsole = "console"
+)
+
+type actorKey struct{}
+
+// WithActor returns ctx carrying the actor.
+func WithActor(ctx context.Context, a Actor) context.Context {
+	return context.WithValue(ctx, actorKey{}, a)
+}
+
+// ActorFrom returns the ctx's actor, if any.
+func ActorFrom(ctx context.Context) (Actor, bool) {
+	a, ok := ctx.Value(actorKey{}).(Actor)
+	return a, ok && a.Name != ""
+}
+
+// Entry is one recorded action.
+type Entry struct {
+	ID       int64           `json:"id"`
+	At       time.Time       `json:"at"`
+	Actor    string          `json:"actor"`
+	Via      string          `json:"via"`
+	Action   string          `json:"action"`
+	TenantID string          `json:"tenant_id,omitempty"`
+	PlanKey  string          `json:"plan_key,omitempty"`
+	Target   string          `json:"target,omitempty"`
+	Before   json.RawMessage `json:"before"`
+	After    json.RawMessage `json:"after"`
+}
+
+// Subject is what an action changes. Set what the request names; Do fills
+// in the rest (the tenant of an API key or of a Stripe event).
+type Subject struct {
+	TenantID string
+	PlanKey  string
+	KeyID    string
+	EventID  string
+	// Target names the object inside the subject (an override or key id).
+	Target string
+}
+
+// Log records and lists entries.
+type Log struct {
+	db  *pgxpool.Pool
+	log *slog.Logger
+}
+
+// New returns the audit log on db.
+func New(db *pgxpool.Pool, log *slog.Logger) *Log {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Log{db: db, log: log}
+}
+
+// Do runs fn, an admin action on sub, and records it with the subject's
+// state before and after. A failed fn records nothing. A failure to record
+// is logged, not returned: the action has happened and saying otherwise
+// would make the caller retry it.
+func (l *Log) Do(ctx context.Context, action string, sub Subject, fn func() (Subject, error)) error {
+	if l == nil {
+		_, err := fn()
+		return err
+	}
+	l.resolve(ctx, &sub)
+	before := l.state(ctx, sub)
+	got, err := fn()
+	if err != nil {
+		return err
+	}
+	// A create names its subject only once done.
+	if sub.TenantID == "" && sub.PlanKey == "" && sub.EventID == "" {
+		sub.TenantID, sub.PlanKey, sub.EventID = got.TenantID, got.PlanKey, got.EventID
+		l.resolve(ctx, &sub)
+	}
+	if sub.Target == "" {
+		sub.Target = got.Target
+	}
+	after := l.state(ctx, sub)
+	if err := l.Record(ctx, Entry{Action: action, TenantID: sub.TenantID, PlanKey: sub.PlanKey, Target: sub.Target, Before: before, After: after}); err != nil {
+		l.log.ErrorContext(ctx, "audit entry not recorded", "action", action, "tenant_id", sub.TenantID, "plan", sub.PlanKey, "err", err)
+	}
+	return nil
+}
+
+// Record stores one entry; the actor comes from ctx ("unknown" without one).
+func (l *Log) Record(ctx context.Context, e Entry) error {
+	a, ok := ActorFrom(ctx)
+	if !ok {
+		a = Actor{Name: "unknown", Via: ViaAPI}
+	}
+	if a.Via != ViaConsole {
+		a.Via = ViaAPI
+	}
+	var tid, plan, target *string
+	if ids.IsUUID(e.TenantID) {
+		tid = &e.TenantID
+	}
+	if e.PlanKey != "" {
+		plan = &e.PlanKey
+	}
+	if e.Target != "" {
+		target = &e.Target
+	}
+	_, err := l.db.Exec(ctx, `
+		INSERT INTO audit_log (actor, via, action, tenant_id, plan_key, target, before, after)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, a.Name, a.Via, e.Action, tid, plan, target, nullJSON(e.Before), nullJSON(e.After))
+	if err != nil {
+		return fmt.Errorf("audit: record: %w", err)
+	}
+	return nil
+}
+
+func nullJSON(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return []byte(b)
+}
+
+// Filter selects entries; empty fields match everything.
+type Filter struct {
+	TenantID string
+	PlanKey  string
+	Actor    string
+	// BeforeID pages back: entries with a smaller id.
+	BeforeID int64
+	// Limit is 1-200; 0 = 50.
+	Limit int
+}
+
+// List returns matching entries, newest first.
+func (l *Log) List(ctx context.Context, f Filter) ([]Entry, error) {
+	if f.Limit <= 0 {
+		f.Limit = 50
+	}
+	if f.Limit > 200 {
+		f.Limit = 200
+	}
+	if f.TenantID != "" && !ids.IsUUID(f.TenantID) {
+		return nil, nil // no entry has such a tenant
+	}
+	var tid *string
+	if f.TenantID != "" {
+		tid = &f.TenantID
+	}
+	rows, err := l.db.Query(ctx, `
+		SELECT id, at, actor, via, action, COALESCE(tenant_id::text, ''), COALESCE(plan_key, ''), COALESCE(target, ''),
+		       COALESCE(before, 'null'::jsonb), COALESCE(after, 'null'::jsonb)
+		FROM audit_log
+		WHERE ($1::uuid IS NULL OR tenant_id = $1) AND ($2 = '' OR plan_key = $2) AND ($3 = '' OR actor = $3)
+		  AND ($4 = 0 OR id < $4)
+		ORDER BY id DESC LIMIT $5`, tid, f.PlanKey, f.Actor, f.BeforeID, f.Limit)
+	if err != nil {
+		return nil, fmt.Errorf("audit: list: %w", err)
+	}
+	var out []Entry
+	var e Entry
+	var before, after []byte
+	_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.At, &e.Actor, &e.Via, &e.Action, &e.TenantID, &e.PlanKey, &e.Target, &before, &after}, func() error {
+		e.Before, e.After = append(json.RawMessage(nil), before...), append(json.RawMessage(nil), after...)
+		e.At = e.At.UTC()
+		out = append(out, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: list: %w", err)
+	}
+	return out, nil
+}
+
+// resolve finds the tenant of an API key or a Stripe event.
+func (l *Log) resolve(ctx context.Context, sub *Subject) {
+	if sub.TenantID != "" {
+		return
+	}
+	var tid *string
+	var err error
+	switch {
+	case sub.KeyID != "" && ids.IsUUID(sub.KeyID):
+		err = l.db.QueryRow(ctx, `SELECT tenant_id::text FROM api_keys WHERE id = $1`, sub.KeyID).Scan(&tid)
+		if sub.Target == "" {
+			sub.Target = sub.KeyID
+		}
+	case sub.EventID != "":
+		err = l.db.QueryRow(ctx, `SELECT tenant_id::text FROM stripe_events WHERE id = $1`, sub.EventID).Scan(&tid)
+	default:
+		return
+	}
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		l.log.WarnContext(ctx, "audit: subject not resolved", "err", err)
+	}
+	if tid != nil {
+		sub.TenantID = *tid
+	}
+}
+
+// state is the subject as people compare it: a Stripe event's status, else
+// a tenant's plan, overrides and keys, else a plan's limits. nil when the
+// subject does not exist (yet, or any more).
+func (l *Log) state(ctx context.Context, sub Subject) json.RawMessage {
+	var q string
+	var arg any
+	switch {
+	case sub.EventID != "":
+		q, arg = eventState, sub.EventID
+	case ids.IsUUID(sub.TenantID):
+		q, arg = tenantState, sub.TenantID
+	case sub.PlanKey != "":
+		q, arg = planState, sub.PlanKey
+	default:
+		return nil
+	}
+	var b []byte
+	err := l.db.QueryRow(ctx, q, arg).Scan(&b)
+	if err != nil {
+		if !errors.Is(err, pgx.ErrNoRows) {
+			l.log.WarnContext(ctx, "audit: state not read", "err", err)
+		}
+		return nil
+	}
+	return b
+}
+
+const tenantState = `
+SELECT jsonb_build_object(
+  'name', t.name, 'plan', t.plan_key, 'stripe_customer_id', t.stripe_customer_id,
+  'entitlement_version', t.entitlement_version,
+  'overrides', COALESCE((SELECT jsonb_agg(jsonb_build_object('id', o.id, 'meter', o.meter, 'extra', o.extra,
+        'limit', o.quota_limit, 'mode', o.mode, 'reason', o.reason, 'expires_at', o.expires_at) ORDER BY o.created_at)
+      FROM quota_overrides o WHERE o.tenant_id = t.id), '[]'::jsonb),
+  'api_keys', COALESCE((SELECT jsonb_agg(jsonb_build_object('id', k.id, 'prefix', k.prefix, 'name', k.name,
+        'revoked', k.revoked_at IS NOT NULL) ORDER BY k.created_at)
+      FROM api_keys k WHERE k.tenant_id = t.id), '[]'::jsonb))
+FROM tenants t WHERE t.id = $1`
+
+const planState = `
+SELECT jsonb_build_object(
+  'name', p.name, 'stripe_price_id', p.stripe_price_id, 'rate_per_second', p.rate_per_second,
+  'rate_burst', p.rate_burst, 'concurrency', p.concurrency, 'features', p.features,
+  'quotas', COALESCE((SELECT jsonb_object_agg(q.meter, jsonb_build_object('limit', q.quota_limit, 'mode', q.mode))
+      FROM plan_quotas q WHERE q.plan_key = p.key), '{}'::jsonb),
+  'tenants', (SELECT count(*) FROM tenants t WHERE t.plan_key = p.key))
+  || COALESCE((SELECT jsonb_build_object('public', to_jsonb(p) -> 'public') WHERE to_jsonb(p) ? 'public'), '{}'::jsonb)
+FROM plans p WHERE p.key = $1`
+
+const eventState = `
+SELECT jsonb_build_object('type', e.type, 'status', e.status, 'attempts', e.attempts, 'last_error', e.last_error)
+FROM stripe_events e WHERE e.id = $1`
