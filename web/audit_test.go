@@ -66,15 +66,15 @@ func TestAuditTrail(t *testing.T) {
 	if planOf(t, change.Before) != b.free || planOf(t, change.After) != b.pro || change.At.IsZero() {
 		t.Fatalf("plan change before %s after %s", change.Before, change.After)
 	}
-	if !strings.Contains(string(l.Entries[2].After), `"reason": "launch"`) || strings.Contains(string(l.Entries[2].Before), "launch") {
+	if !strings.Contains(string(l.Entries[2].After), `"reason":"launch"`) || strings.Contains(string(l.Entries[2].Before), "launch") {
 		t.Fatalf("override before %s after %s", l.Entries[2].Before, l.Entries[2].After)
 	}
-	if l.Entries[0].Target != key.ID || !strings.Contains(string(l.Entries[0].After), `"revoked": true`) {
+	if l.Entries[0].Target != key.ID || !strings.Contains(string(l.Entries[0].After), `"revoked":true`) {
 		t.Fatalf("revoke entry %+v", l.Entries[0])
 	}
 	// Filters: plan, actor.
 	if st := apiJSON(t, http.MethodGet, base+"/admin/v1/audit?plan="+b.pro, b.admin, "", &l); st != http.StatusOK || len(l.Entries) != 1 || l.Entries[0].Action != "plan.edit" ||
-		!strings.Contains(string(l.Entries[0].Before), `"name": "Pro"`) || !strings.Contains(string(l.Entries[0].After), `"name": "Pro Plus"`) {
+		!strings.Contains(string(l.Entries[0].Before), `"name":"Pro"`) || !strings.Contains(string(l.Entries[0].After), `"name":"Pro Plus"`) {
 		t.Fatalf("plan filter: %d %+v", st, l.Entries)
 	}
 	if st := apiJSON(t, http.MethodGet, base+"/admin/v1/audit?actor=admin&limit=1", b.admin, "", &l); st != http.StatusOK || len(l.Entries) != 1 || l.Entries[0].Actor != "admin" || l.Next == "" {

@@ -6,6 +6,7 @@
 package audit
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -188,7 +189,7 @@ func (l *Log) List(ctx context.Context, f Filter) ([]Entry, error) {
 	var e Entry
 	var before, after []byte
 	_, err = pgx.ForEachRow(rows, []any{&e.ID, &e.At, &e.Actor, &e.Via, &e.Action, &e.TenantID, &e.PlanKey, &e.Target, &before, &after}, func() error {
-		e.Before, e.After = append(json.RawMessage(nil), before...), append(json.RawMessage(nil), after...)
+		e.Before, e.After = compactJSON(before), compactJSON(after)
 		e.At = e.At.UTC()
 		out = append(out, e)
 		return nil
@@ -277,3 +278,13 @@ FROM plans p WHERE p.key = $1`
 const eventState = `
 SELECT jsonb_build_object('type', e.type, 'status', e.status, 'attempts', e.attempts, 'last_error', e.last_error)
 FROM stripe_events e WHERE e.id = $1`
+
+// compactJSON copies b without insignificant spaces (Postgres writes jsonb
+// with them in its text form, not in its binary one).
+func compactJSON(b []byte) json.RawMessage {
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) != nil {
+		return append(json.RawMessage(nil), b...)
+	}
+	return buf.Bytes()
+}
