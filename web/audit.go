@@ -43,7 +43,7 @@ func (w *Web) audited(action string) echo.MiddlewareFunc {
 			default:
 				sub.Target = c.Param("price") // add-ons
 				if sub.Target == "" && path == "/admin/addons" {
-					sub.Target = strings.TrimSpace(c.FormValue("price_id"))
+					sub.Target = strings.TrimSpace(c.FormValue("stripe_price_id"))
 				}
 			}
 			err := w.Audit.Do(c.Request().Context(), action, sub, func() (audit.Subject, error) {
