@@ -7,7 +7,8 @@
 #   2. side-by-side.sh: POST /v1/check against envoyproxy/ratelimit's POST /json.
 #
 # What it needs (nothing of it is in this repository, so that no other project's code is):
-#   - PERF_DIR: the perf tools (libbench/, side-by-side.sh, httpload/); default ../shared/perf.
+#   - PERF_DIR: a folder holding the team's perf tools (libbench/, side-by-side.sh, httpload/);
+#     no default, so that a clone never reaches outside itself (make bench PERF_DIR=…).
 #     They are copied to a temporary directory and built there against this checkout.
 #   - Go with access to the module proxy (libbench's contenders, envoy ratelimit), a
 #     redis-server binary (a private one is started on a free port), Postgres on
@@ -19,10 +20,10 @@
 # TENANTS, C, SLICE, ROUNDS).
 set -euo pipefail
 repo=$PWD
-PERF_DIR=${PERF_DIR:-../shared/perf}
+PERF_DIR=${PERF_DIR:-}
 RUNS=${RUNS:-3}; D=${D:-5s}
 CONTENDERS=${CONTENDERS:-ping,redis_rate,ulule,evalsha-tb,tollgate,tollgate-rate,tollgate-batch}
-if [[ ! -d $PERF_DIR/libbench || ! -f $PERF_DIR/side-by-side.sh ]]; then
+if [[ -z $PERF_DIR || ! -d $PERF_DIR/libbench || ! -f $PERF_DIR/side-by-side.sh ]]; then
   echo "bench: no perf tools at PERF_DIR=$PERF_DIR (libbench/, side-by-side.sh, httpload/);" >&2
   echo "bench: running the in-repository go run ./cmd/bench (limiter and POST /v1/check) instead" >&2
   go run ./cmd/bench
