@@ -72,6 +72,8 @@ type ReportStats struct {
 	Failed    int // reports that failed in this pass (kept for a retry)
 	Late      int // of Sent: usage past its period's invoice window, billed now
 	Skipped   int // windows whose included quota could not be read (retried next pass)
+	// Busy: another reporter's pass was running; this one did nothing.
+	Busy bool
 }
 
 // resendWindow is how long a report of unknown outcome may be sent again
@@ -82,6 +84,11 @@ const resendWindow = 23 * time.Hour
 // reportLockKey names the advisory lock that lets one reporter at a time
 // record new reports (two would compute the same delta twice).
 const reportLockKey = "tollgate:metering_stripe_report"
+
+// reportPassKey names the session advisory lock held for a whole pass, so
+// that one pass runs at a time across all workers and ReportRate is the
+// rate Stripe sees, not a rate per process.
+const reportPassKey = "tollgate:metering_stripe_report_pass"
 
 // claimBatch is how many reports one claim takes.
 const claimBatch = 500
@@ -115,6 +122,8 @@ type reportTarget struct {
 // all usage ("total"), as cumulative deltas: each report is the growth of
 // that figure since the reports before it.
 //
+// One pass runs at a time across all workers (a session advisory lock; a
+// second pass returns Busy at once), so ReportRate is what Stripe sees.
 // One pass: (1) under an advisory lock (one recorder at a time), record
 // each new delta in stripe_meter_reports as pending BEFORE sending, with an
 // identifier <tenant>:<meter>:<window start unix>:<seq> fixed by the number
@@ -129,6 +138,16 @@ type reportTarget struct {
 // for a human, never re-reported under a new one.
 func (s *Service) ReportToStripe(ctx context.Context, sender MeterSender) (ReportStats, error) {
 	var st ReportStats
+	release, ok, err := s.passLock(ctx)
+	if err != nil {
+		return st, err
+	}
+	if !ok {
+		st.Busy = true
+		s.log.DebugContext(ctx, "another stripe report pass is running")
+		return st, nil
+	}
+	defer release()
 	if err := s.recordReports(ctx, &st); err != nil {
 		return st, err
 	}
@@ -144,6 +163,34 @@ UPDATE stripe_meter_reports SET status = 'failed', claimed_until = NULL,
 		return st, fmt.Errorf("metering: stripe report: %w", err)
 	}
 	return st, nil
+}
+
+// passLock takes the pass-wide session advisory lock on a connection of
+// its own; ok is false when another pass holds it. release unlocks, and
+// closes the connection if unlocking failed: a pooled connection that
+// still held the lock would block every later pass of this process.
+func (s *Service) passLock(ctx context.Context) (release func(), ok bool, err error) {
+	conn, err := s.db.Acquire(ctx)
+	if err != nil {
+		return nil, false, fmt.Errorf("metering: stripe report lock: %w", err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended($1, 0))`, reportPassKey).Scan(&ok); err != nil || !ok {
+		conn.Release()
+		if err != nil {
+			return nil, false, fmt.Errorf("metering: stripe report lock: %w", err)
+		}
+		return nil, false, nil
+	}
+	return func() {
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		var unlocked bool
+		if err := conn.QueryRow(uctx, `SELECT pg_advisory_unlock(hashtextextended($1, 0))`, reportPassKey).Scan(&unlocked); err != nil || !unlocked {
+			s.log.WarnContext(uctx, "stripe report lock not released; dropping its connection", "err", err)
+			_ = conn.Conn().Close(uctx)
+		}
+		conn.Release()
+	}, true, nil
 }
 
 // recordReports records a pending report for every window whose reportable

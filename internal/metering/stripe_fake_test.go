@@ -240,8 +240,8 @@ func TestReportDuplicateIdentifierCountsAsSent(t *testing.T) {
 	}
 }
 
-// Two reporters at once (overlapping periodic jobs, two workers) send each
-// report exactly once.
+// Reporters at once (overlapping periodic jobs, several workers) send
+// each report exactly once.
 func TestConcurrentReportersSendEachReportOnce(t *testing.T) {
 	b := setup(t)
 	fake := newFakeStripe(t)
@@ -291,6 +291,82 @@ func TestConcurrentReportersSendEachReportOnce(t *testing.T) {
 	}
 	if c := b.count(t, `SELECT count(*) FROM stripe_meter_reports WHERE tenant_id = ANY($1::uuid[]) AND status = 'sent'`, mine); c != tenants {
 		t.Fatalf("%d reports sent, want %d", c, tenants)
+	}
+}
+
+// Senders racing over the same unsent reports (a pass whose lock was
+// lost, a future second sender) claim them FOR UPDATE SKIP LOCKED with a
+// lease: each report goes to Stripe once.
+func TestClaimsSendEachReportOnce(t *testing.T) {
+	b := setup(t)
+	fake := newFakeStripe(t)
+	fake.delay = 30 * time.Millisecond
+	const tenants = 24
+	var mine []string
+	for i := 0; i < tenants; i++ {
+		tenant, _ := b.meteredTenant(t, time.Now().Add(-24*time.Hour), map[string]quotaSpec{"tokens": {0, "total"}})
+		mine = append(mine, tenant)
+		if _, err := b.svc.Ingest(b.ctx, tenant, []Event{ev("t", "tokens", int64(i+1), time.Now())}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st ReportStats
+	if err := b.svc.recordReports(b.ctx, &st); err != nil || st.Created < tenants {
+		t.Fatalf("recorded %+v, %v", st, err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for i := 0; i < 3; i++ {
+		svc := NewService(b.db, b.store, testLog(t), Options{ReportRate: 1000})
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var st ReportStats
+			errs <- svc.sendReports(b.ctx, fake.sender(), &st)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	for id, n := range fake.requests {
+		if n != 1 {
+			t.Errorf("identifier %s sent %d times", id, n)
+		}
+	}
+	if c := b.count(t, `SELECT count(*) FROM stripe_meter_reports WHERE tenant_id = ANY($1::uuid[]) AND status = 'sent'`, mine); c != tenants {
+		t.Fatalf("%d reports sent, want %d", c, tenants)
+	}
+}
+
+// While another pass holds the pass lock (another worker), a pass does
+// nothing and says so; once it is released, the next pass reports.
+func TestReportPassIsOneAtATime(t *testing.T) {
+	b := setup(t)
+	fake := newFakeStripe(t)
+	tenant, _ := b.meteredTenant(t, time.Now().Add(-24*time.Hour), map[string]quotaSpec{"tokens": {0, "total"}})
+	if _, err := b.svc.Ingest(b.ctx, tenant, []Event{ev("t", "tokens", 3, time.Now())}); err != nil {
+		t.Fatal(err)
+	}
+	release, ok, err := b.svc.passLock(b.ctx)
+	if err != nil || !ok {
+		t.Fatalf("pass lock: %v %v", ok, err)
+	}
+	var once sync.Once
+	defer once.Do(release) // a failed check must not leave the connection out of the pool
+	st, err := NewService(b.db, b.store, testLog(t), Options{}).ReportToStripe(b.ctx, fake.sender())
+	if err != nil || !st.Busy || st.Created != 0 || st.Sent != 0 {
+		t.Fatalf("pass while another runs: %+v, %v; want busy, nothing done", st, err)
+	}
+	once.Do(release)
+	st, err = NewService(b.db, b.store, testLog(t), Options{}).ReportToStripe(b.ctx, fake.sender())
+	if err != nil || st.Busy || len(b.reportRows(t, tenant, "tokens")) != 1 {
+		t.Fatalf("pass after release: %+v, %v", st, err)
 	}
 }
 
