@@ -39,7 +39,11 @@ func planFormOf(p PlanRow) planForm {
 	}
 	lines := make([]string, 0, len(p.Quotas))
 	for _, q := range p.Quotas {
-		lines = append(lines, q.Meter+" "+strconv.FormatInt(q.Limit, 10)+" "+q.Mode)
+		line := q.Meter + " " + strconv.FormatInt(q.Limit, 10) + " " + q.Mode
+		if q.PerSeat {
+			line += " per_seat"
+		}
+		lines = append(lines, line)
 	}
 	f.Quotas = strings.Join(lines, "\n")
 	return f
@@ -100,8 +104,12 @@ func (f planForm) input() (entitlements.PlanInput, error) {
 		if len(fields) == 0 {
 			continue
 		}
+		perSeat := len(fields) > 2 && fields[len(fields)-1] == "per_seat"
+		if perSeat {
+			fields = fields[:len(fields)-1]
+		}
 		if len(fields) < 2 || len(fields) > 3 {
-			v.Add("quotas", "line %d: write “meter limit [hard|soft]”, e.g. “requests 100000 hard”", i+1)
+			v.Add("quotas", "line %d: write “meter limit [hard|soft] [per_seat]”, e.g. “requests 100000 hard”", i+1)
 			continue
 		}
 		n, err := strconv.ParseInt(fields[1], 10, 64)
@@ -109,7 +117,7 @@ func (f planForm) input() (entitlements.PlanInput, error) {
 			v.Add("quotas", "line %d: the limit %q is not a whole number", i+1, fields[1])
 			continue
 		}
-		q := &entitlements.QuotaInput{Limit: &n}
+		q := &entitlements.QuotaInput{Limit: &n, PerSeat: perSeat}
 		if len(fields) == 3 {
 			q.Mode = fields[2]
 		}
@@ -225,7 +233,7 @@ func (w *Web) handleAdminEditPlan() echo.HandlerFunc {
 					// Keep what the form does not show (the Stripe meter event
 					// and what it is sent).
 					if old, ok := cur.Quotas[m]; ok && old != nil && q != nil {
-						q.StripeMeterEvent, q.StripeReport, q.PerSeat = old.StripeMeterEvent, old.StripeReport, old.PerSeat
+						q.StripeMeterEvent, q.StripeReport = old.StripeMeterEvent, old.StripeReport
 					}
 				}
 				*cur = entitlements.PlanInput{Key: key, Name: in.Name, StripePriceID: in.StripePriceID, Rate: in.Rate,

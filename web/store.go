@@ -233,9 +233,10 @@ type PlanRow struct {
 
 // QuotaRow is one meter's monthly quota of a plan.
 type QuotaRow struct {
-	Meter string
-	Limit int64
-	Mode  string
+	Meter   string
+	Limit   int64
+	Mode    string
+	PerSeat bool // Limit × the plan item's quantity
 }
 
 func (s *store) plans(ctx context.Context) ([]PlanRow, error) {
@@ -243,7 +244,7 @@ func (s *store) plans(ctx context.Context) ([]PlanRow, error) {
 		SELECT p.key, p.name, COALESCE(p.stripe_price_id, ''), p.rate_per_second, p.rate_burst, p.concurrency,
 		       p.features, p.updated_at, p.quota_window,
 		       (SELECT count(*) FROM tenants t WHERE t.plan_key = p.key),
-		       COALESCE((SELECT json_agg(json_build_object('meter', q.meter, 'limit', q.quota_limit, 'mode', q.mode) ORDER BY q.meter)
+		       COALESCE((SELECT json_agg(json_build_object('meter', q.meter, 'limit', q.quota_limit, 'mode', q.mode, 'per_seat', q.per_seat) ORDER BY q.meter)
 		                 FROM plan_quotas q WHERE q.plan_key = p.key), '[]')
 		FROM plans p ORDER BY p.key`)
 	if err != nil {
@@ -255,16 +256,17 @@ func (s *store) plans(ctx context.Context) ([]PlanRow, error) {
 	_, err = pgx.ForEachRow(rows, []any{&p.Key, &p.Name, &p.StripePriceID, &p.RatePerSecond, &p.RateBurst, &p.Concurrency,
 		&p.Features, &p.UpdatedAt, &p.QuotaWindow, &p.Tenants, &quotas}, func() error {
 		var qs []struct {
-			Meter string `json:"meter"`
-			Limit int64  `json:"limit"`
-			Mode  string `json:"mode"`
+			Meter   string `json:"meter"`
+			Limit   int64  `json:"limit"`
+			Mode    string `json:"mode"`
+			PerSeat bool   `json:"per_seat"`
 		}
 		if err := json.Unmarshal(quotas, &qs); err != nil {
 			return err
 		}
 		p.Quotas = nil
 		for _, q := range qs {
-			p.Quotas = append(p.Quotas, QuotaRow{Meter: q.Meter, Limit: q.Limit, Mode: q.Mode})
+			p.Quotas = append(p.Quotas, QuotaRow{Meter: q.Meter, Limit: q.Limit, Mode: q.Mode, PerSeat: q.PerSeat})
 		}
 		out = append(out, p)
 		return nil
