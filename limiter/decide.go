@@ -173,7 +173,11 @@ func (l *Limiter) decision(pl *plan, req *Request, res []any, leaseID string) (*
 		ps := PolicyStatus{Name: p.name, Limit: p.limit, Window: p.window, Remaining: ints[o], Reset: time.Duration(ints[o+1]) * time.Millisecond, Mode: p.mode}
 		switch p.typ {
 		case 'q':
-			ps.Window = p.quota.windows[ints[o+2]&1]
+			period := ints[o+2] & 1
+			ps.Window = p.quota.windows[period]
+			if req.Reserve && !req.Peek && ints[0] == 1 {
+				d.rsv = &rsvTarget{q: p.quota.keys[2*period], p: p.quota.keys[2*period+1], dirty: pl.dirty + "q"}
+			}
 		case 'c':
 			ps.Unit = UnitConcurrent
 		}

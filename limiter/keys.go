@@ -71,6 +71,10 @@ func (k keyNames) explicitRate(tenant string) string { return k.tenantBase(tenan
 // explicitConcurrency is the key of the leases of an explicit Limits.
 func (k keyNames) explicitConcurrency(tenant string) string { return k.tenantBase(tenant) + "xconc" }
 
+// reservation is the key of a reservation's record (a hash: estimate n,
+// and the names of the quota, pending and dirty keys it adjusts).
+func (k keyNames) reservation(tenant, id string) string { return k.tenantBase(tenant) + "rsv:" + id }
+
 func (k keyNames) refusalBase(tenant string) string { return k.tenantBase(tenant) + "rf:" }
 
 // invalidations is the pub/sub channel on which snapshot changes are

@@ -121,6 +121,11 @@ func (l *Limiter) Allow(ctx context.Context, tenant string, req Request) (*Decis
 	if err != nil {
 		return nil, err
 	}
+	if req.Reserve && d.Allowed && !req.Peek && d.Fallback == FallbackNone {
+		if err := l.reserve(ctx, tenant, &req, d); err != nil {
+			return nil, err
+		}
+	}
 	if d.Shadow || (!d.Allowed && l.opts.Shadow) {
 		d.Allowed, d.Shadow = true, true
 	}

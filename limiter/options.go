@@ -114,6 +114,10 @@ type Options struct {
 	// releases it (a crash); default 60s. Requests running longer lose their
 	// slot to others after LeaseTTL.
 	LeaseTTL time.Duration
+	// ReservationTTL is how long a reservation (Request.Reserve) waits to
+	// be settled or cancelled before it expires, charged at its estimate;
+	// default 1h.
+	ReservationTTL time.Duration
 	// DisableRefusalCache turns off the local cache of refusals (by default
 	// a refusal is answered locally until its retry time, at no Redis cost).
 	DisableRefusalCache bool
@@ -154,6 +158,9 @@ func (o *Options) setDefaults() error {
 	if o.LeaseTTL == 0 {
 		o.LeaseTTL = 60 * time.Second
 	}
+	if o.ReservationTTL == 0 {
+		o.ReservationTTL = time.Hour
+	}
 	if o.MaxBatch == 0 {
 		o.MaxBatch = 128
 	}
@@ -186,6 +193,8 @@ func (o *Options) setDefaults() error {
 		return fmt.Errorf("limiter: MaxInFlight %d is negative; use 0 for no cap", o.MaxInFlight)
 	case o.MaxCost < 0:
 		return fmt.Errorf("limiter: MaxCost %d is negative", o.MaxCost)
+	case o.ReservationTTL < time.Millisecond:
+		return fmt.Errorf("limiter: ReservationTTL %v is under 1ms", o.ReservationTTL)
 	case o.LeaseTTL < time.Millisecond:
 		return fmt.Errorf("limiter: LeaseTTL %v is under 1ms", o.LeaseTTL)
 	}

@@ -86,6 +86,13 @@ type Request struct {
 	// Limits replaces the tenant's snapshot with explicit limits; nil uses
 	// the snapshot.
 	Limits *Limits
+	// Reserve holds Cost as an estimate, for a cost known only afterwards:
+	// decided (and refused) like any request, the admitted Decision carries
+	// a Reservation to Settle with the actual cost or to Cancel. One never
+	// settled expires after Options.ReservationTTL, charged at its
+	// estimate. A decision made by the fail modes (Redis down) carries no
+	// Reservation.
+	Reserve bool
 }
 
 // Policy names and units used in decisions.
@@ -133,7 +140,11 @@ type Decision struct {
 	// and was allowed.
 	Shadow bool
 
+	// Reservation is set on an admitted decision of a Request with Reserve.
+	Reservation *Reservation
+
 	lease *lease
+	rsv   *rsvTarget
 }
 
 // PolicyStatus is the state of one policy after a decision.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -26,16 +27,27 @@ var checkMeterRE = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
 // checkRequest is the body of POST /v1/check; every field is optional.
 // cost is raw so that 1.5, "x" and 1e3 are refused with one clear message.
 type checkRequest struct {
-	Cost  json.RawMessage `json:"cost"`
-	Meter *string         `json:"meter"`
+	Cost    json.RawMessage `json:"cost"`
+	Meter   *string         `json:"meter"`
+	Reserve *bool           `json:"reserve"`
 }
 
 // checkResponse is the 200 answer; a refusal is the limiter's problem body
 // (the same fields plus allowed=false, policy, retry_after).
 type checkResponse struct {
-	Allowed  bool                    `json:"allowed"`
-	Plan     string                  `json:"plan"`
-	Policies []limiter.ProblemPolicy `json:"policies"`
+	Allowed     bool                    `json:"allowed"`
+	Plan        string                  `json:"plan"`
+	Policies    []limiter.ProblemPolicy `json:"policies"`
+	Reservation *reservationJSON        `json:"reservation,omitempty"`
+}
+
+// reservationJSON is the reservation of a "reserve": true check: settle it
+// with POST /v1/reservations/{id}/settle, cancel it with DELETE
+// /v1/reservations/{id}; unsettled, it expires at its estimate.
+type reservationJSON struct {
+	ID        string    `json:"id"`
+	Estimate  int64     `json:"estimate"`
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 // handleCheck is POST /v1/check: the limiter's decision for backends that
@@ -78,8 +90,14 @@ func (s *Server) handleCheck() echo.HandlerFunc {
 		if err != nil || d == nil {
 			return err
 		}
-		policies := limiter.ProblemPolicies(d)
-		return c.JSON(http.StatusOK, checkResponse{Allowed: true, Plan: d.Plan, Policies: policies})
+		out := checkResponse{Allowed: true, Plan: d.Plan, Policies: limiter.ProblemPolicies(d)}
+		if r := d.Reservation; r != nil {
+			out.Reservation = &reservationJSON{ID: r.ID, Estimate: r.Estimate, ExpiresAt: r.ExpiresAt.UTC()}
+		} else if req.Reserve {
+			// The fail modes decided (Redis down): nothing could be held.
+			return apperr.New(apperr.Unavailable, "the reservation could not be recorded; retry")
+		}
+		return c.JSON(http.StatusOK, out)
 	}
 }
 
@@ -107,6 +125,9 @@ func parseCheck(c echo.Context) (limiter.Request, error) {
 		} else {
 			req.Cost = n
 		}
+	}
+	if in.Reserve != nil {
+		req.Reserve = *in.Reserve
 	}
 	if in.Meter != nil {
 		if !checkMeterRE.MatchString(*in.Meter) {

@@ -84,6 +84,11 @@ func (s *Server) routes() {
 	v1.GET("/entitlements", s.handleEntitlements())
 	// 405 for a known path with a wrong method (after authentication).
 	v1.RouteNotFound("/*", s.routeNotFound)
+	// Reservations ("reserve": true on /v1/check): a settlement beyond the
+	// quota is recorded, never refused (it passes the rate limit like every
+	// /v1 call; a 429 keeps the reservation for a retry).
+	v1.POST("/reservations/:id/settle", s.handleSettleReservation(), middleware.BodyLimit(bodyLimitDefault))
+	v1.DELETE("/reservations/:id", s.handleCancelReservation())
 	v1.GET("/usage", s.handleUsage())                                                     // metering: never consumes quota
 	v1.POST("/usage/events", s.handleUsageEvents(), middleware.BodyLimit(bodyLimitUsage)) // metering: never consumes quota
 

@@ -169,7 +169,7 @@ for i = 1, (#KEYS - 1) / 2 do
     out[2 * i - 1] = r[1]; out[2 * i] = tonumber(r[2])
   else
     local n = tonumber(redis.call('GET', p) or '0')
-    if n <= 0 then
+    if n == 0 then
       redis.call('SREM', d, p)
       out[2 * i - 1] = ''; out[2 * i] = 0
     else

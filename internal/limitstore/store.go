@@ -321,7 +321,7 @@ var claimScript = redis.NewScript(`
 local f = redis.call('HMGET', KEYS[2], 'id', 'n')
 if f[1] then return {f[1], tonumber(f[2])} end
 local n = tonumber(redis.call('GET', KEYS[1]) or '0')
-if n <= 0 then
+if n == 0 then
   redis.call('SREM', KEYS[3], KEYS[1])
   return false
 end

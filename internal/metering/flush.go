@@ -22,7 +22,9 @@ type FlushStats struct {
 	Dropped  int   // claims of unknown tenants, acknowledged and dropped
 }
 
-// flushSQL commits one claim: the batch id is inserted first and only a
+// flushSQL commits one claim (negative when reservations settled below
+// their estimate gave units back; the hour's figure then never goes below
+// zero, the period's cannot): the batch id is inserted first and only a
 // new id adds to the durable meter and the hourly history, all in one
 // statement (one implicit transaction). A claim replayed after a crash
 // between commit and acknowledgement finds its id and adds nothing.
@@ -34,13 +36,13 @@ WITH f AS (
     RETURNING quantity
 ), per AS (
     INSERT INTO usage_periods AS up (tenant_id, meter, period_start, period_end, used)
-    SELECT $2, $3, $4, $6, quantity FROM f
+    SELECT $2, $3, $4, $6, greatest(quantity, 0) FROM f
     ON CONFLICT (tenant_id, meter, period_start)
-    DO UPDATE SET used = up.used + EXCLUDED.used, updated_at = now()
+    DO UPDATE SET used = greatest(up.used + $5, 0), updated_at = now()
 ), hourly AS (
     INSERT INTO usage_hourly AS h (tenant_id, meter, hour, used)
-    SELECT $2, $3, date_trunc('hour', $7::timestamptz), quantity FROM f
-    ON CONFLICT (tenant_id, meter, hour) DO UPDATE SET used = h.used + EXCLUDED.used
+    SELECT $2, $3, date_trunc('hour', $7::timestamptz), greatest(quantity, 0) FROM f
+    ON CONFLICT (tenant_id, meter, hour) DO UPDATE SET used = greatest(h.used + $5, 0)
 )
 SELECT count(*) FROM f`
 
