@@ -151,7 +151,8 @@ func TestReservationExpiresAtItsEstimate(t *testing.T) {
 func TestReserveSettleConcurrent(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
-		ls, st := fleet(t, b, limiter.Options{Timeout: 5 * time.Second})
+		// A generous timeout: a fail-mode decision holds no reservation.
+		ls, st := fleet(t, b, limiter.Options{Timeout: 30 * time.Second})
 		const q = 2000
 		s := snapshot("conc-rsv", func(s *limiter.Snapshot) {
 			s.Quotas = map[string]limiter.Quota{"tokens": {Limit: q, Mode: limiter.ModeHard}}
@@ -167,6 +168,10 @@ func TestReserveSettleConcurrent(t *testing.T) {
 			}
 			if !d.Allowed {
 				refusedN.Add(1)
+				return
+			}
+			if d.Reservation == nil {
+				t.Errorf("admitted without a reservation (fallback %q)", d.Fallback)
 				return
 			}
 			admitted.Add(1)
