@@ -72,6 +72,7 @@ if cur then
   end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
+redis.call('DEL', KEYS[2]) -- the limits hash, as in putSnapshotScript
 redis.call('PUBLISH', ARGV[4], ARGV[5])
 return 1
 `)
@@ -118,7 +119,7 @@ func (s *Store) Republish(ctx context.Context, snap limiter.Snapshot) (written b
 		return false, fmt.Errorf("limitstore: encoding snapshot: %w", err)
 	}
 	ttl := max(int64(s.SnapshotTTL/time.Second), 1)
-	n, err := republishScript.Run(ctx, s.rdb, []string{s.keys.Snapshot(snap.TenantID)},
+	n, err := republishScript.Run(ctx, s.rdb, []string{s.keys.Snapshot(snap.TenantID), s.keys.Limits(snap.TenantID)},
 		raw, snap.Version, ttl, s.keys.Invalidations(), snap.TenantID+":"+strconv.FormatInt(snap.Version, 10)).Int64()
 	if err != nil {
 		return false, fmt.Errorf("limitstore: republishing snapshot of %q: %w", snap.TenantID, err)
