@@ -152,8 +152,8 @@ func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (ent
 	// Stripe accepted: apply the same change here, as its webhook would.
 	_, err = s.ents.Update(ctx, func(ctx context.Context, w *entitlements.Writes) error {
 		tx := w.Tx()
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('tollgate.stripe_customer:' || $1, 0))`, sub.Customer); err != nil {
-			return fmt.Errorf("billing: lock customer: %w", err)
+		if err := lockCustomer(ctx, tx, sub.Customer); err != nil {
+			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE subscriptions SET stripe_price_id = $2, updated_at = now(),
 				stripe_item_id = COALESCE(NULLIF($4, ''), stripe_item_id),

@@ -11,6 +11,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/postgres"
 )
 
 // EventWorker works EventArgs: it applies one stored event.
@@ -94,8 +95,8 @@ func (s *Service) ProcessEvent(ctx context.Context, eventID string, replay bool)
 		res = outcome{}
 		if ev.Customer != "" {
 			// One customer's events apply one at a time, across workers.
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('tollgate.stripe_customer:' || $1, 0))`, ev.Customer); err != nil {
-				return fmt.Errorf("billing: lock customer: %w", err)
+			if err := lockCustomer(ctx, tx, ev.Customer); err != nil {
+				return err
 			}
 		}
 		cur, err := s.loadEvent(ctx, tx, eventID, true)
@@ -148,11 +149,18 @@ func (s *Service) ProcessEvent(ctx context.Context, eventID string, replay bool)
 	return nil
 }
 
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+// lockCustomer serialises, until tx ends, everything that changes one Stripe
+// customer's subscriptions: event processing, outbound plan changes and
+// resync repairs take the same lock, so one customer's changes apply one at
+// a time across workers.
+func lockCustomer(ctx context.Context, tx pgx.Tx, customer string) error {
+	if err := postgres.XactLock(ctx, tx, "tollgate.stripe_customer:"+customer); err != nil {
+		return fmt.Errorf("billing: lock customer: %w", err)
+	}
+	return nil
 }
 
-func (s *Service) loadEvent(ctx context.Context, q querier, id string, lock bool) (storedEvent, error) {
+func (s *Service) loadEvent(ctx context.Context, q postgres.Querier, id string, lock bool) (storedEvent, error) {
 	sql := `SELECT id, type, api_version, COALESCE(stripe_customer_id, ''), status, received_at, event_created, payload FROM stripe_events WHERE id = $1`
 	if lock {
 		sql += ` FOR UPDATE`

@@ -130,8 +130,8 @@ func (s *Service) repair(ctx context.Context, tenantID, customer string, st stri
 	_, err := s.ents.Update(ctx, func(ctx context.Context, w *entitlements.Writes) error {
 		tx := w.Tx()
 		repairs = nil
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('tollgate.stripe_customer:' || $1, 0))`, customer); err != nil {
-			return fmt.Errorf("billing: lock customer: %w", err)
+		if err := lockCustomer(ctx, tx, customer); err != nil {
+			return err
 		}
 		note := func(sub, field string, ours, theirs *string) {
 			repairs = append(repairs, DriftRepair{TenantID: tenantID, SubscriptionID: sub, Field: field, Ours: ours, Stripe: theirs})

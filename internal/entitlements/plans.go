@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/period"
+	"github.com/tollgatehq/tollgate/internal/postgres"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -344,7 +345,7 @@ func (s *Service) PatchPlan(ctx context.Context, key string, patch PlanPatch) (P
 // tenantsReachedBy lists the tenants whose snapshot depends on the plan:
 // those on it, and, for the default plan, those whose subscription status
 // may have sent them to it.
-func (s *Service) tenantsReachedBy(ctx context.Context, q querier, key string) ([]string, error) {
+func (s *Service) tenantsReachedBy(ctx context.Context, q postgres.Querier, key string) ([]string, error) {
 	rows, err := q.Query(ctx, `
 SELECT id::text FROM tenants WHERE plan_key = $1
 UNION
@@ -388,7 +389,7 @@ func scanPlan(row pgx.CollectableRow) (Plan, error) {
 	return p, nil
 }
 
-func getPlan(ctx context.Context, q querier, key string, lock bool) (Plan, error) {
+func getPlan(ctx context.Context, q postgres.Querier, key string, lock bool) (Plan, error) {
 	if !planKeyRe.MatchString(key) {
 		return Plan{}, apperr.New(apperr.NotFound, "no plan %q", key)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/internal/period"
+	"github.com/tollgatehq/tollgate/internal/postgres"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -51,7 +52,7 @@ type override struct {
 
 // loadInputs reads the tenant, its plan, the default plan, its most relevant
 // subscription and its unexpired quota overrides.
-func loadInputs(ctx context.Context, q querier, tenantID string) (inputs, error) {
+func loadInputs(ctx context.Context, q postgres.Querier, tenantID string) (inputs, error) {
 	t, err := getTenant(ctx, q, tenantID, false)
 	if err != nil {
 		return inputs{}, err
@@ -61,7 +62,7 @@ func loadInputs(ctx context.Context, q querier, tenantID string) (inputs, error)
 
 // fill completes inputs with the plans, subscription and overrides; split
 // from loadInputs so that the service's clock (not the database's) decides.
-func (s *Service) fill(ctx context.Context, q querier, in *inputs) error {
+func (s *Service) fill(ctx context.Context, q postgres.Querier, in *inputs) error {
 	in.now = s.opts.Now()
 	rows, err := q.Query(ctx, planSelect+` WHERE p.key = $1 OR p.key = $2`, in.tenant.Plan, s.opts.DefaultPlan)
 	if err != nil {
@@ -291,7 +292,7 @@ func applyOverrides(quotas map[string]limiter.Quota, os []override) {
 }
 
 // buildSnapshot computes the tenant's snapshot from what q sees.
-func (s *Service) buildSnapshot(ctx context.Context, q querier, tenantID string) (limiter.Snapshot, error) {
+func (s *Service) buildSnapshot(ctx context.Context, q postgres.Querier, tenantID string) (limiter.Snapshot, error) {
 	in, err := loadInputs(ctx, q, tenantID)
 	if err != nil {
 		return limiter.Snapshot{}, err
@@ -341,7 +342,7 @@ func (s *Service) BumpTx(ctx context.Context, tx pgx.Tx, tenantID, reason string
 	return snap, nil
 }
 
-func recordVersion(ctx context.Context, q querier, snap limiter.Snapshot, reason string) error {
+func recordVersion(ctx context.Context, q postgres.Querier, snap limiter.Snapshot, reason string) error {
 	raw, err := json.Marshal(snap)
 	if err != nil {
 		return fmt.Errorf("encode snapshot: %w", err)

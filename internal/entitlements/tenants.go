@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/ids"
+	"github.com/tollgatehq/tollgate/internal/postgres"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -267,7 +268,7 @@ func (s *Service) GetTenantRow(ctx context.Context, id string) (Tenant, error) {
 	return t, nil
 }
 
-func getTenant(ctx context.Context, q querier, id string, lock bool) (Tenant, error) {
+func getTenant(ctx context.Context, q postgres.Querier, id string, lock bool) (Tenant, error) {
 	if !ids.IsUUID(id) {
 		return Tenant{}, tenantNotFound(id)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/period"
+	"github.com/tollgatehq/tollgate/internal/postgres"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -131,16 +132,12 @@ func (tp tenantPeriods) endOf(start time.Time) time.Time {
 	return secondOf(period.Monthly(start, start).End)
 }
 
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // loadTenantPeriods reads the anchor, the current period of the
 // subscription the entitlement snapshot uses (a live one first, then the
 // latest) and the quota window of the tenant's plan, the inputs of
 // period.In: the same as the snapshot's, so durable meters and Redis
 // counters agree on period (window) starts.
-func loadTenantPeriods(ctx context.Context, q querier, tenantID string) (tenantPeriods, error) {
+func loadTenantPeriods(ctx context.Context, q postgres.Querier, tenantID string) (tenantPeriods, error) {
 	var tp tenantPeriods
 	var start, end *time.Time
 	err := q.QueryRow(ctx, `

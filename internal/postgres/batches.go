@@ -3,14 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
-
-// Execer is what DeleteInBatches needs of a pool.
-type Execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
 
 // RetentionBatch is how many rows one retention DELETE removes: small
 // enough that no statement holds locks (or bloats WAL) for long on a big
@@ -21,7 +14,7 @@ const RetentionBatch = 5000
 // LIMIT; args follow as $2…), until a pass removes fewer than
 // RetentionBatch, and returns how many rows went. Each pass is its own
 // statement, so a cancelled ctx keeps what was deleted so far.
-func DeleteInBatches(ctx context.Context, db Execer, del string, args ...any) (int64, error) {
+func DeleteInBatches(ctx context.Context, db Querier, del string, args ...any) (int64, error) {
 	var total int64
 	for {
 		tag, err := db.Exec(ctx, del, append([]any{RetentionBatch}, args...)...)
