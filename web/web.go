@@ -295,21 +295,10 @@ func (w *Web) html(next echo.HandlerFunc) echo.HandlerFunc {
 			w.log.ErrorContext(c.Request().Context(), "page failed", "method", c.Request().Method, "route", c.Path(), "err", err)
 			return w.renderError(c, http.StatusInternalServerError, "Something went wrong", "The server failed; the error was logged. Try again in a moment.")
 		}
-		status, heading := http.StatusBadRequest, "That did not work"
-		switch e.Code {
-		case apperr.NotFound:
-			status, heading = http.StatusNotFound, "Not found"
-		case apperr.Unauthorized:
-			status, heading = http.StatusUnauthorized, "Not allowed"
-		case apperr.Conflict:
-			status, heading = http.StatusConflict, "Conflict"
-		case apperr.Unavailable:
-			status, heading = http.StatusServiceUnavailable, "Try again shortly"
+		answer := apperr.HTTPOf(e.Code)
+		status, heading := answer.Status, answer.Heading
+		if e.Code == apperr.Unavailable {
 			c.Response().Header().Set("Retry-After", "1")
-		case apperr.Upstream:
-			status, heading = http.StatusBadGateway, "Stripe refused the change"
-		case apperr.TooLarge:
-			status, heading = http.StatusRequestEntityTooLarge, "Too large"
 		}
 		return w.render(c, status, "error", page{Title: heading, Data: errorPage{
 			Status: status, Heading: heading, Message: e.Message, Fields: e.Fields, Back: backLink(c)}})

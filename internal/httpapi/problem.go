@@ -26,21 +26,6 @@ type Problem struct {
 	Errors []apperr.FieldError `json:"errors,omitempty"`
 }
 
-// statusOf is the one table from error codes to HTTP statuses.
-var statusOf = map[apperr.Code]struct {
-	status int
-	slug   string
-	title  string
-}{
-	apperr.Invalid:      {http.StatusBadRequest, "invalid-request", "Invalid request"},
-	apperr.Unauthorized: {http.StatusUnauthorized, "unauthorized", "Unauthorized"},
-	apperr.NotFound:     {http.StatusNotFound, "not-found", "Not found"},
-	apperr.Conflict:     {http.StatusConflict, "conflict", "Conflict"},
-	apperr.TooLarge:     {http.StatusRequestEntityTooLarge, "too-large", "Request body too large"},
-	apperr.Unavailable:  {http.StatusServiceUnavailable, "unavailable", "Service unavailable"},
-	apperr.Upstream:     {http.StatusBadGateway, "upstream", "Upstream error"},
-}
-
 // writeProblem writes p as application/problem+json.
 func writeProblem(c echo.Context, p any, status int) error {
 	c.Response().Header().Set(echo.HeaderContentType, "application/problem+json")
@@ -56,11 +41,8 @@ func (s *Server) errorHandler(err error, c echo.Context) {
 	}
 	var p Problem
 	if e, ok := apperr.As(err); ok {
-		m := statusOf[e.Code]
-		if m.status == 0 {
-			m = statusOf[apperr.Invalid]
-		}
-		p = Problem{Type: ProblemBase + m.slug, Title: m.title, Status: m.status, Detail: e.Message, Errors: e.Fields}
+		m := apperr.HTTPOf(e.Code)
+		p = Problem{Type: ProblemBase + m.Slug, Title: m.Title, Status: m.Status, Detail: e.Message, Errors: e.Fields}
 		if e.Code == apperr.Unauthorized {
 			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
 		}
