@@ -25,12 +25,6 @@ type UsageReader interface {
 	Usage(ctx context.Context, tenantID string) (metering.Usage, error)
 }
 
-// PlanChanger changes a tenant's plan: the entitlements service locally, or
-// billing's Stripe-backed changer when Stripe is configured.
-type PlanChanger interface {
-	ChangePlan(ctx context.Context, tenantID, planKey string) (entitlements.TenantDetail, error)
-}
-
 // PlanAdmin creates and edits plans (entitlements.Service); an edit reaches
 // every tenant on the plan through a new entitlement version.
 type PlanAdmin interface {

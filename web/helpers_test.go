@@ -119,7 +119,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var plans PlanChanger = b.ents
+	var plans entitlements.PlanChanger = b.ents
 	if o.stripeBase != "" {
 		plans = bill
 	}

@@ -35,6 +35,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/audit"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 )
 
@@ -67,7 +68,7 @@ type Deps struct {
 	// Audit records every console action; nil records nothing.
 	Audit *audit.Log
 	// Actions; nil hides the form that needs it.
-	Plans     PlanChanger
+	Plans     entitlements.PlanChanger
 	PlanAdmin PlanAdmin
 	// Addons manages add-on grants; nil hides the add-ons page's forms.
 	Addons    AddonAdmin

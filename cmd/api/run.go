@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/cmd/internal/wire"
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/config"
@@ -117,7 +118,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	subDone := make(chan struct{})
 	go func() { defer close(subDone); _ = ents.Run(subCtx) }()
 	defer func() { stopSub(); <-subDone }()
-	bill, err := newBilling(pool, ents, cfg, log, reg)
+	bill, err := wire.Billing(pool, ents, cfg, log, reg)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/riverqueue/river"
 
+	"github.com/tollgatehq/tollgate/cmd/internal/wire"
 	"github.com/tollgatehq/tollgate/internal/config"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/jobs"
@@ -91,7 +92,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	// loader would see them as unknown tenants).
 	river.AddWorker(workers, &entitlements.RepublishWorker{Service: ents})
 	periodic = append(periodic, entitlements.RepublishPeriodic())
-	bill, err := newBilling(pool, ents, cfg, log, reg)
+	bill, err := wire.Billing(pool, ents, cfg, log, reg)
 	if err != nil {
 		return err
 	}

@@ -107,7 +107,7 @@ type planSub struct {
 // change. With ProrationPaidFirst a change that waits for its payment is
 // not applied here: the tenant keeps its plan until Stripe's webhook says
 // the update went through. Otherwise the change is local. It makes Service
-// an httpapi.PlanChanger.
+// an entitlements.PlanChanger.
 func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (entitlements.TenantDetail, error) {
 	reason := "admin changed plan to " + planKey
 	if s.stripe == nil || !ids.IsUUID(tenantID) {

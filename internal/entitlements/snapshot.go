@@ -205,7 +205,7 @@ func (s *Service) fallback(in inputs) Plan {
 }
 
 // readAddons reads the add-on items of in.sub with their grants.
-func readAddons(ctx context.Context, q querier, in *inputs) error {
+func readAddons(ctx context.Context, q postgres.Querier, in *inputs) error {
 	rows, err := q.Query(ctx, `
 SELECT a.stripe_price_id, a.name, a.quotas, a.features, i.quantity
   FROM subscription_items i JOIN addon_grants a ON a.stripe_price_id = i.price_id

@@ -416,8 +416,15 @@ func (s *Service) SetPlan(ctx context.Context, tenantID, planKey, reason string)
 	return s.GetTenant(ctx, tenantID)
 }
 
+// PlanChanger changes a tenant's plan, for the admin API (PUT
+// /admin/v1/tenants/{id}/plan) and the console: Service itself locally, or
+// billing's Stripe-backed changer when STRIPE_SECRET_KEY is set.
+type PlanChanger interface {
+	ChangePlan(ctx context.Context, tenantID, planKey string) (TenantDetail, error)
+}
+
 // ChangePlan is the admin's plan change without Stripe: SetPlan with a
-// reason saying so. It makes Service an httpapi.PlanChanger.
+// reason saying so. It makes Service a PlanChanger.
 func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (TenantDetail, error) {
 	return s.SetPlan(ctx, tenantID, planKey, "admin changed plan to "+planKey)
 }

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"net/http"
 	"strconv"
 
@@ -10,13 +9,6 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
-
-// PlanChanger changes a tenant's plan for PUT /admin/v1/tenants/{id}/plan:
-// the entitlements service locally, or billing through Stripe when
-// STRIPE_SECRET_KEY is set.
-type PlanChanger interface {
-	ChangePlan(ctx context.Context, tenantID, planKey string) (entitlements.TenantDetail, error)
-}
 
 func (s *Server) handleCreateTenant() echo.HandlerFunc {
 	return func(c echo.Context) error {
@@ -80,7 +72,7 @@ func (s *Server) handleChangePlan() echo.HandlerFunc {
 		if body.Plan == "" {
 			return apperr.Invalidf("plan", "is required")
 		}
-		var changer PlanChanger = s.Entitlements
+		var changer entitlements.PlanChanger = s.Entitlements
 		if s.PlanChanger != nil {
 			changer = s.PlanChanger
 		}

@@ -41,7 +41,7 @@ type Deps struct {
 	Metering *metering.Service
 	// PlanChanger changes plans for PUT /admin/v1/tenants/{id}/plan; nil
 	// means Entitlements (a local change, no Stripe).
-	PlanChanger PlanChanger
+	PlanChanger entitlements.PlanChanger
 	// Limiter decides the tenants' rate limits on /v1/* and POST /v1/check;
 	// nil turns rate limiting off (tests of other areas).
 	Limiter *limiter.Limiter

@@ -1,4 +1,6 @@
-package main
+// Package wire builds what both commands (api and worker) build the same
+// way, so that a new option reaches both.
+package wire
 
 import (
 	"log/slog"
@@ -12,11 +14,13 @@ import (
 	"github.com/tollgatehq/tollgate/internal/jobs"
 )
 
-// newBilling builds the billing service whose workers apply Stripe events,
-// expire grace periods and resync with Stripe, on the worker's one
-// entitlements service; it inserts follow-up jobs (re-runs, replays) with an
-// insert-only client of its own.
-func newBilling(pool *pgxpool.Pool, ents *entitlements.Service, cfg config.Config, log *slog.Logger, reg prometheus.Registerer) (*billing.Service, error) {
+// Billing builds the billing service on the process's one entitlements
+// service. In the api it is the webhook intake (which enqueues with the
+// insert-only River client in the same transaction as it stores), the
+// admin's Stripe views and plan changes through Stripe; in the worker its
+// workers apply events, expire grace periods and resync, inserting follow-up
+// jobs with the same kind of client.
+func Billing(pool *pgxpool.Pool, ents *entitlements.Service, cfg config.Config, log *slog.Logger, reg prometheus.Registerer) (*billing.Service, error) {
 	ins, err := jobs.NewInsertClient(pool, log)
 	if err != nil {
 		return nil, err
