@@ -2,17 +2,15 @@ package billing
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/cursor"
 )
 
 // Event is a stored Stripe event as admins see it.
@@ -77,7 +75,7 @@ func (s *Service) ListEvents(ctx context.Context, q EventQuery) (EventPage, erro
 	var afterAt *time.Time
 	var afterID *string
 	if q.Cursor != "" {
-		at, id, ok := decodeCursor(q.Cursor)
+		at, id, ok := cursor.Decode(q.Cursor)
 		if !ok {
 			v.Add("cursor", "is not a cursor this API returned")
 		}
@@ -101,29 +99,12 @@ func (s *Service) ListEvents(ctx context.Context, q EventQuery) (EventPage, erro
 	if len(events) > q.Limit {
 		page.Events = events[:q.Limit]
 		last := page.Events[q.Limit-1]
-		page.NextCursor = encodeCursor(last.ReceivedAt, last.ID)
+		page.NextCursor = cursor.Encode(last.ReceivedAt, last.ID)
 	}
 	if page.Events == nil {
 		page.Events = []Event{}
 	}
 	return page, nil
-}
-
-func encodeCursor(at time.Time, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at.UnixMicro(), 10) + "|" + id))
-}
-
-func decodeCursor(c string) (time.Time, string, bool) {
-	raw, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return time.Time{}, "", false
-	}
-	us, id, ok := strings.Cut(string(raw), "|")
-	n, err := strconv.ParseInt(us, 10, 64)
-	if !ok || err != nil || id == "" {
-		return time.Time{}, "", false
-	}
-	return time.UnixMicro(n), id, true
 }
 
 // GetEvent returns one stored event with its payload.

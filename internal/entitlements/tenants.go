@@ -2,16 +2,15 @@ package entitlements
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/cursor"
 	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/internal/postgres"
 	"github.com/tollgatehq/tollgate/limiter"
@@ -194,8 +193,8 @@ func (s *Service) ListTenants(ctx context.Context, q ListQuery) (Page, error) {
 		curID *string
 	)
 	if q.Cursor != "" {
-		at, id, ok := decodeCursor(q.Cursor)
-		if !ok {
+		at, id, ok := cursor.Decode(q.Cursor)
+		if !ok || !ids.IsUUID(id) {
 			return Page{}, apperr.Invalidf("cursor", "is not a cursor this API returned")
 		}
 		curAt, curID = &at, &id
@@ -222,7 +221,7 @@ SELECT `+tenantCols+` FROM tenants t
 	if len(ts) > q.Limit {
 		page.Tenants = ts[:q.Limit]
 		last := page.Tenants[q.Limit-1]
-		page.NextCursor = encodeCursor(last.CreatedAt, last.ID)
+		page.NextCursor = cursor.Encode(last.CreatedAt, last.ID)
 	}
 	if page.Tenants == nil {
 		page.Tenants = []Tenant{}
@@ -232,27 +231,6 @@ SELECT `+tenantCols+` FROM tenants t
 
 func likeEscape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
-}
-
-// Cursors are opaque to clients: base64 of "<unix micros>/<id>".
-func encodeCursor(at time.Time, id string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(at.UnixMicro(), 10) + "/" + id))
-}
-
-func decodeCursor(c string) (time.Time, string, bool) {
-	raw, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return time.Time{}, "", false
-	}
-	us, id, ok := strings.Cut(string(raw), "/")
-	if !ok || !ids.IsUUID(id) {
-		return time.Time{}, "", false
-	}
-	n, err := strconv.ParseInt(us, 10, 64)
-	if err != nil {
-		return time.Time{}, "", false
-	}
-	return time.UnixMicro(n).UTC(), id, true
 }
 
 func tenantNotFound(id string) error {
