@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -40,7 +41,7 @@ func TestRefill(t *testing.T) {
 	}
 	empty := time.Now()
 	// Poll (peek) until k tokens are back, then take them all.
-	poll(t, 2*time.Second, "refill", func() bool {
+	testkit.Eventually(t, 2*time.Second, "refill", func() bool {
 		d, err := l.Allow(ctx, "refill", limiter.Request{Peek: true})
 		return err == nil && d.Policies[0].Remaining >= k
 	})
@@ -208,7 +209,7 @@ func TestNearCacheInvalidation(t *testing.T) {
 		l1 := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix})
 		l2 := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Hooks: limiter.Hooks{OnCacheHit: func() { hits.Add(1) }}})
 		// Wait until l2 serves from its cache (subscribed and filled).
-		poll(t, 5*time.Second, "cache hits", func() bool {
+		testkit.Eventually(t, 5*time.Second, "cache hits", func() bool {
 			_, err := l2.Allow(ctx, "up", limiter.Request{Peek: true})
 			return err == nil && hits.Load() > 0
 		})
@@ -218,7 +219,7 @@ func TestNearCacheInvalidation(t *testing.T) {
 		s.Version, s.Plan, s.Rate = 2, "team", &limiter.Rate{PerSecond: 10, Burst: 50}
 		changed := time.Now()
 		put(t, st, s)
-		poll(t, time.Second, "plan change seen by the other limiter", func() bool {
+		testkit.Eventually(t, time.Second, "plan change seen by the other limiter", func() bool {
 			d, err := l2.Allow(ctx, "up", limiter.Request{Peek: true})
 			return err == nil && d.Plan == "team" && d.Policies[0].Limit == 50
 		})
@@ -447,7 +448,7 @@ func TestRateUpgradeDropsOldDebt(t *testing.T) {
 			s.Rate = &limiter.Rate{PerSecond: 50, Burst: 50}
 		}))
 		admitted := 0
-		poll(t, time.Second, "admitted again at 50/s", func() bool {
+		testkit.Eventually(t, time.Second, "admitted again at 50/s", func() bool {
 			d, err := l.Allow(ctx, "upg", limiter.Request{Cost: 1})
 			if err == nil && d.Allowed {
 				admitted++

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -114,7 +115,7 @@ func TestRedisFailure(t *testing.T) {
 			}
 			// Redis comes back empty: decisions resume without a new Limiter.
 			srv.Restart(t)
-			poll(t, 5*time.Second, "decisions back on Redis", func() bool {
+			testkit.Eventually(t, 5*time.Second, "decisions back on Redis", func() bool {
 				d, err := l.Allow(ctx, "acme", limiter.Request{Cost: 1})
 				return err == nil && d.Allowed && d.Fallback == ""
 			})

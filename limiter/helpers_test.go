@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -90,8 +91,8 @@ func clusterRedis(t *testing.T) *backend {
 	t.Helper()
 	clusterOnce.Do(func() { cluster, clusterErr = redistest.StartCluster() })
 	if clusterErr != nil {
-		if os.Getenv("CI") == "" && errors.Is(clusterErr, redistest.ErrNoRedisServer) {
-			t.Skip(clusterErr)
+		if errors.Is(clusterErr, redistest.ErrNoRedisServer) {
+			testkit.Unavailable(t, "redis-server (for a cluster)", clusterErr)
 		}
 		t.Fatal(clusterErr)
 	}
@@ -146,17 +147,5 @@ func put(t testing.TB, st *limitstore.Store, s limiter.Snapshot) {
 	t.Helper()
 	if err := st.PutSnapshot(context.Background(), s); err != nil {
 		t.Fatal(err)
-	}
-}
-
-// poll calls f until it returns true or the deadline passes.
-func poll(t testing.TB, within time.Duration, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(2 * time.Millisecond) // polling interval
 	}
 }

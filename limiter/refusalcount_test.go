@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/limitstore"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -38,7 +39,7 @@ func TestCachedRefusalsAreCounted(t *testing.T) {
 			t.Fatalf("refused %d (want 18), from the cache %d (want 17)", refused, cacheHits)
 		}
 		// The background flush adds the 17 within about a second.
-		poll(t, 10*time.Second, "18 refusals in Redis", func() bool {
+		testkit.Eventually(t, 10*time.Second, "18 refusals in Redis", func() bool {
 			rf, err := st.Refusals(ctx, "hammer", time.Now())
 			return err == nil && rf[limiter.PolicyRate] == 18
 		})

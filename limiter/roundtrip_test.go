@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/limitstore"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -27,7 +28,7 @@ func counted(t *testing.T, b *backend, opts limiter.Options) (*limiter.Limiter, 
 		}
 	}
 	l := newLimiter(t, rdb, opts)
-	poll(t, 5*time.Second, "subscription confirmed", subscribed.Load)
+	testkit.Eventually(t, 5*time.Second, "subscription confirmed", subscribed.Load)
 	return l, rt, limitstore.New(b.client(), b.prefix)
 }
 

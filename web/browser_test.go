@@ -14,7 +14,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/metering"
-	"github.com/tollgatehq/tollgate/internal/pgtest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 const chromiumPath = "/usr/bin/chromium"
@@ -24,7 +24,7 @@ const chromiumPath = "/usr/bin/chromium"
 func newChrome(t *testing.T) context.Context {
 	t.Helper()
 	if _, err := os.Stat(chromiumPath); err != nil {
-		pgtest.Unavailable(t, "chromium", err)
+		testkit.Unavailable(t, "chromium", err)
 	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromiumPath),

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,6 +21,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/config"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -180,7 +180,7 @@ func TestRunMigrateCreatesMissingDatabaseAndIsRepeatable(t *testing.T) {
 	ctx := t.Context()
 	admin, err := pgx.Connect(ctx, pgtest.BaseURL())
 	if err != nil {
-		pgtest.Unavailable(t, "postgres", err)
+		testkit.Unavailable(t, "postgres", err)
 	}
 	t.Cleanup(func() { admin.Close(context.Background()) }) // after the drop below
 	var suffix [6]byte
@@ -349,11 +349,7 @@ func TestServePortInUseExits1(t *testing.T) {
 // the one part run cannot cover.
 func TestBinaryExits0OnSIGTERM(t *testing.T) {
 	e := serveEnv(t)
-	bin := filepath.Join(t.TempDir(), "api")
-	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testkit.Binary(t, "github.com/tollgatehq/tollgate/cmd/api")
 	cmd := exec.Command(bin, "serve")
 	cmd.Env = os.Environ()
 	for k, v := range e {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 // TestMakeRunScriptServesThePrintedKey runs scripts/run.sh (what `make run`
@@ -33,14 +34,14 @@ func TestMakeRunScriptServesThePrintedKey(t *testing.T) {
 	}
 	for _, tool := range []string{"bash", "curl"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			pgtest.Unavailable(t, tool, err)
+			testkit.Unavailable(t, tool, err)
 		}
 	}
 	rdb, _ := redistest.New(t)
 	ctx := t.Context()
 	admin, err := pgx.Connect(ctx, pgtest.BaseURL())
 	if err != nil {
-		pgtest.Unavailable(t, "postgres", err)
+		testkit.Unavailable(t, "postgres", err)
 	}
 	t.Cleanup(func() { admin.Close(context.Background()) })
 	var suffix [6]byte
@@ -52,13 +53,10 @@ func TestMakeRunScriptServesThePrintedKey(t *testing.T) {
 		_, _ = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{dbName}.Sanitize()+" WITH (FORCE)")
 	})
 
-	binDir := t.TempDir()
-	for _, pkg := range []string{".", "../worker"} {
-		out := filepath.Join(binDir, map[string]string{".": "api", "../worker": "worker"}[pkg])
-		if b, err := exec.CommandContext(ctx, "go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-		}
-	}
+	// run.sh finds both binaries in TOLLGATE_BIN: testkit builds them once,
+	// side by side.
+	testkit.Binary(t, "github.com/tollgatehq/tollgate/cmd/worker")
+	binDir := filepath.Dir(testkit.Binary(t, "github.com/tollgatehq/tollgate/cmd/api"))
 	dataDir := t.TempDir()
 	addr := freeAddr(t)
 	env := []string{}

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -182,10 +182,7 @@ func TestRunMigrateOnStartFalseSkipsMigrations(t *testing.T) {
 // the one part run cannot cover.
 func TestBinaryExits0OnSIGTERM(t *testing.T) {
 	e := workerEnv(t)
-	bin := filepath.Join(t.TempDir(), "worker")
-	if out, err := exec.CommandContext(t.Context(), "go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testkit.Binary(t, "github.com/tollgatehq/tollgate/cmd/worker")
 	cmd := exec.Command(bin)
 	cmd.Env = os.Environ()
 	for k, v := range e {

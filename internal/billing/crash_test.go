@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/jobs"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 // The real worker binary, SIGKILLed while it is inside an event's
@@ -34,12 +34,7 @@ func TestWorkerProcessKilledMidEventIsRescuedAndAppliedOnce(t *testing.T) {
 	v0 := e.version(tenant)
 	ctx := context.Background()
 
-	bin := filepath.Join(t.TempDir(), "worker")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/worker")
-	build.Dir = "../.."
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build worker: %v\n%s", err, out)
-	}
+	bin := testkit.Binary(t, "github.com/tollgatehq/tollgate/cmd/worker")
 
 	// Hold the customer's lock so that the worker stops inside the event's
 	// transaction, where a crash must leave nothing behind.

@@ -77,18 +77,6 @@ func (b *bundle) mustTenant(t testing.TB, plan string) entitlements.Tenant {
 	return tn
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // tlog sends the service's log lines to the test's output.
 type tlog struct{ t testing.TB }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 func TestIssueAndAuthenticateKey(t *testing.T) {
@@ -54,7 +55,7 @@ func TestAuthenticateSteadyStateSkipsPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "revocation subscription live", b.svc.KeyCacheLive)
+	testkit.Eventually(t, 5*time.Second, "revocation subscription live", b.svc.KeyCacheLive)
 	if _, err := b.svc.Authenticate(b.ctx, k.Key); err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestRevocationReachesOtherInstances(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = other.Run(b.ctx) }()
 	t.Cleanup(func() { <-done })
-	eventually(t, 5*time.Second, "both subscriptions live", func() bool { return b.svc.KeyCacheLive() && other.KeyCacheLive() })
+	testkit.Eventually(t, 5*time.Second, "both subscriptions live", func() bool { return b.svc.KeyCacheLive() && other.KeyCacheLive() })
 
 	tn := b.mustTenant(t, b.free)
 	k, err := b.svc.IssueKey(b.ctx, tn.ID, "")
@@ -93,7 +94,7 @@ func TestRevocationReachesOtherInstances(t *testing.T) {
 	if _, err := b.svc.Authenticate(b.ctx, k.Key); apperr.CodeOf(err) != apperr.Unauthorized {
 		t.Fatalf("revoking instance still accepts: %v", err)
 	}
-	eventually(t, time.Second, "other instance refuses the revoked key", func() bool {
+	testkit.Eventually(t, time.Second, "other instance refuses the revoked key", func() bool {
 		_, err := other.Authenticate(b.ctx, k.Key)
 		return apperr.CodeOf(err) == apperr.Unauthorized
 	})
@@ -113,7 +114,7 @@ func TestLostSubscriptionDropsKeyCache(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = svc.Run(b.ctx) }()
 	t.Cleanup(func() { <-done })
-	eventually(t, 5*time.Second, "subscription live", svc.KeyCacheLive)
+	testkit.Eventually(t, 5*time.Second, "subscription live", svc.KeyCacheLive)
 
 	tn := b.mustTenant(t, b.free)
 	k, err := b.svc.IssueKey(b.ctx, tn.ID, "")
@@ -149,9 +150,9 @@ func TestLostSubscriptionDropsKeyCache(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1`, k.ID); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Second, "revoked key refused after the lost subscription", func() bool {
+	testkit.Eventually(t, 2*time.Second, "revoked key refused after the lost subscription", func() bool {
 		_, err := svc.Authenticate(b.ctx, k.Key)
 		return apperr.CodeOf(err) == apperr.Unauthorized
 	})
-	eventually(t, 5*time.Second, "subscription back", svc.KeyCacheLive)
+	testkit.Eventually(t, 5*time.Second, "subscription back", svc.KeyCacheLive)
 }

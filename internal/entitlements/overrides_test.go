@@ -6,6 +6,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 func overrideFields(err error) map[string]bool {
@@ -134,7 +135,7 @@ func TestExpiredOverrideStopsApplying(t *testing.T) {
 	if n, err := b.svc.RefreshExpiredOverrides(b.ctx); err != nil || n != 0 {
 		t.Fatalf("refresh before expiry = %d, %v", n, err)
 	}
-	eventually(t, 10*time.Second, "the expired override refreshed", func() bool {
+	testkit.Eventually(t, 10*time.Second, "the expired override refreshed", func() bool {
 		n, err := b.svc.RefreshExpiredOverrides(b.ctx)
 		if err != nil {
 			t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 // TestRepublish: a pass gives a live tenant's snapshot its full TTL back
@@ -14,7 +16,7 @@ func TestRepublish(t *testing.T) {
 	kept := b.mustTenant(t, b.free)
 	lost := b.mustTenant(t, b.free)
 	keys := b.store.Keys()
-	eventually(t, 5*time.Second, "snapshots published", func() bool {
+	testkit.Eventually(t, 5*time.Second, "snapshots published", func() bool {
 		return b.rdb.Exists(b.ctx, keys.Snapshot(kept.ID), keys.Snapshot(lost.ID)).Val() == 2
 	})
 	before := b.rdb.Get(b.ctx, keys.Snapshot(kept.ID)).Val()

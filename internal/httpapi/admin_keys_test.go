@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 func TestAPIKeysIssueListRevoke(t *testing.T) {
@@ -47,7 +49,7 @@ func TestAPIKeysIssueListRevoke(t *testing.T) {
 	a.admin(t, "DELETE", "/admin/v1/api-keys/"+id, nil, http.StatusNoContent)
 	assertProblem(t, "revoked key, same instance", a.do(t, "GET", "/v1/entitlements", key, nil), http.StatusUnauthorized)
 	start := time.Now()
-	waitFor(t, time.Second, "revoked key refused by the second instance", func() bool {
+	testkit.Eventually(t, time.Second, "revoked key refused by the second instance", func() bool {
 		return b.do(t, "GET", "/v1/entitlements", key, nil).Status == http.StatusUnauthorized
 	})
 	t.Logf("revocation reached the second instance in %s", time.Since(start))

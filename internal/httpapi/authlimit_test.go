@@ -19,6 +19,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 // queryCount counts the queries a pool sends.
@@ -84,7 +85,7 @@ func TestAuthFailuresNeverBlockAValidCredential(t *testing.T) {
 	a := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{authOpts: opts})
 	plan := a.newPlan(t, map[string]any{"per_second": 1000, "burst": 1000}, nil)
 	_, goodKey := a.newTenant(t, plan)
-	poll(t, 5*time.Second, "key index live", a.ents.KeyIndexLive)
+	testkit.Eventually(t, 5*time.Second, "key index live", a.ents.KeyIndexLive)
 
 	for i := 0; i < 5; i++ {
 		if r := a.call(t, http.MethodGet, "/v1/entitlements", badKey(), nil); r.status != http.StatusUnauthorized {
@@ -128,7 +129,7 @@ func TestAuthFailuresNeverBlockAValidCredential(t *testing.T) {
 	// too refuses made-up keys from its index, and still admits the valid
 	// key, which B has never seen (not in its cache: it is in its index).
 	b := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{authOpts: opts})
-	poll(t, 5*time.Second, "B's key index live", b.ents.KeyIndexLive)
+	testkit.Eventually(t, 5*time.Second, "B's key index live", b.ents.KeyIndexLive)
 	if r := b.call(t, http.MethodGet, "/v1/entitlements", badKey(), nil); r.status != http.StatusTooManyRequests {
 		t.Fatalf("first bad key on B: %d %s", r.status, r.raw)
 	}

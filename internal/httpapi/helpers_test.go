@@ -22,6 +22,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 // testAdminToken is the admin token of servers started by newTestAPI.
@@ -77,7 +78,7 @@ func newTestAPI(t *testing.T, opt testAPIOptions) *testAPI {
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
 	a := &testAPI{URL: ts.URL, Pool: pool, RDB: rdb, Prefix: prefix, Ents: ents, Store: store, Srv: srv, Logs: logs}
-	waitFor(t, 5*time.Second, "API key revocation subscription", ents.KeyCacheLive)
+	testkit.Eventually(t, 5*time.Second, "API key revocation subscription", ents.KeyCacheLive)
 	return a
 }
 
@@ -221,18 +222,6 @@ func uniqueName(prefix string) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return prefix + "-" + hex.EncodeToString(b[:])
-}
-
-// waitFor polls cond until it holds, failing the test after within.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // assertProblem checks a problem+json answer of the given status.

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -55,7 +56,7 @@ func TestRedisDownFailModes(t *testing.T) {
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() { defer wg.Done(); hang.Do(context.Background(), "DEBUG", "SLEEP", "1.5") }()
-			poll(t, time.Second, "DEBUG SLEEP in effect", func() bool {
+			testkit.Eventually(t, time.Second, "DEBUG SLEEP in effect", func() bool {
 				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 				defer cancel()
 				return in.rdb.Ping(ctx).Err() != nil
@@ -121,7 +122,7 @@ func TestRedisDownFailModes(t *testing.T) {
 			fresh := redis.NewClient(&redis.Options{Addr: srv.Addr})
 			defer fresh.Close()
 			rateKey := limitstore.Keys{Prefix: prefix}.Rate(tenant)
-			took := poll(t, 5*time.Second, "decisions from Redis after the restart", func() bool {
+			took := testkit.Eventually(t, 5*time.Second, "decisions from Redis after the restart", func() bool {
 				r := check("redis back")
 				return r.status == http.StatusOK && fresh.Exists(context.Background(), rateKey).Val() == 1
 			})

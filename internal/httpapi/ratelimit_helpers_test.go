@@ -264,18 +264,3 @@ func assertLimitHeaders(t *testing.T, what string, a answer) []sfItem {
 	}
 	return cur
 }
-
-// poll calls f until it returns true or within passes.
-func poll(t *testing.T, within time.Duration, what string, f func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for {
-		if f() {
-			return time.Since(start)
-		}
-		if time.Since(start) > within {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval
-	}
-}

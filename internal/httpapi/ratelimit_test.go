@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -34,7 +35,7 @@ func TestPlanChangeEnforcedOnOtherInstanceWithinASecond(t *testing.T) {
 	}
 
 	a.admin(t, http.MethodPatch, "/admin/v1/plans/"+plan, map[string]any{"rate": map[string]any{"per_second": 1, "burst": 50}}, http.StatusOK)
-	took := poll(t, time.Second, "plan change seen by instance B", func() bool {
+	took := testkit.Eventually(t, time.Second, "plan change seen by instance B", func() bool {
 		return b.call(t, http.MethodPost, "/v1/check", key, nil).status == http.StatusOK
 	})
 	t.Logf("instance B enforced the new plan %v after the PATCH on A", took)

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 // apiProc is cmd/api running as a process of the test.
@@ -111,13 +111,9 @@ func TestEndToEndHardQuotaSurvivesRedisLoss(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rdb.Close() })
-	dir := t.TempDir()
 	bins := map[string]string{}
 	for _, name := range []string{"api", "worker"} {
-		bins[name] = filepath.Join(dir, name)
-		if out, err := exec.Command("go", "build", "-o", bins[name], "github.com/tollgatehq/tollgate/cmd/"+name).CombinedOutput(); err != nil {
-			t.Fatalf("go build cmd/%s: %v\n%s", name, err, out)
-		}
+		bins[name] = testkit.Binary(t, "github.com/tollgatehq/tollgate/cmd/"+name)
 	}
 	const admin = "tga_e2e_admin_token"
 	env := []string{"DATABASE_URL=" + pgtest.URL(t), "REDIS_URL=redis://" + srv.Addr + "/0", "MIGRATE_ON_START=false",
@@ -155,7 +151,7 @@ func TestEndToEndHardQuotaSurvivesRedisLoss(t *testing.T) {
 		t.Fatalf("allowed %d, want the quota of 7", allowed)
 	}
 	b := newBundle(t, pgtest.New(t), rdb, "tg")
-	waitFor(t, 30*time.Second, "the worker to flush the 7 requests", func() bool {
+	testkit.Eventually(t, 30*time.Second, "the worker to flush the 7 requests", func() bool {
 		return b.count(t, `SELECT coalesce(sum(used), 0) FROM usage_periods WHERE tenant_id = $1 AND meter = 'requests'`, id) == 7
 	})
 

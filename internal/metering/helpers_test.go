@@ -113,15 +113,3 @@ func (b *bundle) count(t testing.TB, sql string, args ...any) int64 {
 	}
 	return n
 }
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval
-	}
-}

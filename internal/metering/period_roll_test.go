@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -43,7 +44,7 @@ VALUES ($1, $2, 'cus_x', 'active', $3, $4)`, "sub_"+randHex(6), tenant, oldStart
 	}
 
 	// The period ends; no webhook yet: the limiter has rolled on its own.
-	waitFor(t, 10*time.Second, "the old period to end", func() bool { return time.Now().After(oldEnd.Add(50 * time.Millisecond)) })
+	testkit.Eventually(t, 10*time.Second, "the old period to end", func() bool { return time.Now().After(oldEnd.Add(50 * time.Millisecond)) })
 	if got := admit(t, b, lim, tenant, 3); got != 3 {
 		t.Fatalf("admitted %d right after the period end, want 3 (new period, from zero)", got)
 	}

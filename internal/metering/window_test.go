@@ -6,6 +6,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/period"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 // addMonths adds n calendar months, the day clamped to the month's last
@@ -78,7 +79,7 @@ VALUES ($1, $2, 'cus_y', 'active', $3, $4)`, "sub_"+randHex(6), tenant, sub.Star
 		t.Fatal(err)
 	}
 
-	waitFor(t, 15*time.Second, "month one to end", func() bool { return time.Now().After(e.Add(50 * time.Millisecond)) })
+	testkit.Eventually(t, 15*time.Second, "month one to end", func() bool { return time.Now().After(e.Add(50 * time.Millisecond)) })
 	if got := admit(t, b, lim, tenant, 3); got != 3 {
 		t.Fatalf("admitted %d in month two of the yearly subscription, want 3 (a fresh monthly quota)", got)
 	}

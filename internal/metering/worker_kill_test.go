@@ -5,7 +5,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,18 +16,14 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
-// buildWorker builds cmd/worker into the test's temporary directory.
+// buildWorker builds cmd/worker once per test binary.
 func buildWorker(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "worker")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/tollgatehq/tollgate/cmd/worker")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build cmd/worker: %v\n%s", err, out)
-	}
-	return bin
+	return testkit.Binary(t, "github.com/tollgatehq/tollgate/cmd/worker")
 }
 
 type workerProc struct {
@@ -132,7 +127,7 @@ func TestWorkerSIGKILLDuringFlushKeepsTotalsExact(t *testing.T) {
 	for round := 0; round < 3; round++ {
 		w := startWorker(t, bin, env)
 		before := durableTotal()
-		waitFor(t, 30*time.Second, "the worker to flush", func() bool { return durableTotal() > before })
+		testkit.Eventually(t, 30*time.Second, "the worker to flush", func() bool { return durableTotal() > before })
 		// Kill it at a moment when a claim is outstanding.
 		deadline := time.Now().Add(5 * time.Second)
 		for !flushing() && time.Now().Before(deadline) {
@@ -154,7 +149,7 @@ func TestWorkerSIGKILLDuringFlushKeepsTotalsExact(t *testing.T) {
 	for i := range ids {
 		want += admitted[i][0].Load() + admitted[i][1].Load()
 	}
-	waitFor(t, 30*time.Second, "every admitted unit flushed", func() bool { return durableTotal() >= want })
+	testkit.Eventually(t, 30*time.Second, "every admitted unit flushed", func() bool { return durableTotal() >= want })
 	w.kill()
 	for i, id := range ids {
 		for mi, m := range meters {

@@ -28,6 +28,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgatehq/tollgate/internal/postgres"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/migrations"
 )
 
@@ -50,6 +51,7 @@ var (
 // Main runs the package's tests and drops the package's database afterwards.
 func Main(m *testing.M) {
 	code := m.Run()
+	testkit.Cleanup()
 	if pool != nil {
 		pool.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -67,7 +69,7 @@ func New(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	once.Do(func() { initErr = setup() })
 	if initErr != nil {
-		Unavailable(t, "postgres", initErr)
+		testkit.Unavailable(t, "postgres", initErr)
 	}
 	return pool
 }
@@ -77,15 +79,6 @@ func New(t testing.TB) *pgxpool.Pool {
 func URL(t testing.TB) string {
 	New(t)
 	return dbURL
-}
-
-// Unavailable fails (CI) or skips (locally) a test whose service is missing.
-func Unavailable(t testing.TB, service string, err error) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%s unavailable (CI set, so this fails instead of skipping): %v", service, err)
-	}
-	t.Skipf("%s unavailable: %v", service, err)
 }
 
 func setup() error {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/postgres"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 // freshDB names a database that does not exist yet and drops it afterwards.
@@ -25,7 +26,7 @@ func freshDB(t *testing.T) string {
 	ctx := context.Background()
 	admin, err := pgx.Connect(ctx, pgtest.BaseURL())
 	if err != nil {
-		pgtest.Unavailable(t, "postgres", err)
+		testkit.Unavailable(t, "postgres", err)
 	}
 	var b [5]byte
 	_, _ = rand.Read(b[:])

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 // URL is the server the tests use: REDISTEST_URL, else the local default.
@@ -35,7 +37,7 @@ func New(t testing.TB) (*redis.Client, string) {
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		rdb.Close()
-		unavailable(t, err)
+		testkit.Unavailable(t, "redis", err)
 	}
 	prefix := Prefix()
 	t.Cleanup(func() {
@@ -75,12 +77,4 @@ func Clean(ctx context.Context, rdb redis.UniversalClient, prefix string) {
 	case *redis.Client:
 		_ = clean(ctx, c)
 	}
-}
-
-func unavailable(t testing.TB, err error) {
-	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf("redis unavailable (CI set, so this fails instead of skipping): %v", err)
-	}
-	t.Skipf("redis unavailable: %v", err)
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 // Server is a redis-server of a test's own, on a free loopback port in a
@@ -30,7 +32,7 @@ type Server struct {
 func StartServer(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		unavailable(t, err)
+		testkit.Unavailable(t, "redis-server", err)
 	}
 	port, err := FreePort()
 	if err != nil {

@@ -20,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 var (
@@ -35,10 +37,7 @@ func Start(t testing.TB) string {
 	t.Helper()
 	once.Do(func() { initErr = start() })
 	if initErr != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("stripemock: %v", initErr)
-		}
-		t.Skipf("stripemock: %v", initErr)
+		testkit.Unavailable(t, "stripe-mock", initErr)
 	}
 	return baseURL
 }
