@@ -28,6 +28,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -296,20 +297,21 @@ func (e *env) event(id string) eventRow {
 	return r
 }
 
-// waitEvent polls until the event leaves pending (or the deadline).
+// waitEvent polls until the event leaves pending; on failure the log
+// shows the event as it last was (attempts, last error).
 func (e *env) waitEvent(id string) eventRow {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r := e.event(id)
-		if r.Status != billing.StatusPending {
-			return r
+	var r eventRow
+	e.t.Cleanup(func() {
+		if e.t.Failed() && r.Status == billing.StatusPending {
+			e.t.Logf("event %s last seen pending: attempts %d, last error %v", id, r.Attempts, deref(r.LastErr))
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("event %s still pending after 10s (attempts %d, last error %v)", id, r.Attempts, deref(r.LastErr))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
+	testkit.Eventually(e.t, 30*time.Second, "event "+id+" leaves pending", func() bool {
+		r = e.event(id)
+		return r.Status != billing.StatusPending
+	})
+	return r
 }
 
 func deref(s *string) string {
