@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/ids"
 )
 
@@ -51,7 +52,8 @@ type TenantRow struct {
 	SubStatus          string // "" when the tenant has no subscription
 }
 
-// SubscriptionRow is the tenant's latest subscription.
+// SubscriptionRow is the tenant's current subscription
+// (entitlements.CurrentSubscriptionOf: the one the limiter enforces).
 type SubscriptionRow struct {
 	ID                 string
 	Status             string
@@ -78,7 +80,7 @@ func (s *store) tenant(ctx context.Context, id string) (TenantRow, error) {
 	err := s.db.QueryRow(ctx, `
 		SELECT t.id, t.name, t.plan_key, p.name, t.stripe_customer_id, t.stripe_features,
 		       t.period_anchor, t.entitlement_version, t.created_at,
-		       COALESCE((SELECT status FROM subscriptions s WHERE s.tenant_id = t.id ORDER BY updated_at DESC LIMIT 1), '')
+		       COALESCE((SELECT s.status FROM (`+entitlements.CurrentSubscriptionOf("t.id")+`) s), '')
 		FROM tenants t JOIN plans p ON p.key = t.plan_key
 		WHERE t.id = $1`, id).Scan(&t.ID, &t.Name, &t.PlanKey, &t.PlanName, &cus, &t.StripeFeatures,
 		&t.PeriodAnchor, &t.EntitlementVersion, &t.CreatedAt, &t.SubStatus)
@@ -98,7 +100,7 @@ func (s *store) subscription(ctx context.Context, tenantID string) (*Subscriptio
 		SELECT id, status, stripe_price_id, current_period_start, current_period_end, cancel_at_period_end,
 		       trial_end, trial_will_end_at, past_due_since, grace_ends_at, payment_attempts,
 		       next_payment_attempt, canceled_at, updated_at
-		FROM subscriptions WHERE tenant_id = $1 ORDER BY updated_at DESC LIMIT 1`, tenantID).Scan(
+		FROM (`+entitlements.CurrentSubscriptionOf("$1")+`) s`, tenantID).Scan(
 		&r.ID, &r.Status, &price, &r.PeriodStart, &r.PeriodEnd, &r.CancelAtPeriodEnd, &r.TrialEnd,
 		&r.TrialWillEndAt, &r.PastDueSince, &r.GraceEndsAt, &r.PaymentAttempts, &r.NextPaymentAttempt,
 		&r.CanceledAt, &r.UpdatedAt)
@@ -316,7 +318,7 @@ func (s *store) tenantPage(ctx context.Context, q string, page, size int) ([]Ten
 	}
 	rows, err := s.db.Query(ctx, `
 		SELECT t.id, t.name, t.plan_key,
-		       COALESCE((SELECT status FROM subscriptions s WHERE s.tenant_id = t.id ORDER BY updated_at DESC LIMIT 1), ''),
+		       COALESCE((SELECT s.status FROM (`+entitlements.CurrentSubscriptionOf("t.id")+`) s), ''),
 		       COALESCE((SELECT used FROM usage_periods u WHERE u.tenant_id = t.id AND u.meter = 'requests'
 		                 AND u.period_start <= now() AND u.period_end > now() ORDER BY period_start DESC LIMIT 1), 0),
 		       (SELECT quota_limit FROM plan_quotas q WHERE q.plan_key = t.plan_key AND q.meter = 'requests'),

@@ -113,13 +113,15 @@ func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (ent
 	if s.stripe == nil || !ids.IsUUID(tenantID) {
 		return s.ents.SetPlan(ctx, tenantID, planKey, reason)
 	}
+	// The subscription the limiter enforces; only a live one goes through
+	// Stripe, otherwise the change is local.
 	var sub planSub
+	var status string
 	err := s.db.QueryRow(ctx, `
-		SELECT s.id, s.stripe_customer_id, COALESCE(s.stripe_item_id, ''), COALESCE(s.stripe_price_id, ''), t.entitlement_version
-		FROM subscriptions s JOIN tenants t ON t.id = s.tenant_id
-		WHERE s.tenant_id = $1 AND s.status IN ('active', 'trialing', 'past_due')
-		ORDER BY s.updated_at DESC LIMIT 1`, tenantID).Scan(&sub.ID, &sub.Customer, &sub.ItemID, &sub.PriceID, &sub.Version)
-	if errors.Is(err, pgx.ErrNoRows) {
+		SELECT s.id, s.stripe_customer_id, COALESCE(s.stripe_item_id, ''), COALESCE(s.stripe_price_id, ''), t.entitlement_version, s.status
+		FROM tenants t JOIN LATERAL (`+entitlements.CurrentSubscriptionOf("t.id")+`) s ON true
+		WHERE t.id = $1`, tenantID).Scan(&sub.ID, &sub.Customer, &sub.ItemID, &sub.PriceID, &sub.Version, &status)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !entitlements.Live(status)) {
 		return s.ents.SetPlan(ctx, tenantID, planKey, reason)
 	}
 	if err != nil {
