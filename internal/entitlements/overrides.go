@@ -135,7 +135,8 @@ VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+overrideCols,
 		return Override{}, fmt.Errorf("entitlements: create override: %w", err)
 	}
 	s.log.InfoContext(ctx, "quota override added", "tenant_id", tenantID, "override_id", o.ID, "meter", o.Meter)
-	return o, s.Publish(ctx, snap)
+	s.publishRetried(ctx, snap)
+	return o, nil
 }
 
 // ListOverrides returns the tenant's overrides, newest first, expired ones
@@ -189,7 +190,8 @@ func (s *Service) DeleteOverride(ctx context.Context, tenantID, overrideID strin
 		return fmt.Errorf("entitlements: delete override: %w", err)
 	}
 	s.log.InfoContext(ctx, "quota override removed", "tenant_id", tenantID, "override_id", overrideID)
-	return s.Publish(ctx, snap)
+	s.publishRetried(ctx, snap)
+	return nil
 }
 
 // RefreshExpiredOverrides bumps every tenant with an override that has

@@ -336,9 +336,7 @@ func (s *Service) PatchPlan(ctx context.Context, key string, patch PlanPatch) (P
 		return Plan{}, fmt.Errorf("entitlements: patch plan: %w", err)
 	}
 	s.log.InfoContext(ctx, "plan changed", "plan", key, "tenants", len(snaps))
-	if err := s.publishAll(ctx, snaps); err != nil {
-		return p, err
-	}
+	s.publishAll(ctx, snaps)
 	return p, nil
 }
 

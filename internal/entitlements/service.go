@@ -181,32 +181,16 @@ func (s *Service) Publish(ctx context.Context, snap limiter.Snapshot) error {
 	return nil
 }
 
-// publishCommitted publishes a snapshot whose change is already committed.
-// A failure is an Unavailable error that says the change was saved, so that
-// an admin neither believes nothing happened nor retries into a second change.
-func (s *Service) publishCommitted(ctx context.Context, snap limiter.Snapshot) error {
-	if err := s.Publish(ctx, snap); err != nil {
-		s.log.ErrorContext(ctx, "publishing snapshot failed", "tenant_id", snap.TenantID, "version", snap.Version, "err", err)
-		return apperr.New(apperr.Unavailable, "the change was saved (entitlement version %d) but could not be published to Redis yet", snap.Version)
-	}
-	return nil
-}
-
 // publishAll publishes snapshots after a commit, a few at a time so that a
-// plan with many tenants still reaches all of them within a second.
-func (s *Service) publishAll(ctx context.Context, snaps []limiter.Snapshot) error {
-	g, gctx := errgroup.WithContext(ctx)
+// plan with many tenants still reaches all of them within a second; each
+// is retried as publishRetried does.
+func (s *Service) publishAll(ctx context.Context, snaps []limiter.Snapshot) {
+	var g errgroup.Group
 	g.SetLimit(16)
 	for _, snap := range snaps {
-		g.Go(func() error { return s.Publish(gctx, snap) })
+		g.Go(func() error { s.publishRetried(ctx, snap); return nil })
 	}
-	if err := g.Wait(); err != nil {
-		// The change is committed; the limiter will pick it up when its
-		// cached snapshot is reloaded. Say so rather than pretend it failed.
-		s.log.ErrorContext(ctx, "publishing snapshots failed", "err", err, "tenants", len(snaps))
-		return apperr.New(apperr.Unavailable, "the change was saved but could not be published to Redis yet")
-	}
-	return nil
+	_ = g.Wait()
 }
 
 // pgError turns constraint violations into errors a client can act on,

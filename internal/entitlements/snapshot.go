@@ -366,7 +366,8 @@ func (s *Service) Refresh(ctx context.Context, tenantID, reason string) (limiter
 	if err != nil {
 		return limiter.Snapshot{}, fmt.Errorf("entitlements: refresh: %w", err)
 	}
-	return snap, s.publishCommitted(ctx, snap)
+	s.publishRetried(ctx, snap)
+	return snap, nil
 }
 
 // LoadSnapshot is the limiter's Loader: the current snapshot, written back

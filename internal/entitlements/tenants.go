@@ -169,11 +169,7 @@ RETURNING `+tenantCols, strings.TrimSpace(in.Name), in.Plan, in.StripeCustomerID
 		return Tenant{}, fmt.Errorf("entitlements: create tenant: %w", err)
 	}
 	s.log.InfoContext(ctx, "tenant created", "tenant_id", t.ID, "plan", t.Plan)
-	if err := s.Publish(ctx, snap); err != nil {
-		// Nothing stale can be in Redis for a new tenant: the limiter's
-		// loader reads this snapshot from Postgres on first use.
-		s.log.WarnContext(ctx, "publishing new tenant's snapshot failed", "tenant_id", t.ID, "err", err)
-	}
+	s.publishRetried(ctx, snap)
 	return t, nil
 }
 
@@ -388,9 +384,7 @@ func (s *Service) SetPlan(ctx context.Context, tenantID, planKey, reason string)
 		return TenantDetail{}, fmt.Errorf("entitlements: set plan: %w", err)
 	}
 	s.log.InfoContext(ctx, "tenant plan set", "tenant_id", tenantID, "plan", planKey, "version", snap.Version)
-	if err := s.publishCommitted(ctx, snap); err != nil {
-		return TenantDetail{}, err
-	}
+	s.publishRetried(ctx, snap)
 	return s.GetTenant(ctx, tenantID)
 }
 

@@ -75,7 +75,13 @@ func (s *Service) Update(ctx context.Context, fn func(ctx context.Context, w *Wr
 	return snaps, nil
 }
 
-// publishRetried publishes a committed snapshot, retrying a few times.
+// publishRetried publishes a committed snapshot, retrying a few times. It
+// is the one policy for every change this package commits: committed means
+// done (the caller answers 2xx), because answering an error after the
+// commit makes a client retry a change that was made (a second override, a
+// delete that then answers 404). What still fails is logged, and the
+// limiter's loader rebuilds the snapshot from Postgres once its cached one
+// is reloaded.
 func (s *Service) publishRetried(ctx context.Context, snap limiter.Snapshot) {
 	var err error
 	for attempt, wait := 0, 20*time.Millisecond; attempt < 3; attempt, wait = attempt+1, wait*4 {
