@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 // A cost the plan can never admit is 422 naming the limit, never a 429 a
@@ -43,12 +44,12 @@ func TestImpossibleCostIs422(t *testing.T) {
 	}
 	// A soft quota admits over its limit (recorded as overage)... once the
 	// bucket has refilled enough.
-	poll(t, 15*time.Second, "bucket refilled", func() bool {
+	testkit.Eventually(t, 15*time.Second, "bucket refilled", func() bool {
 		return check(map[string]any{"cost": 6, "meter": "emails"}).status == http.StatusOK
 	})
 	// Unknown meter: 422 naming the field; a meter only another plan
 	// defines is unlimited for this tenant.
-	poll(t, 5*time.Second, "bucket refilled", func() bool {
+	testkit.Eventually(t, 5*time.Second, "bucket refilled", func() bool {
 		a := check(map[string]any{"meter": "exportz"})
 		if a.status == http.StatusTooManyRequests {
 			return false
@@ -58,7 +59,7 @@ func TestImpossibleCostIs422(t *testing.T) {
 		}
 		return true
 	})
-	poll(t, 5*time.Second, "bucket refilled", func() bool {
+	testkit.Eventually(t, 5*time.Second, "bucket refilled", func() bool {
 		a := check(map[string]any{"meter": "sms"})
 		if a.status == http.StatusTooManyRequests {
 			return false
