@@ -15,6 +15,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 // tcpCut is a TCP proxy in front of a real server that a test can cut
@@ -111,7 +112,7 @@ func TestPostgresOutageIs503Everywhere(t *testing.T) {
 	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})
 	plan := in.newPlan(t, map[string]any{"per_second": 1000, "burst": 1000}, map[string]any{"exports": map[string]any{"limit": 100, "mode": "soft"}})
 	tenant, key := in.newTenant(t, plan)
-	poll(t, 5*time.Second, "key cache live", in.ents.KeyCacheLive)
+	testkit.Eventually(t, 5*time.Second, "key cache live", in.ents.KeyCacheLive)
 	if r := in.call(t, http.MethodGet, "/v1/entitlements", key, nil); r.status != http.StatusOK {
 		t.Fatalf("warm-up: %d %s", r.status, r.raw)
 	}
@@ -156,7 +157,7 @@ func TestPostgresOutageIs503Everywhere(t *testing.T) {
 	}
 
 	cut.up(t)
-	poll(t, 10*time.Second, "usage events accepted again", func() bool {
+	testkit.Eventually(t, 10*time.Second, "usage events accepted again", func() bool {
 		return in.call(t, http.MethodPost, "/v1/usage/events", key, batch("b1", "b2")).status == http.StatusOK
 	})
 	r := in.call(t, http.MethodPost, "/v1/usage/events", key, batch("a1", "b1", "c1"))
