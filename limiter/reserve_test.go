@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/limitstore"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -132,7 +133,7 @@ func TestReservationExpiresAtItsEstimate(t *testing.T) {
 	if err != nil || d.Reservation == nil {
 		t.Fatalf("%+v %v", d, err)
 	}
-	poll(t, 5*time.Second, "the reservation record expires", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the reservation record expires", func() bool {
 		keys, _ := rdb.Keys(ctx, b.prefix+"*rsv:*").Result()
 		return len(keys) == 0
 	})
