@@ -196,7 +196,10 @@ func (l *Limiter) decision(pl *plan, req *Request, res []any, leaseID string) (*
 	} else if leaseID != "" {
 		for _, p := range pl.pol {
 			if p.typ == 'c' {
-				d.lease = &lease{l: l, key: p.keys[0], id: leaseID}
+				// ints[3] is the script's Redis time, the clock the
+				// lease's expiry score was taken from.
+				exp := time.UnixMilli(ints[3]).Add(l.opts.LeaseTTL)
+				d.lease = &lease{l: l, key: p.keys[0], id: leaseID, expires: exp}
 			}
 		}
 	}

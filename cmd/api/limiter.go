@@ -38,6 +38,7 @@ func newLimiter(cfg config.Config, ents *entitlements.Service, usage limiter.Usa
 		FailMode:          limiter.FailModes{Rate: mode, Quota: mode, Concurrency: mode, Window: mode},
 		ExpectedInstances: cfg.ExpectedInstances,
 		MaxInFlight:       cfg.MaxInFlight,
+		LeaseTTL:          cfg.LeaseTTL,
 		Hooks:             m.Hooks(),
 	})
 	if err != nil {

@@ -63,6 +63,9 @@ type Config struct {
 	MigrateOnStart bool
 	// LimiterTimeout (LIMITER_TIMEOUT), default 50ms: the longest a decision waits for Redis.
 	LimiterTimeout time.Duration
+	// LeaseTTL (LEASE_TTL), default 60s: how long a concurrency slot taken
+	// by POST /v1/check is held when DELETE /v1/leases/{id} never comes.
+	LeaseTTL time.Duration
 	// LimiterFailMode (LIMITER_FAIL_MODE): open, closed or local (default local).
 	LimiterFailMode string
 	// ExpectedInstances (EXPECTED_INSTANCES), default 1: the local fallback
@@ -203,6 +206,7 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	c.GracePeriod = dur("GRACE_PERIOD", "168h", 0)
 	c.LimiterTimeout = dur("LIMITER_TIMEOUT", "50ms", time.Millisecond)
+	c.LeaseTTL = dur("LEASE_TTL", "60s", time.Second)
 	c.FlushInterval = dur("FLUSH_INTERVAL", "1s", 100*time.Millisecond)
 	c.ShutdownTimeout = dur("SHUTDOWN_TIMEOUT", "15s", 0)
 	c.UsageEventsRetention = dur("USAGE_EVENTS_RETENTION", "2160h", 864*time.Hour)

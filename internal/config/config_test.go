@@ -69,3 +69,19 @@ func TestAdminTokens(t *testing.T) {
 		}
 	}
 }
+
+// LEASE_TTL defaults to 60s, can be changed, and is at least a second.
+func TestLeaseTTL(t *testing.T) {
+	c, err := Load(envOf(nil))
+	if err != nil || c.LeaseTTL != time.Minute {
+		t.Fatalf("default LEASE_TTL = %v (%v), want 1m", c.LeaseTTL, err)
+	}
+	if c, err = Load(envOf(map[string]string{"LEASE_TTL": "5m"})); err != nil || c.LeaseTTL != 5*time.Minute {
+		t.Fatalf("LEASE_TTL=5m: %v (%v)", c.LeaseTTL, err)
+	}
+	for _, v := range []string{"500ms", "-1s", "a minute"} {
+		if _, err := Load(envOf(map[string]string{"LEASE_TTL": v})); err == nil || !strings.Contains(err.Error(), "LEASE_TTL") {
+			t.Errorf("LEASE_TTL=%s: err = %v, want one naming LEASE_TTL", v, err)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,6 +31,9 @@ type checkRequest struct {
 	Cost    json.RawMessage `json:"cost"`
 	Meter   *string         `json:"meter"`
 	Reserve *bool           `json:"reserve"`
+	// Concurrency takes a slot of the plan's concurrency limit, held until
+	// DELETE /v1/leases/{id} or its expiry.
+	Concurrency *bool `json:"concurrency"`
 }
 
 // checkResponse is the 200 answer; a refusal is the limiter's problem body
@@ -39,6 +43,15 @@ type checkResponse struct {
 	Plan        string                  `json:"plan"`
 	Policies    []limiter.ProblemPolicy `json:"policies"`
 	Reservation *reservationJSON        `json:"reservation,omitempty"`
+	// Lease is the slot taken with "concurrency": true; absent when none was
+	// asked for or the plan has no concurrency limit.
+	Lease *leaseJSON `json:"lease,omitempty"`
+}
+
+// leaseJSON is the concurrency slot of a "concurrency": true check.
+type leaseJSON struct {
+	ID        string    `json:"id"`
+	ExpiresAt time.Time `json:"expires_at"`
 }
 
 // reservationJSON is the reservation of a "reserve": true check: settle it
@@ -91,6 +104,14 @@ func (s *Server) handleCheck() echo.HandlerFunc {
 			return err
 		}
 		out := checkResponse{Allowed: true, Plan: d.Plan, Policies: limiter.ProblemPolicies(d)}
+		if li, ok := d.Lease(); ok {
+			out.Lease = &leaseJSON{ID: li.ID, ExpiresAt: li.ExpiresAt.UTC()}
+		} else {
+			// A slot held in process (Redis did not answer, fail mode
+			// local) has no id another request could release: give it
+			// back now rather than hold it for ever.
+			_ = d.Release(context.WithoutCancel(c.Request().Context()))
+		}
 		if r := d.Reservation; r != nil {
 			out.Reservation = &reservationJSON{ID: r.ID, Estimate: r.Estimate, ExpiresAt: r.ExpiresAt.UTC()}
 		} else if req.Reserve {
@@ -129,6 +150,9 @@ func parseCheck(c echo.Context) (limiter.Request, error) {
 	if in.Reserve != nil {
 		req.Reserve = *in.Reserve
 	}
+	if in.Concurrency != nil {
+		req.Concurrency = *in.Concurrency
+	}
 	if in.Meter != nil {
 		if !checkMeterRE.MatchString(*in.Meter) {
 			v.Add("meter", "must match [a-z0-9_.-]{1,64}")
@@ -144,4 +168,31 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
+}
+
+// leaseIDRE is the form of the limiter's lease ids (12 random bytes, hex).
+var leaseIDRE = regexp.MustCompile(`^[0-9a-f]{24}$`)
+
+// handleReleaseLease is DELETE /v1/leases/{id}: gives back a concurrency
+// slot taken by POST /v1/check. Leases are kept per tenant, so another
+// tenant's id is as unknown as a made-up one: 404 for both, and for one
+// released already or expired (its slot is free either way).
+func (s *Server) handleReleaseLease() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if s.Limiter == nil {
+			return apperr.New(apperr.Unavailable, "the rate limiter is not configured")
+		}
+		id := c.Param("id")
+		if !leaseIDRE.MatchString(id) {
+			return apperr.New(apperr.NotFound, "no such lease")
+		}
+		found, err := s.Limiter.ReleaseLease(c.Request().Context(), tenantIDFrom(c), id)
+		if err != nil {
+			return s.limiterError(c, err)
+		}
+		if !found {
+			return apperr.New(apperr.NotFound, "no such lease (released, expired or never issued)")
+		}
+		return c.NoContent(http.StatusNoContent)
+	}
 }

@@ -81,6 +81,7 @@ func (s *Server) routes() {
 	// rateLimit (the tenant's rate, cost 1, headers on every response).
 	v1 := e.Group("/v1", s.authFailures(AuthTenant), s.requireTenant, s.rateLimit)
 	v1.POST("/check", s.handleCheck()) // its own decision: cost, quota
+	v1.DELETE("/leases/:id", s.handleReleaseLease())
 	v1.GET("/entitlements", s.handleEntitlements())
 	// 405 for a known path with a wrong method (after authentication).
 	v1.RouteNotFound("/*", s.routeNotFound)
