@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -120,7 +121,7 @@ func TestConcurrencyLeaseExpires(t *testing.T) {
 	if time.Since(start) < ttl && a.status != http.StatusTooManyRequests {
 		t.Fatalf("third check on a limit of 2: %d %s", a.status, a.raw)
 	}
-	took := poll(t, 30*time.Second, "an expired lease frees its slot", func() bool {
+	took := testkit.Eventually(t, 30*time.Second, "an expired lease frees its slot", func() bool {
 		a := check()
 		if a.status == http.StatusOK {
 			leaseOf(t, a)
