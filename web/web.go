@@ -173,6 +173,7 @@ func (w *Web) Register(e *echo.Echo) {
 	e.POST("/dashboard/login", w.handleDashboardLogin(), open...)
 	e.POST("/dashboard/logout", w.handleLogout(kindTenant), tenant...)
 	e.GET("/dashboard", w.handleDashboard(), tenant...)
+	e.GET("/dashboard/usage.csv", w.handleDashboardUsageCSV(), tenant...)
 	e.POST("/dashboard/keys", w.handleDashboardIssueKey(), tenant...)
 	e.POST("/dashboard/keys/:id/revoke", w.handleDashboardRevokeKey(), tenant...)
 	e.RouteNotFound("/dashboard/*", w.handleNotFound(), w.html)
