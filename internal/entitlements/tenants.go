@@ -100,7 +100,11 @@ type TenantDetail struct {
 	EffectivePlan string           `json:"effective_plan"`
 	Subscription  *Subscription    `json:"subscription"`
 	Entitlements  limiter.Snapshot `json:"entitlements"`
-	Usage         []MeterUsage     `json:"usage"`
+	// Usage is left empty here: "used" is metering's (it owns the usage
+	// tables, and metering imports entitlements, not the other way), so
+	// the reader layer (httpapi) fills it from metering.Service.Usage,
+	// the function behind GET /v1/usage, the dashboard and the console.
+	Usage []MeterUsage `json:"usage"`
 }
 
 // ListQuery selects a page of tenants, newest first.
@@ -281,59 +285,7 @@ func (s *Service) detail(ctx context.Context, id string) (TenantDetail, error) {
 		return TenantDetail{}, err
 	}
 	snap := s.compute(in)
-	d := TenantDetail{Tenant: t, Status: snap.Status, EffectivePlan: snap.Plan, Subscription: in.sub, Entitlements: snap}
-	if d.Usage, err = s.usage(ctx, snap); err != nil {
-		return TenantDetail{}, err
-	}
-	return d, nil
-}
-
-// usage reads the current period's usage of every meter with a quota or
-// with recorded usage: the live Redis counter where there is one, else the
-// durable figure in usage_periods.
-func (s *Service) usage(ctx context.Context, snap limiter.Snapshot) ([]MeterUsage, error) {
-	rows, err := s.db.Query(ctx, `SELECT meter, used FROM usage_periods WHERE tenant_id = $1 AND period_start = $2`,
-		snap.TenantID, snap.PeriodStart)
-	if err != nil {
-		return nil, fmt.Errorf("read usage: %w", err)
-	}
-	durable := map[string]int64{}
-	var (
-		meter string
-		used  int64
-	)
-	if _, err := pgx.ForEachRow(rows, []any{&meter, &used}, func() error { durable[meter] = used; return nil }); err != nil {
-		return nil, fmt.Errorf("read usage: %w", err)
-	}
-	meters := map[string]bool{}
-	for m := range snap.Quotas {
-		meters[m] = true
-	}
-	for m := range durable {
-		meters[m] = true
-	}
-	out := make([]MeterUsage, 0, len(meters))
-	for _, m := range sortedKeys(meters) {
-		u := MeterUsage{Meter: m, Used: durable[m], Source: "postgres"}
-		if q, ok := snap.Quotas[m]; ok {
-			l := q.Limit
-			u.Limit, u.Mode = &l, string(q.Mode)
-		}
-		if s.store != nil {
-			n, ok, err := s.store.Used(ctx, snap.TenantID, m, snap.PeriodStart)
-			if err != nil {
-				// The durable figure is still right up to the last flush.
-				s.log.WarnContext(ctx, "reading live usage failed", "tenant_id", snap.TenantID, "meter", m, "err", err)
-			} else if ok && n >= u.Used {
-				// The larger of the two, as GET /v1/usage (metering) counts:
-				// each is a lower bound, and the console, the dashboard and
-				// the API must agree.
-				u.Used, u.Source = max(n, 0), "redis"
-			}
-		}
-		out = append(out, u)
-	}
-	return out, nil
+	return TenantDetail{Tenant: t, Status: snap.Status, EffectivePlan: snap.Plan, Subscription: in.sub, Entitlements: snap}, nil
 }
 
 // TenantByCustomer finds the tenant linked to a Stripe customer.

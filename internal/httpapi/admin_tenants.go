@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -57,6 +59,9 @@ func (s *Server) handleGetTenant() echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
+		if err := s.fillUsage(c.Request().Context(), &d); err != nil {
+			return err
+		}
 		return c.JSON(http.StatusOK, d)
 	}
 }
@@ -80,6 +85,28 @@ func (s *Server) handleChangePlan() echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
+		if err := s.fillUsage(c.Request().Context(), &d); err != nil {
+			return err
+		}
 		return c.JSON(http.StatusOK, d)
 	}
+}
+
+// fillUsage puts the tenant's usage into an admin tenant detail from
+// metering's Usage, the one definition of "used" that GET /v1/usage, the
+// dashboard and the console read too (entitlements cannot compute it: it
+// does not own the usage tables, and metering imports it).
+func (s *Server) fillUsage(ctx context.Context, d *entitlements.TenantDetail) error {
+	d.Usage = []entitlements.MeterUsage{}
+	if s.Metering == nil {
+		return nil
+	}
+	u, err := s.Metering.Usage(ctx, d.ID)
+	if err != nil {
+		return fmt.Errorf("tenant usage: %w", err)
+	}
+	for _, m := range u.Meters {
+		d.Usage = append(d.Usage, entitlements.MeterUsage{Meter: m.Meter, Used: m.Used, Limit: m.Limit, Mode: m.Mode, Source: m.Source})
+	}
+	return nil
 }

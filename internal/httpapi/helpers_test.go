@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
+	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/internal/testkit"
@@ -67,7 +68,10 @@ func newTestAPI(t *testing.T, opt testAPIOptions) *testAPI {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = ents.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	d := Deps{Log: log, DB: pool, Redis: rdb, AdminToken: testAdminToken, Entitlements: ents}
+	// Metering answers GET /v1/usage and the admin API's usage; a test may
+	// replace it through opt.Deps.
+	meter := metering.NewService(pool, store, log, metering.Options{Snapshot: ents.Current})
+	d := Deps{Log: log, DB: pool, Redis: rdb, AdminToken: testAdminToken, Entitlements: ents, Metering: meter}
 	if opt.Deps != nil {
 		opt.Deps(&d)
 	}

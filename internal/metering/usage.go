@@ -26,6 +26,36 @@ type MeterUsage struct {
 	// extra); 0 for hard quotas, whose excess (only possible through usage
 	// events) shows as used > limit.
 	Overage int64 `json:"overage"`
+	// Source says which side Used came from: SourceRedis (the live
+	// counter) or SourcePostgres (the durable figure). The admin API shows
+	// it; GET /v1/usage does not.
+	Source string `json:"-"`
+}
+
+// Where a used figure came from (see Used).
+const (
+	SourceRedis    = "redis"
+	SourcePostgres = "postgres"
+)
+
+// Used is the one definition of "used" in a period, given the durable
+// figure (usage_periods) and the live Redis counter (liveOK false when
+// there is none). Every reader (GET /v1/usage, the dashboard, the console
+// and the admin API) gets its figures from Usage, which applies this.
+//
+// It is the larger of the two. Each is a lower bound of the truth and
+// neither includes all of the other: Redis holds limiter-counted usage not
+// flushed yet (Postgres is behind by up to a flush interval), while
+// Postgres holds usage events whose Redis increment was skipped (no
+// counter, or Redis down) or a period whose counter was lost. Adding them
+// would count flushed usage twice; the max is exact whenever one side is
+// complete, and never under-reports. A tie counts as Redis: the live
+// counter agrees with what was flushed.
+func Used(durable, live int64, liveOK bool) (used int64, source string) {
+	if liveOK && live >= durable {
+		return max(live, 0), SourceRedis
+	}
+	return durable, SourcePostgres
 }
 
 // Usage is the tenant's usage in its current period.
@@ -90,21 +120,14 @@ func (s *Service) Usage(ctx context.Context, tenantID string) (Usage, error) {
 	sort.Strings(names)
 	out := Usage{Period: p, Meters: make([]MeterUsage, 0, len(names))}
 	for _, m := range names {
-		// Used is the larger of the Redis counter and the durable meter.
-		// Each is a lower bound of the truth and neither includes all of
-		// the other: Redis holds limiter-counted usage not flushed yet
-		// (Postgres is behind by up to a flush interval), while Postgres
-		// holds usage events whose Redis increment was skipped (no
-		// counter, or Redis down) or a period whose counter was lost.
-		// Adding them would count flushed usage twice; the max is exact
-		// whenever one side is complete, and never under-reports.
-		used := durable[m]
-		if r, ok, err := s.store.Used(ctx, tenantID, m, p.Start); err != nil {
+		live, ok, err := s.store.Used(ctx, tenantID, m, p.Start)
+		if err != nil {
+			// The durable figure is still right up to the last flush.
 			s.log.WarnContext(ctx, "reading redis usage failed", "tenant_id", tenantID, "meter", m, "err", err)
-		} else if ok && r > used {
-			used = r
+			ok = false
 		}
-		mu := MeterUsage{Meter: m, Used: used}
+		used, source := Used(durable[m], live, ok)
+		mu := MeterUsage{Meter: m, Used: used, Source: source}
 		if q, ok := snap.Quotas[m]; ok {
 			limit, rem := q.Limit, max(q.Limit-used, 0)
 			mu.Limit, mu.Remaining = &limit, &rem
