@@ -113,10 +113,8 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 				if errors.Is(err, errRedisDown) {
 					return nil, false, err
 				}
-				if l.opts.FailMode.Quota == FailClosed {
-					return nil, false, ErrUnavailable
-				}
-				args[5] = "0"
+				d, err := l.unbuilt(pl, req)
+				return d, true, err
 			}
 			continue
 		}
@@ -135,6 +133,7 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 		if !d.Allowed {
 			l.cacheRefusal(pl, req, d)
 		}
+		l.noteQuotas(pl, d)
 		if at.UnixMilli() != 0 && time.Since(at) > l.opts.CacheTTL {
 			l.fillInBackground(tenant)
 		}

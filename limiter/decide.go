@@ -94,12 +94,17 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 			if errors.Is(err, errRedisDown) {
 				return nil, err
 			}
-			if l.opts.FailMode.Quota == FailClosed {
-				return nil, ErrUnavailable
-			}
-			args[5] = "0"
+			return l.unbuilt(pl, req)
 		}
 	}
+}
+
+// unbuilt decides when a quota counter is missing and cannot be rebuilt
+// (the UsageLoader failed): never by counting from zero, which would give
+// the tenant its quota again. The fail modes decide, as in an outage,
+// without a write to Redis, so the next decision tries the rebuild again.
+func (l *Limiter) unbuilt(pl *plan, req *Request) (*Decision, error) {
+	return l.fallback(pl, req)
 }
 
 func (l *Limiter) runDecide(ctx context.Context, keys []string, args []any) ([]any, error) {

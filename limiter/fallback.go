@@ -19,6 +19,49 @@ type localState struct {
 	mu      sync.Mutex
 	buckets map[string]*rate.Limiter
 	held    int64
+	quotas  map[string]*quotaKnown
+}
+
+// quotaKnown is what the last decision Redis made said was left of a hard
+// quota, so that the local fail mode holds a tenant to it: an exhausted
+// tenant stays refused, and one with little left gets what is left divided
+// by Options.ExpectedInstances (the other instances may spend the rest).
+type quotaKnown struct {
+	left  int64     // remaining after that decision
+	until time.Time // end of its period
+	used  int64     // taken in process since
+}
+
+// localQuota reports whether a policy is a quota the local fail mode holds.
+func localQuota(p *policy) bool {
+	return p.typ == 'q' && p.fail == FailLocal && p.mode != ModeSoft
+}
+
+// noteQuotas records what a decision made by Redis says is left of the
+// plan's local-mode hard quotas.
+func (l *Limiter) noteQuotas(pl *plan, d *Decision) {
+	var st *localState
+	now := time.Now()
+	for i := range pl.pol {
+		p := &pl.pol[i]
+		if !localQuota(p) || i >= len(d.Policies) {
+			continue
+		}
+		if st == nil {
+			st = l.local.get(pl.refKey)
+			st.mu.Lock()
+			defer st.mu.Unlock()
+			if st.quotas == nil {
+				st.quotas = map[string]*quotaKnown{}
+			}
+		}
+		ps := d.Policies[i]
+		until := now.Add(ps.Reset)
+		if ps.Reset <= 0 {
+			until = now.Add(ps.Window)
+		}
+		st.quotas[p.name] = &quotaKnown{left: ps.Remaining, until: until}
+	}
 }
 
 func newLocalStates(size int) *localStates {
@@ -101,6 +144,7 @@ func (l *Limiter) fallback(pl *plan, req *Request) (*Decision, error) {
 	var st *localState
 	var reservations []*rate.Reservation
 	tookConc := false
+	var tookQuota []*quotaKnown
 	for i, p := range pl.pol {
 		ps := PolicyStatus{Name: p.name, Limit: p.limit, Window: p.window, Remaining: p.limit, Mode: p.mode}
 		if p.typ == 'q' {
@@ -109,7 +153,7 @@ func (l *Limiter) fallback(pl *plan, req *Request) (*Decision, error) {
 		if p.typ == 'c' {
 			ps.Unit = UnitConcurrent
 		}
-		local := p.fail == FailLocal && p.typ != 'q'
+		local := p.fail == FailLocal && (p.typ != 'q' || localQuota(&p))
 		if !local {
 			l.onFallback(p.name, FailOpen)
 			d.Policies[i] = ps
@@ -146,6 +190,29 @@ func (l *Limiter) fallback(pl *plan, req *Request) (*Decision, error) {
 			}
 			ps.Remaining = int64(math.Max(0, math.Floor(lim.TokensAt(now))))
 			ps.Limit = int64(lim.Burst())
+		case 'q':
+			if st.quotas == nil {
+				st.quotas = map[string]*quotaKnown{}
+			}
+			k := st.quotas[p.name]
+			if k == nil || !now.Before(k.until) {
+				// Nothing known of this period: as if all of it were left.
+				k = &quotaKnown{left: p.limit, until: now.Add(ps.Window)}
+				st.quotas[p.name] = k
+			}
+			budget := k.left / int64(n)
+			if budget < 0 {
+				budget = 0
+			}
+			ps.Limit = budget
+			if k.used+eff > budget {
+				refused, retry = true, k.until.Sub(now)
+			} else if !peek {
+				k.used += eff
+				tookQuota = append(tookQuota, k)
+			}
+			ps.Remaining = max(0, budget-k.used)
+			ps.Reset = k.until.Sub(now)
 		case 'c':
 			max := (p.limit + int64(n) - 1) / int64(n)
 			ps.Limit = max
@@ -176,6 +243,9 @@ func (l *Limiter) fallback(pl *plan, req *Request) (*Decision, error) {
 			}
 			if tookConc {
 				st.held--
+			}
+			for _, k := range tookQuota {
+				k.used -= eff
 			}
 		}
 		st.mu.Unlock()

@@ -164,6 +164,10 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 		}
 		pl = l.snapshotPlan(p, req)
 		if err != nil {
+			// A refusal cached before Redis went away still holds.
+			if d := l.cachedRefusal(pl, req); d != nil {
+				return d, nil
+			}
 			return l.fallback(pl, req)
 		}
 	}
@@ -183,8 +187,12 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 	if err != nil {
 		return nil, err
 	}
+	if d.Fallback != FallbackNone { // decided without a counter (see unbuilt)
+		return d, nil
+	}
 	if !d.Allowed {
 		l.cacheRefusal(pl, req, d)
 	}
+	l.noteQuotas(pl, d)
 	return d, nil
 }

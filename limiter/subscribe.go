@@ -64,7 +64,12 @@ func (l *Limiter) subscribe(ctx context.Context) {
 
 func (l *Limiter) dropAll(subscribed bool) {
 	l.cache.dropAll(subscribed)
-	l.dropRefusals("")
+	// A lost subscription keeps the refusals: they are what the fail modes
+	// know of exhausted tenants while Redis is away. A new subscription
+	// (Redis answering again, invalidations maybe missed) drops them.
+	if subscribed {
+		l.dropRefusals("")
+	}
 	if h := l.opts.Hooks.OnInvalidation; h != nil {
 		h("", true)
 	}

@@ -1,0 +1,292 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+// In the local fail mode a hard quota is held to what Redis last said was
+// left: an exhausted tenant stays refused through a Redis death (with or
+// without the refusal cache, which must survive the lost subscription), one
+// with 4 left gets 4 / 2 instances = 2, and decisions return to Redis
+// when it is back.
+func TestLocalModeHoldsQuotasThroughRedisDeath(t *testing.T) {
+	for _, cache := range []bool{true, false} {
+		t.Run(fmt.Sprintf("refusal cache %v", cache), func(t *testing.T) {
+			srv := startPrivate(t)
+			ctx := context.Background()
+			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+			t.Cleanup(func() { rdb.Close() })
+			st := limitstore.New(rdb, "")
+			snaps := map[string]limiter.Snapshot{}
+			for _, tenant := range []string{"spent", "little"} {
+				s := snapshot(tenant, func(s *limiter.Snapshot) {
+					s.Quotas = map[string]limiter.Quota{"requests": {Limit: 10, Mode: limiter.ModeHard}}
+				})
+				snaps[tenant] = s
+				put(t, st, s)
+			}
+			var durable, littleDurable atomic.Int64
+			var lost atomic.Int64
+			l := newLimiter(t, rdb, limiter.Options{
+				Timeout: 50 * time.Millisecond, Cooldown: 20 * time.Millisecond, ExpectedInstances: 2,
+				FailMode:            limiter.FailModes{Rate: limiter.FailLocal, Quota: limiter.FailLocal},
+				DisableRefusalCache: !cache,
+				Loader: func(ctx context.Context, tenant string) (limiter.Snapshot, error) {
+					s, ok := snaps[tenant]
+					if !ok {
+						return limiter.Snapshot{}, limiter.ErrUnknownTenant
+					}
+					return s, st.PutSnapshot(ctx, s)
+				},
+				UsageLoader: func(ctx context.Context, tenant, meter string, start time.Time) (int64, error) {
+					if tenant == "spent" {
+						return durable.Load(), nil
+					}
+					return littleDurable.Load(), nil
+				},
+				Hooks: limiter.Hooks{OnInvalidation: func(tenant string, all bool) {
+					if all {
+						lost.Add(1)
+					}
+				}},
+			})
+			allow := func(tenant string) *limiter.Decision {
+				t.Helper()
+				d, err := l.Allow(ctx, tenant, limiter.Request{Cost: 1, Meter: "requests"})
+				if err != nil {
+					t.Fatalf("%s: %v", tenant, err)
+				}
+				return d
+			}
+			for i := 0; i < 11; i++ {
+				allow("spent")
+			}
+			durable.Store(10)
+			for i := 0; i < 6; i++ {
+				if d := allow("little"); !d.Allowed {
+					t.Fatalf("little #%d refused: %+v", i, d)
+				}
+			}
+			littleDurable.Store(6)
+			if d := allow("spent"); d.Allowed {
+				t.Fatalf("spent admitted before the outage: %+v", d)
+			}
+			before := lost.Load()
+			srv.Kill()
+			// The subscription notices the death (and drops the near-cache).
+			little := 0
+			poll(t, 15*time.Second, "subscription lost", func() bool {
+				if allow("little").Allowed { // Redis is dead: decided locally
+					little++
+				}
+				return lost.Load() > before
+			})
+			admitted := 0
+			for i := 0; i < 50; i++ {
+				if allow("spent").Allowed {
+					admitted++
+				}
+			}
+			if admitted != 0 {
+				t.Fatalf("exhausted tenant admitted %d of 50 with Redis dead", admitted)
+			}
+			// "little" had 4 left: 2 for this instance, whether the poll
+			// above spent them or the loop below.
+			for i := 0; i < 50; i++ {
+				d := allow("little")
+				if d.Fallback != limiter.FallbackLocal {
+					t.Fatalf("little decided without the local mode: %+v", d)
+				}
+				if d.Allowed {
+					little++
+				}
+			}
+			if little != 2 {
+				t.Fatalf("little: %d admitted in the outage, want 4 left / 2 instances", little)
+			}
+			srv.Restart(t)
+			poll(t, 10*time.Second, "decisions back on Redis", func() bool {
+				d, err := l.Allow(ctx, "little", limiter.Request{Cost: 1, Meter: "requests"})
+				return err == nil && d.Fallback == ""
+			})
+			// Back on Redis: "little" is rebuilt from 6 durable and has 4.
+			got := 0
+			for i := 0; i < 10; i++ {
+				if allow("little").Allowed {
+					got++
+				}
+			}
+			if got != 3 { // the poll's successful decision took one of the 4
+				t.Fatalf("little after the outage: %d admitted, want 3", got)
+			}
+			if d := allow("spent"); d.Allowed || d.Fallback != "" {
+				t.Fatalf("spent after the outage: %+v", d)
+			}
+		})
+	}
+}
+
+// A budget held locally: 4 left and 2 instances give exactly 2.
+func TestLocalModeQuotaBudgetIsLeftOverInstances(t *testing.T) {
+	srv := startPrivate(t)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	st := limitstore.New(rdb, "")
+	s := snapshot("little", func(s *limiter.Snapshot) {
+		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 10, Mode: limiter.ModeHard}}
+	})
+	put(t, st, s)
+	l := newLimiter(t, rdb, limiter.Options{
+		Timeout: 50 * time.Millisecond, Cooldown: time.Hour, ExpectedInstances: 2,
+		FailMode: limiter.FailModes{Quota: limiter.FailLocal},
+	})
+	for i := 0; i < 6; i++ {
+		if d, err := l.Allow(ctx, "little", limiter.Request{Cost: 1, Meter: "requests"}); err != nil || !d.Allowed {
+			t.Fatalf("#%d %+v %v", i, d, err)
+		}
+	}
+	srv.Kill()
+	admitted := 0
+	for i := 0; i < 20; i++ {
+		d, err := l.Allow(ctx, "little", limiter.Request{Cost: 1, Meter: "requests"})
+		if err != nil || d.Fallback != limiter.FallbackLocal {
+			t.Fatalf("%+v %v", d, err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 2 {
+		t.Fatalf("admitted %d with 4 left over 2 instances, want 2", admitted)
+	}
+}
+
+// Never a free reset: a counter that cannot be rebuilt (the UsageLoader
+// fails) is decided by the quota's fail mode and no counter is written;
+// once the loader answers, the counter is rebuilt from the durable figure.
+func TestUnbuiltCounterIsNoFreeReset(t *testing.T) {
+	for _, mode := range []limiter.FailMode{limiter.FailLocal, limiter.FailClosed, limiter.FailOpen} {
+		t.Run(string(mode), func(t *testing.T) {
+			b := singleRedis(t)
+			ctx := context.Background()
+			rdb := b.client()
+			st := limitstore.New(rdb, b.prefix)
+			s := snapshot("hard", func(s *limiter.Snapshot) {
+				s.Quotas = map[string]limiter.Quota{"exports": {Limit: 50, Mode: limiter.ModeHard}}
+			})
+			put(t, st, s)
+			var durable atomic.Int64
+			var failing atomic.Bool
+			l := newLimiter(t, rdb, limiter.Options{
+				Prefix: b.prefix, DisableRefusalCache: true,
+				FailMode: limiter.FailModes{Quota: mode},
+				UsageLoader: func(ctx context.Context, tenant, meter string, start time.Time) (int64, error) {
+					if failing.Load() {
+						return 0, errors.New("postgres is down")
+					}
+					return durable.Load(), nil
+				},
+			})
+			req := limiter.Request{Cost: 1, Meter: "exports"}
+			for i := 0; i < 50; i++ {
+				if d, err := l.Allow(ctx, "hard", req); err != nil || !d.Allowed {
+					t.Fatalf("#%d %+v %v", i, d, err)
+				}
+			}
+			// Flushed to Postgres; then Redis loses the counter while
+			// Postgres is down.
+			durable.Store(50)
+			failing.Store(true)
+			k := limitstore.Keys{Prefix: b.prefix}
+			for _, key := range []string{k.Quota("hard", "exports", s.PeriodStart), k.Pending("hard", "exports", s.PeriodStart), k.Flushing("hard", "exports", s.PeriodStart)} {
+				rdb.Del(ctx, key)
+			}
+			admitted := 0
+			for i := 0; i < 50; i++ {
+				d, err := l.Allow(ctx, "hard", req)
+				switch mode {
+				case limiter.FailClosed:
+					if !errors.Is(err, limiter.ErrUnavailable) {
+						t.Fatalf("closed: %+v %v", d, err)
+					}
+					continue
+				default:
+					if err != nil || d.Fallback == "" {
+						t.Fatalf("%s: %+v %v", mode, d, err)
+					}
+				}
+				if d.Allowed {
+					admitted++
+				}
+			}
+			if n, _ := rdb.Exists(ctx, k.Quota("hard", "exports", s.PeriodStart)).Result(); n != 0 {
+				t.Fatalf("a counter was written without its rebuild")
+			}
+			want := 0
+			if mode == limiter.FailOpen {
+				want = 50 // open admits, by its definition, but counts nothing
+			}
+			if admitted != want {
+				t.Fatalf("%s: exhausted tenant admitted %d of 50 with the counter unbuilt, want %d", mode, admitted, want)
+			}
+			failing.Store(false)
+			d, err := l.Allow(ctx, "hard", req)
+			if err != nil || d.Allowed || d.Fallback != "" || d.Policy != "exports" {
+				t.Fatalf("loader back: %+v %v", d, err)
+			}
+			if used, _, _ := st.Used(ctx, "hard", "exports", s.PeriodStart); used != 50 {
+				t.Fatalf("rebuilt counter %d, want the durable 50", used)
+			}
+		})
+	}
+}
+
+// The refusal cache survives a lost subscription: even with a quota that
+// fails open, an exhausted tenant refused before Redis died stays refused
+// until its retry time (only invalidations, or a new subscription with
+// Redis answering again, clear it).
+func TestRefusalCacheSurvivesLostSubscription(t *testing.T) {
+	srv := startPrivate(t)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	st := limitstore.New(rdb, "")
+	put(t, st, snapshot("spent", func(s *limiter.Snapshot) {
+		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 3, Mode: limiter.ModeHard}}
+	}))
+	var lost atomic.Int64
+	l := newLimiter(t, rdb, limiter.Options{
+		Timeout: 50 * time.Millisecond, Cooldown: 20 * time.Millisecond,
+		FailMode: limiter.FailModes{Quota: limiter.FailOpen},
+		Hooks: limiter.Hooks{OnInvalidation: func(tenant string, all bool) {
+			if all {
+				lost.Add(1)
+			}
+		}},
+	})
+	req := limiter.Request{Cost: 1, Meter: "requests"}
+	for i := 0; i < 4; i++ {
+		if _, err := l.Allow(ctx, "spent", req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := lost.Load()
+	srv.Kill()
+	poll(t, 15*time.Second, "subscription lost", func() bool { return lost.Load() > before })
+	for i := 0; i < 50; i++ {
+		d, err := l.Allow(ctx, "spent", req)
+		if err != nil || d.Allowed {
+			t.Fatalf("#%d after the subscription's loss: %+v %v", i, d, err)
+		}
+	}
+}
