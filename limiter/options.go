@@ -21,8 +21,10 @@ const (
 	FailClosed FailMode = "closed"
 	// FailLocal decides in process: rate and windows with an in-process token
 	// bucket at the limit divided by Options.ExpectedInstances, concurrency
-	// with an in-process count at the limit divided likewise. A quota cannot
-	// be decided locally; FailLocal is FailOpen for quotas.
+	// with an in-process count at the limit divided likewise, a hard quota
+	// held to what Redis last said was left (in this process) divided
+	// likewise (its limit divided, if nothing is known of the period); a
+	// soft quota is open.
 	FailLocal FailMode = "local"
 )
 

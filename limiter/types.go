@@ -111,7 +111,7 @@ const (
 	// FallbackNone: Redis decided (the normal case).
 	FallbackNone Fallback = ""
 	// FallbackOpen: at least one policy was allowed without being checked
-	// (fail mode open, or a quota in fail mode local).
+	// (fail mode open, or a soft quota in fail mode local).
 	FallbackOpen Fallback = "open"
 	// FallbackLocal: at least one policy was decided in process (fail mode
 	// local); its limit was divided by Options.ExpectedInstances.
