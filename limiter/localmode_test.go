@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -84,7 +85,7 @@ func TestLocalModeHoldsQuotasThroughRedisDeath(t *testing.T) {
 			srv.Kill()
 			// The subscription notices the death (and drops the near-cache).
 			little := 0
-			poll(t, 15*time.Second, "subscription lost", func() bool {
+			testkit.Eventually(t, 15*time.Second, "subscription lost", func() bool {
 				if allow("little").Allowed { // Redis is dead: decided locally
 					little++
 				}
@@ -114,7 +115,7 @@ func TestLocalModeHoldsQuotasThroughRedisDeath(t *testing.T) {
 				t.Fatalf("little: %d admitted in the outage, want 4 left / 2 instances", little)
 			}
 			srv.Restart(t)
-			poll(t, 10*time.Second, "decisions back on Redis", func() bool {
+			testkit.Eventually(t, 10*time.Second, "decisions back on Redis", func() bool {
 				d, err := l.Allow(ctx, "little", limiter.Request{Cost: 1, Meter: "requests"})
 				return err == nil && d.Fallback == ""
 			})
@@ -282,7 +283,7 @@ func TestRefusalCacheSurvivesLostSubscription(t *testing.T) {
 	}
 	before := lost.Load()
 	srv.Kill()
-	poll(t, 15*time.Second, "subscription lost", func() bool { return lost.Load() > before })
+	testkit.Eventually(t, 15*time.Second, "subscription lost", func() bool { return lost.Load() > before })
 	for i := 0; i < 50; i++ {
 		d, err := l.Allow(ctx, "spent", req)
 		if err != nil || d.Allowed {
