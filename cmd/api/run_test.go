@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,29 +24,6 @@ import (
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// syncBuffer is an io.Writer the test can read while run writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// env turns a map into a getenv.
-func env(m map[string]string) func(string) string {
-	return func(k string) string { return m[k] }
-}
 
 // serveEnv is a working configuration on the package's test database and
 // a free port.
@@ -134,7 +110,7 @@ func TestRunBadConfigurationExits2WithOneLineNamingTheVariable(t *testing.T) {
 		for _, cmd := range []string{"serve", "migrate", "seed-demo"} {
 			t.Run(tc.name+"/"+cmd, func(t *testing.T) {
 				var stdout, stderr bytes.Buffer
-				code := run(t.Context(), []string{cmd}, env(map[string]string{tc.variable: tc.value}), &stdout, &stderr)
+				code := run(t.Context(), []string{cmd}, testkit.Getenv(map[string]string{tc.variable: tc.value}), &stdout, &stderr)
 				if code != exitConfig {
 					t.Fatalf("exit status = %d, want %d; stderr: %s", code, exitConfig, stderr.String())
 				}
@@ -155,7 +131,7 @@ func TestRunBadConfigurationExits2WithOneLineNamingTheVariable(t *testing.T) {
 
 func TestRunUnknownCommandExits2(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	code := run(t.Context(), []string{"serv"}, env(nil), &stdout, &stderr)
+	code := run(t.Context(), []string{"serv"}, testkit.Getenv(nil), &stdout, &stderr)
 	if code != exitConfig {
 		t.Fatalf("exit status = %d, want %d", code, exitConfig)
 	}
@@ -166,7 +142,7 @@ func TestRunUnknownCommandExits2(t *testing.T) {
 
 func TestRunHelpPrintsUsageAndExits0(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := run(t.Context(), []string{"--help"}, env(nil), &stdout, &stderr); code != exitOK {
+	if code := run(t.Context(), []string{"--help"}, testkit.Getenv(nil), &stdout, &stderr); code != exitOK {
 		t.Fatalf("exit status = %d, want 0", code)
 	}
 	for _, want := range []string{"serve", "migrate", "seed-demo"} {
@@ -196,7 +172,7 @@ func TestRunMigrateCreatesMissingDatabaseAndIsRepeatable(t *testing.T) {
 	url := withDatabase(pgtest.BaseURL(), name)
 	for i := range 2 { // the second run finds nothing to do
 		var stdout, stderr bytes.Buffer
-		if code := run(ctx, []string{"migrate"}, env(map[string]string{"DATABASE_URL": url}), &stdout, &stderr); code != exitOK {
+		if code := run(ctx, []string{"migrate"}, testkit.Getenv(map[string]string{"DATABASE_URL": url}), &stdout, &stderr); code != exitOK {
 			t.Fatalf("migrate #%d exit status = %d; stderr:\n%s", i+1, code, stderr.String())
 		}
 		applied := strings.Count(stderr.String(), `"msg":"migration applied"`)
@@ -223,7 +199,7 @@ func TestRunMigrateCreatesMissingDatabaseAndIsRepeatable(t *testing.T) {
 func TestRunMigrateUnreachableDatabaseExits1(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	// Port 1 refuses at once; connect_timeout bounds it anyway.
-	getenv := env(map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/tollgate?sslmode=disable&connect_timeout=2"})
+	getenv := testkit.Getenv(map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/tollgate?sslmode=disable&connect_timeout=2"})
 	if code := run(t.Context(), []string{"migrate"}, getenv, &stdout, &stderr); code != exitFailed {
 		t.Fatalf("exit status = %d, want %d; stderr:\n%s", code, exitFailed, stderr.String())
 	}
@@ -236,10 +212,10 @@ func TestRunServeAnswersThenExits0OnCancel(t *testing.T) {
 	e := serveEnv(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout syncBuffer
-	var stderr syncBuffer
+	var stdout testkit.Buffer
+	var stderr testkit.Buffer
 	exited := make(chan int, 1)
-	go func() { exited <- run(ctx, []string{"serve"}, env(e), &stdout, &stderr) }()
+	go func() { exited <- run(ctx, []string{"serve"}, testkit.Getenv(e), &stdout, &stderr) }()
 
 	addr := listeningAddr(t, stderr.String, exited)
 	if got := getStatus(t, "http://"+addr+"/healthz"); got != http.StatusOK {
@@ -267,9 +243,9 @@ func TestRunServeWithoutAdminTokenLogsAGeneratedOneOnce(t *testing.T) {
 	e["MIGRATE_ON_START"] = "false"
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testkit.Buffer
 	exited := make(chan int, 1)
-	go func() { exited <- run(ctx, nil, env(e), &stdout, &stderr) }() // no args: serve
+	go func() { exited <- run(ctx, nil, testkit.Getenv(e), &stdout, &stderr) }() // no args: serve
 
 	listeningAddr(t, stderr.String, exited)
 	var token string
@@ -327,9 +303,9 @@ func TestServePortInUseExits1(t *testing.T) {
 	e["MIGRATE_ON_START"] = "false"
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testkit.Buffer
 	exited := make(chan int, 1)
-	go func() { exited <- run(ctx, []string{"serve"}, env(e), &stdout, &stderr) }()
+	go func() { exited <- run(ctx, []string{"serve"}, testkit.Getenv(e), &stdout, &stderr) }()
 	addr := listeningAddr(t, stderr.String, exited)
 
 	e2 := map[string]string{}
@@ -338,7 +314,7 @@ func TestServePortInUseExits1(t *testing.T) {
 	}
 	e2["HTTP_ADDR"] = addr
 	var stdout2, stderr2 bytes.Buffer
-	if code := run(t.Context(), []string{"serve"}, env(e2), &stdout2, &stderr2); code != exitFailed {
+	if code := run(t.Context(), []string{"serve"}, testkit.Getenv(e2), &stdout2, &stderr2); code != exitFailed {
 		t.Fatalf("second serve on %s: exit status = %d, want %d", addr, code, exitFailed)
 	}
 	cancel()
@@ -355,7 +331,7 @@ func TestBinaryExits0OnSIGTERM(t *testing.T) {
 	for k, v := range e {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	var stderr syncBuffer
+	var stderr testkit.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start: %v", err)
@@ -397,7 +373,7 @@ func withDatabase(base, name string) string {
 
 func mustConfig(t *testing.T, e map[string]string) config.Config {
 	t.Helper()
-	cfg, err := config.Load(env(e))
+	cfg, err := config.Load(testkit.Getenv(e))
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}

@@ -88,7 +88,7 @@ func TestMakeRunScriptServesThePrintedKey(t *testing.T) {
 		cmd := exec.Command("bash", "../../scripts/run.sh")
 		cmd.Env = env
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		var out syncBuffer
+		var out testkit.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

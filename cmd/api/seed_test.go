@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 // seedLines parses seed-demo's "name: value" lines.
@@ -33,8 +34,8 @@ func TestSeedDemoIsIdempotentAndItsKeyWorks(t *testing.T) {
 	e := serveEnv(t)
 	e["PUBLIC_URL"] = "http://tollgate.example:8080"
 	seed := func() (int, string, string) {
-		var stdout, stderr syncBuffer
-		code := run(t.Context(), []string{"seed-demo"}, env(e), &stdout, &stderr)
+		var stdout, stderr testkit.Buffer
+		code := run(t.Context(), []string{"seed-demo"}, testkit.Getenv(e), &stdout, &stderr)
 		return code, stdout.String(), stderr.String()
 	}
 	// Two at once, then one more: still one of each.
@@ -95,9 +96,9 @@ func TestSeedDemoIsIdempotentAndItsKeyWorks(t *testing.T) {
 	// The printed key works against GET /v1/entitlements of a served api.
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testkit.Buffer
 	exited := make(chan int, 1)
-	go func() { exited <- run(ctx, []string{"serve"}, env(e), &stdout, &stderr) }()
+	go func() { exited <- run(ctx, []string{"serve"}, testkit.Getenv(e), &stdout, &stderr) }()
 	addr := listeningAddr(t, stderr.String, exited)
 	req, _ := http.NewRequestWithContext(t.Context(), "GET", "http://"+addr+"/v1/entitlements", nil)
 	req.Header.Set("Authorization", "Bearer "+lines["api_key"])

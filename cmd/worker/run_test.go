@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,28 +19,6 @@ import (
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
-
-// syncBuffer is an io.Writer the test can read while run writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func env(m map[string]string) func(string) string {
-	return func(k string) string { return m[k] }
-}
 
 func workerEnv(t *testing.T) map[string]string {
 	t.Helper()
@@ -86,7 +63,7 @@ func TestRunBadConfigurationExits2WithOneLineNamingTheVariable(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			code := run(t.Context(), nil, env(map[string]string{tc.variable: tc.value}), &stdout, &stderr)
+			code := run(t.Context(), nil, testkit.Getenv(map[string]string{tc.variable: tc.value}), &stdout, &stderr)
 			if code != exitConfig {
 				t.Fatalf("exit status = %d, want %d; stderr: %s", code, exitConfig, stderr.String())
 			}
@@ -103,7 +80,7 @@ func TestRunBadConfigurationExits2WithOneLineNamingTheVariable(t *testing.T) {
 
 func TestRunUnexpectedArgumentExits2(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := run(t.Context(), []string{"serve"}, env(nil), &stdout, &stderr); code != exitConfig {
+	if code := run(t.Context(), []string{"serve"}, testkit.Getenv(nil), &stdout, &stderr); code != exitConfig {
 		t.Fatalf("exit status = %d, want %d", code, exitConfig)
 	}
 	if !strings.Contains(stderr.String(), `unexpected argument "serve"`) || !strings.Contains(stderr.String(), "usage:") {
@@ -113,7 +90,7 @@ func TestRunUnexpectedArgumentExits2(t *testing.T) {
 
 func TestRunHelpExits0(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := run(t.Context(), []string{"-h"}, env(nil), &stdout, &stderr); code != exitOK {
+	if code := run(t.Context(), []string{"-h"}, testkit.Getenv(nil), &stdout, &stderr); code != exitOK {
 		t.Fatalf("exit status = %d, want 0", code)
 	}
 	if !strings.Contains(stdout.String(), "usage: worker") {
@@ -123,7 +100,7 @@ func TestRunHelpExits0(t *testing.T) {
 
 func TestRunUnreachableDatabaseExits1(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	getenv := env(map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/tollgate?sslmode=disable&connect_timeout=2"})
+	getenv := testkit.Getenv(map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/tollgate?sslmode=disable&connect_timeout=2"})
 	if code := run(t.Context(), nil, getenv, &stdout, &stderr); code != exitFailed {
 		t.Fatalf("exit status = %d, want %d; stderr:\n%s", code, exitFailed, stderr.String())
 	}
@@ -136,9 +113,9 @@ func TestRunStartsAndStopsCleanlyOnCancel(t *testing.T) {
 	e := workerEnv(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testkit.Buffer
 	exited := make(chan int, 1)
-	go func() { exited <- run(ctx, nil, env(e), &stdout, &stderr) }()
+	go func() { exited <- run(ctx, nil, testkit.Getenv(e), &stdout, &stderr) }()
 
 	waitForLog(t, stderr.String, "worker started", exited)
 	cancel() // what SIGTERM does in main
@@ -158,11 +135,11 @@ func TestRunStartsAndStopsCleanlyOnCancel(t *testing.T) {
 func TestRunMigrateOnStartFalseSkipsMigrations(t *testing.T) {
 	e := workerEnv(t)
 	e["MIGRATE_ON_START"] = "false"
-	var stderr syncBuffer
+	var stderr testkit.Buffer
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	exited := make(chan int, 1)
-	go func() { exited <- run(ctx, nil, env(e), &stderr, &stderr) }()
+	go func() { exited <- run(ctx, nil, testkit.Getenv(e), &stderr, &stderr) }()
 	waitForLog(t, stderr.String, "worker started", exited)
 	if strings.Contains(stderr.String(), `"msg":"migration applied"`) {
 		t.Fatal("MIGRATE_ON_START=false still migrated")
@@ -188,7 +165,7 @@ func TestBinaryExits0OnSIGTERM(t *testing.T) {
 	for k, v := range e {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	var logs syncBuffer
+	var logs testkit.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start: %v", err)
@@ -222,9 +199,9 @@ func TestRunServesMetrics(t *testing.T) {
 	e := workerEnv(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr syncBuffer
+	var stdout, stderr testkit.Buffer
 	exited := make(chan int, 1)
-	go func() { exited <- run(ctx, nil, env(e), &stdout, &stderr) }()
+	go func() { exited <- run(ctx, nil, testkit.Getenv(e), &stdout, &stderr) }()
 	waitForLog(t, stderr.String, "worker metrics listening", exited)
 
 	var addr string
@@ -258,7 +235,7 @@ func TestRunServesMetrics(t *testing.T) {
 
 func TestRunBadMetricsAddrExits2(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	code := run(t.Context(), nil, env(map[string]string{"WORKER_METRICS_ADDR": "9091"}), &stdout, &stderr)
+	code := run(t.Context(), nil, testkit.Getenv(map[string]string{"WORKER_METRICS_ADDR": "9091"}), &stdout, &stderr)
 	if code != exitConfig || !strings.Contains(stderr.String(), "WORKER_METRICS_ADDR") {
 		t.Fatalf("exit %d, stderr %q; want 2 naming WORKER_METRICS_ADDR", code, stderr.String())
 	}
