@@ -55,13 +55,18 @@ func hashKey(raw string) []byte {
 	return h[:]
 }
 
-func newRawKey() (string, error) {
+func newRawKey() (string, error) { return newCredential(keyScheme) }
+
+// newCredential is a scheme ("tg_", "tgs_") and 32 random bytes in base62,
+// zero-padded to a fixed 43 characters so a credential's form is checkable
+// without a lookup.
+func newCredential(scheme string) (string, error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("entitlements: random key: %w", err)
+		return "", fmt.Errorf("entitlements: random credential: %w", err)
 	}
 	body := new(big.Int).SetBytes(b[:]).Text(62)
-	return keyScheme + strings.Repeat("0", keyBodyLen-len(body)) + body, nil
+	return scheme + strings.Repeat("0", keyBodyLen-len(body)) + body, nil
 }
 
 // IssueKey makes a new API key for the tenant. Only its hash is stored.

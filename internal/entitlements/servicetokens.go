@@ -2,10 +2,8 @@ package entitlements
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"fmt"
-	"math/big"
 	"strings"
 	"time"
 
@@ -21,10 +19,7 @@ import (
 // else; the routes that accept them also accept ADMIN_TOKEN. They are rare
 // calls (a snapshot or counter missing from Redis), so every use asks
 // Postgres: a revocation applies at once on every instance.
-const (
-	serviceScheme  = "tgs_"
-	serviceBodyLen = 43
-)
+const serviceScheme = "tgs_"
 
 // IssuedServiceToken is a new service token: Token is shown once, here.
 type IssuedServiceToken struct {
@@ -47,7 +42,7 @@ type ServiceTokenSummary struct {
 
 // IsServiceToken says whether raw has the form of a service token.
 func IsServiceToken(raw string) bool {
-	return strings.HasPrefix(raw, serviceScheme) && len(raw) == len(serviceScheme)+serviceBodyLen
+	return strings.HasPrefix(raw, serviceScheme) && len(raw) == len(serviceScheme)+keyBodyLen
 }
 
 // IssueServiceToken makes a new service token. Only its hash is stored.
@@ -56,14 +51,12 @@ func (s *Service) IssueServiceToken(ctx context.Context, name string) (IssuedSer
 	if name == "" || len([]rune(name)) > maxNameLen || !cleanText(name) {
 		return IssuedServiceToken{}, apperr.Invalidf("name", "must be 1-%d characters without control characters", maxNameLen)
 	}
-	var b [32]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return IssuedServiceToken{}, fmt.Errorf("entitlements: random token: %w", err)
+	raw, err := newCredential(serviceScheme)
+	if err != nil {
+		return IssuedServiceToken{}, err
 	}
-	body := new(big.Int).SetBytes(b[:]).Text(62)
-	raw := serviceScheme + strings.Repeat("0", serviceBodyLen-len(body)) + body
 	k := IssuedServiceToken{Token: raw, Prefix: raw[:keyPrefixLen+1], Name: name}
-	err := s.db.QueryRow(ctx, `
+	err = s.db.QueryRow(ctx, `
 INSERT INTO service_tokens (prefix, hash, name) VALUES ($1, $2, $3)
 RETURNING id::text, created_at`, k.Prefix, hashKey(raw), name).Scan(&k.ID, &k.CreatedAt)
 	if err != nil {
