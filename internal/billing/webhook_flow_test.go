@@ -320,10 +320,12 @@ func TestMetricsCountWebhooksProcessingAndLag(t *testing.T) {
 			}
 		}
 	}
-	// The worker counts just after it commits: poll for it.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	// The worker counts just after it commits, the lag before the outcome:
+	// poll until both are in (a clean-clone run read between the two).
+	processed := `tollgate_stripe_events_processed_total{status="processed",type="customer.subscription.created"}`
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		gather()
-		if lagCount == 1 || time.Now().After(deadline) {
+		if (lagCount == 1 && got[processed] == 1) || time.Now().After(deadline) {
 			break
 		}
 	}
