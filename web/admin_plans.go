@@ -24,10 +24,12 @@ type planForm struct {
 	Features      string // comma-separated
 	Quotas        string // one "meter limit mode" per line
 	QuotaWindow   string // "month" or "billing_period"
+	Public        string // "true" (offered to tenants), "false" (internal); "" = unchanged, or true on create
 }
 
 func planFormOf(p PlanRow) planForm {
-	f := planForm{Key: p.Key, Name: p.Name, StripePriceID: p.StripePriceID, Features: strings.Join(p.Features, ", "), QuotaWindow: p.QuotaWindow}
+	f := planForm{Key: p.Key, Name: p.Name, StripePriceID: p.StripePriceID, Features: strings.Join(p.Features, ", "), QuotaWindow: p.QuotaWindow,
+		Public: strconv.FormatBool(p.Public)}
 	if p.RatePerSecond != nil {
 		f.RatePerSecond = strconv.FormatFloat(*p.RatePerSecond, 'f', -1, 64)
 	}
@@ -60,6 +62,7 @@ func readPlanForm(c echo.Context) planForm {
 		Features:      c.FormValue("features"),
 		Quotas:        c.FormValue("quotas"),
 		QuotaWindow:   strings.TrimSpace(c.FormValue("quota_window")),
+		Public:        strings.TrimSpace(c.FormValue("public")),
 	}
 }
 
@@ -85,6 +88,13 @@ func (f planForm) input() (entitlements.PlanInput, error) {
 			}
 			in.Rate.Burst = &b
 		}
+	}
+	switch f.Public {
+	case "":
+	case "true", "false":
+		in.Public = ptrTo(f.Public == "true")
+	default:
+		v.Add("public", `must be "true" (offered to tenants) or "false" (internal)`)
 	}
 	if f.Concurrency != "" {
 		n, err := strconv.ParseInt(f.Concurrency, 10, 64)
@@ -236,8 +246,12 @@ func (w *Web) handleAdminEditPlan() echo.HandlerFunc {
 						q.StripeMeterEvent, q.StripeReport = old.StripeMeterEvent, old.StripeReport
 					}
 				}
+				public := in.Public
+				if public == nil {
+					public = cur.Public // a form without the field leaves it as it was
+				}
 				*cur = entitlements.PlanInput{Key: key, Name: in.Name, StripePriceID: in.StripePriceID, Rate: in.Rate,
-					Concurrency: in.Concurrency, Quotas: quotas, Features: in.Features, QuotaWindow: in.QuotaWindow}
+					Concurrency: in.Concurrency, Quotas: quotas, Features: in.Features, QuotaWindow: in.QuotaWindow, Public: public}
 				return nil
 			})
 		}
@@ -250,3 +264,5 @@ func (w *Web) handleAdminEditPlan() echo.HandlerFunc {
 		return c.Redirect(http.StatusSeeOther, "/admin/plans/"+url.PathEscape(key)+"?done=edited")
 	}
 }
+
+func ptrTo[T any](v T) *T { return &v }

@@ -29,6 +29,7 @@ type PlanRow struct {
 	Tenants       int64 // tenants on the plan
 	UpdatedAt     time.Time
 	QuotaWindow   string // "month" or "billing_period"
+	Public        bool   // offered to tenants on their dashboard
 }
 
 // QuotaRow is one meter's monthly quota of a plan.
@@ -42,7 +43,7 @@ type QuotaRow struct {
 func (s *store) plans(ctx context.Context) ([]PlanRow, error) {
 	rows, err := s.db.Query(ctx, `
 		SELECT p.key, p.name, COALESCE(p.stripe_price_id, ''), p.rate_per_second, p.rate_burst, p.concurrency,
-		       p.features, p.updated_at, p.quota_window,
+		       p.features, p.updated_at, p.quota_window, p.public,
 		       (SELECT count(*) FROM tenants t WHERE t.plan_key = p.key),
 		       COALESCE((SELECT json_agg(json_build_object('meter', q.meter, 'limit', q.quota_limit, 'mode', q.mode, 'per_seat', q.per_seat) ORDER BY q.meter)
 		                 FROM plan_quotas q WHERE q.plan_key = p.key), '[]')
@@ -54,7 +55,7 @@ func (s *store) plans(ctx context.Context) ([]PlanRow, error) {
 	var p PlanRow
 	var quotas []byte
 	_, err = pgx.ForEachRow(rows, []any{&p.Key, &p.Name, &p.StripePriceID, &p.RatePerSecond, &p.RateBurst, &p.Concurrency,
-		&p.Features, &p.UpdatedAt, &p.QuotaWindow, &p.Tenants, &quotas}, func() error {
+		&p.Features, &p.UpdatedAt, &p.QuotaWindow, &p.Public, &p.Tenants, &quotas}, func() error {
 		var qs []struct {
 			Meter   string `json:"meter"`
 			Limit   int64  `json:"limit"`

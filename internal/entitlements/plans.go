@@ -55,6 +55,9 @@ type Plan struct {
 	// QuotaWindow is how quotas reset: "month" (monthly on the billing
 	// anchor day, even on a yearly price) or "billing_period".
 	QuotaWindow string `json:"quota_window"`
+	// Public plans (with a Stripe price) are offered to tenants on their
+	// dashboard; internal ones are assigned by an admin only.
+	Public bool `json:"public"`
 }
 
 // Quota is a plan's monthly limit of one meter.
@@ -83,6 +86,7 @@ type PlanInput struct {
 	Quotas        map[string]*QuotaInput `json:"quotas"`      // a nil entry removes the meter
 	Features      []string               `json:"features"`
 	QuotaWindow   string                 `json:"quota_window"` // "" = month
+	Public        *bool                  `json:"public"`       // nil = true (offered to tenants)
 }
 
 // RateInput is a token bucket: PerSecond refill, Burst capacity (default:
@@ -218,13 +222,20 @@ func (in PlanInput) normalized() PlanInput {
 	if out.QuotaWindow == "" {
 		out.QuotaWindow = string(period.Month)
 	}
+	if out.Public == nil {
+		// Absent (or null in a patch): offered, as every plan was before
+		// the field existed.
+		public := true
+		out.Public = &public
+	}
 	return out
 }
 
 // Input is the plan as a PlanInput, the starting point of a patch.
 func (p Plan) Input() PlanInput {
+	public := p.Public
 	in := PlanInput{Key: p.Key, Name: p.Name, StripePriceID: p.StripePriceID, Features: append([]string(nil), p.Features...),
-		QuotaWindow: p.QuotaWindow}
+		QuotaWindow: p.QuotaWindow, Public: &public}
 	if p.Rate != nil {
 		ps, b := p.Rate.PerSecond, p.Rate.Burst
 		in.Rate = &RateInput{PerSecond: &ps, Burst: &b}
@@ -358,7 +369,7 @@ ORDER BY 1`, key, s.opts.DefaultPlan)
 
 const planSelect = `
 SELECT p.key, p.name, coalesce(p.stripe_price_id, ''), p.rate_per_second, p.rate_burst, p.concurrency,
-       p.features, p.quota_window, p.created_at, p.updated_at,
+       p.features, p.quota_window, p.public, p.created_at, p.updated_at,
        coalesce((SELECT jsonb_object_agg(q.meter, jsonb_build_object('limit', q.quota_limit, 'mode', q.mode,
                         'stripe_meter_event', coalesce(q.stripe_meter_event, ''), 'stripe_report', q.stripe_report,
                         'per_seat', q.per_seat))
@@ -372,7 +383,7 @@ func scanPlan(row pgx.CollectableRow) (Plan, error) {
 		burst *int64
 	)
 	if err := row.Scan(&p.Key, &p.Name, &p.StripePriceID, &rps, &burst, &p.Concurrency, &p.Features,
-		&p.QuotaWindow, &p.CreatedAt, &p.UpdatedAt, &p.Quotas); err != nil {
+		&p.QuotaWindow, &p.Public, &p.CreatedAt, &p.UpdatedAt, &p.Quotas); err != nil {
 		return Plan{}, err
 	}
 	if rps != nil && burst != nil {
@@ -409,9 +420,9 @@ func getPlan(ctx context.Context, q postgres.Querier, key string, lock bool) (Pl
 func insertPlan(ctx context.Context, tx pgx.Tx, in PlanInput) error {
 	rps, burst := rateCols(in.Rate)
 	_, err := tx.Exec(ctx, `
-INSERT INTO plans (key, name, stripe_price_id, rate_per_second, rate_burst, concurrency, features, quota_window)
-VALUES ($1, $2, nullif($3, ''), $4, $5, $6, $7, $8)`,
-		in.Key, in.Name, in.StripePriceID, rps, burst, in.Concurrency, in.Features, in.QuotaWindow)
+INSERT INTO plans (key, name, stripe_price_id, rate_per_second, rate_burst, concurrency, features, quota_window, public)
+VALUES ($1, $2, nullif($3, ''), $4, $5, $6, $7, $8, $9)`,
+		in.Key, in.Name, in.StripePriceID, rps, burst, in.Concurrency, in.Features, in.QuotaWindow, *in.Public)
 	if err != nil {
 		return pgError(err)
 	}
@@ -422,9 +433,9 @@ func updatePlan(ctx context.Context, tx pgx.Tx, in PlanInput) error {
 	rps, burst := rateCols(in.Rate)
 	_, err := tx.Exec(ctx, `
 UPDATE plans SET name = $2, stripe_price_id = nullif($3, ''), rate_per_second = $4, rate_burst = $5,
-       concurrency = $6, features = $7, quota_window = $8, updated_at = now()
+       concurrency = $6, features = $7, quota_window = $8, public = $9, updated_at = now()
  WHERE key = $1`,
-		in.Key, in.Name, in.StripePriceID, rps, burst, in.Concurrency, in.Features, in.QuotaWindow)
+		in.Key, in.Name, in.StripePriceID, rps, burst, in.Concurrency, in.Features, in.QuotaWindow, *in.Public)
 	if err != nil {
 		return pgError(err)
 	}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -199,5 +200,61 @@ func TestUnknownRouteAndWrongMethod(t *testing.T) {
 	assertProblem(t, "wrong method on /v1/entitlements", r, http.StatusMethodNotAllowed)
 	if r.Header.Get("Allow") == "" {
 		t.Fatal("405 without Allow")
+	}
+}
+
+// A plan is public (offered to tenants on their dashboard) unless created or
+// patched with "public": false; a patch without the field leaves it, null
+// sets it back to the default, and anything but a boolean is a 400 naming
+// "public" that changes nothing.
+func TestPlanPublicField(t *testing.T) {
+	a := newTestAPI(t, testAPIOptions{})
+	pub := a.admin(t, "POST", "/admin/v1/plans", map[string]any{"key": uniqueName("pub")}, http.StatusCreated)
+	if pub.JSON["public"] != true {
+		t.Fatalf("a plan created without public must be public: %s", pub.Raw)
+	}
+	key := uniqueName("internal")
+	in := a.admin(t, "POST", "/admin/v1/plans", map[string]any{"key": key, "public": false}, http.StatusCreated)
+	if in.JSON["public"] != false {
+		t.Fatalf("created with public false: %s", in.Raw)
+	}
+	if got := a.admin(t, "GET", "/admin/v1/plans/"+key, nil, http.StatusOK); got.JSON["public"] != false {
+		t.Fatalf("GET: %s", got.Raw)
+	}
+	var list struct {
+		Plans []struct {
+			Key    string `json:"key"`
+			Public *bool  `json:"public"`
+		} `json:"plans"`
+	}
+	a.admin(t, "GET", "/admin/v1/plans", nil, http.StatusOK).Decode(t, &list)
+	for _, p := range list.Plans {
+		if p.Public == nil || (p.Key == key) == *p.Public {
+			t.Fatalf("list: plan %s public %v", p.Key, p.Public)
+		}
+	}
+	if p := a.admin(t, "PATCH", "/admin/v1/plans/"+key, map[string]any{"name": "Internal"}, http.StatusOK); p.JSON["public"] != false {
+		t.Fatalf("a patch without public must keep it: %s", p.Raw)
+	}
+	for _, bad := range []any{"yes", 1, map[string]any{}, []any{true}} {
+		for _, r := range []apiResp{
+			a.do(t, "PATCH", "/admin/v1/plans/"+key, testAdminToken, map[string]any{"public": bad}),
+			a.do(t, "POST", "/admin/v1/plans", testAdminToken, map[string]any{"key": uniqueName("bad"), "public": bad}),
+		} {
+			assertProblem(t, fmt.Sprintf("public %v", bad), r, http.StatusBadRequest)
+			if !slices.Equal(r.FieldErrors(), []string{"public"}) {
+				t.Fatalf("public %v: fields %v, want [public]: %s", bad, r.FieldErrors(), r.Raw)
+			}
+		}
+	}
+	if got := a.admin(t, "GET", "/admin/v1/plans/"+key, nil, http.StatusOK); got.JSON["public"] != false {
+		t.Fatalf("a refused patch changed public: %s", got.Raw)
+	}
+	if p := a.admin(t, "PATCH", "/admin/v1/plans/"+key, map[string]any{"public": true}, http.StatusOK); p.JSON["public"] != true {
+		t.Fatalf("patch public true: %s", p.Raw)
+	}
+	a.admin(t, "PATCH", "/admin/v1/plans/"+key, map[string]any{"public": false}, http.StatusOK)
+	if p := a.admin(t, "PATCH", "/admin/v1/plans/"+key, map[string]any{"public": nil}, http.StatusOK); p.JSON["public"] != true {
+		t.Fatalf("patch public null must restore the default (true): %s", p.Raw)
 	}
 }
