@@ -68,10 +68,8 @@ func TestFlushMovesCountersExactlyOnce(t *testing.T) {
 	if err != nil || !ok || c.N != 12 {
 		t.Fatalf("claim = %+v %v %v", c, ok, err)
 	}
-	tp, _ := loadTenantPeriods(b.ctx, b.db, tenant)
-	var ins int64
-	if err := b.db.QueryRow(b.ctx, flushSQL, c.ID, tenant, "requests", snap.PeriodStart, c.N, tp.endOf(snap.PeriodStart), time.Now()).Scan(&ins); err != nil || ins != 1 {
-		t.Fatalf("manual commit: %d %v", ins, err)
+	if out, st, err := b.svc.commitClaims(b.ctx, []FlushClaim{{ID: c.ID, Tenant: tenant, Meter: "requests", PeriodStart: snap.PeriodStart, N: c.N}}); err != nil || out[0] != commitCommitted || st.Units != 12 {
+		t.Fatalf("manual commit: %v %+v %v", out, st, err)
 	}
 	// More decisions arrive while the claim is outstanding.
 	admit(t, b, lim, tenant, 5)
