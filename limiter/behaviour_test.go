@@ -156,11 +156,12 @@ func TestRebuildAfterRedisLoss(t *testing.T) {
 	if d.Allowed || d.Policy != "requests" || d.RetryAfter < time.Hour {
 		t.Fatalf("after Redis loss: %+v", d)
 	}
-	// A partial rebuild counts unflushed pending usage too: durable 3 + pending 4.
+	// A rebuild counts usage noted while the counter was missing too
+	// (a settled reservation, a lost claim's growth): durable 3 + 4.
 	rdb.FlushAll(ctx)
 	durable.Store(3)
 	k := limitstore.Keys{}
-	rdb.Set(ctx, k.Pending("acme", "requests", s.PeriodStart), 4, time.Hour)
+	rdb.HSet(ctx, k.State("acme"), limitstore.CounterOf("requests", s.PeriodStart).Missed(), 4)
 	d, err = l.Allow(ctx, "acme", limiter.Request{Cost: 1})
 	if err != nil || !d.Allowed {
 		t.Fatalf("%+v %v", d, err)
@@ -182,7 +183,7 @@ func TestPeriodRoll(t *testing.T) {
 	})
 	put(t, st, s)
 	keys := limitstore.Keys{Prefix: b.prefix}
-	rdb.Set(ctx, keys.Quota("roll", "requests", s.PeriodStart), 5, time.Hour) // the old period is exhausted
+	rdb.HSet(ctx, keys.State("roll"), limitstore.CounterOf("requests", s.PeriodStart).Used(), 5) // the old period is exhausted
 	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix})
 	d, err := l.Allow(ctx, "roll", limiter.Request{Cost: 1})
 	if err != nil || !d.Allowed || d.Policies[0].Remaining != 4 {

@@ -15,6 +15,8 @@ type prepared struct {
 	conc    int64
 	concKey string
 	quotas  map[string]*preparedQuota
+	state   string // the tenant's state hash (keyNames.state)
+	base    string // keyNames.tenantBase
 	rfBase  string
 	dirty   string
 	entKey  string // the snapshot's key
@@ -33,7 +35,7 @@ type planKey struct {
 }
 
 type preparedRate struct {
-	key    string
+	key    string // the hash holding the bucket (field r)
 	ei     string // emission interval, µs
 	burst  string
 	rate   Rate
@@ -46,8 +48,9 @@ type preparedQuota struct {
 	limitS  string
 	hard    bool
 	mode    QuotaMode
-	keys    [4]string // Q, P, Qnext, Pnext
-	flush   [2]string // qf current, qf next
+	fields  [4]string // state hash fields: q and f of the current period, of the next
+	sfx     [2]string // counterSuffix of the current period, of the next
+	marks   [2]string // keyNames.mark of the current period, of the next
 	endS    string    // period end, ms
 	nextS   string    // next period end, ms
 	starts  [2]time.Time
@@ -77,9 +80,9 @@ func prepareRate(key string, r *Rate) *preparedRate {
 
 func (k keyNames) prepare(s Snapshot) *prepared {
 	t := s.TenantID
-	p := &prepared{snap: s, conc: s.Concurrency, rfBase: k.refusalBase(t), dirty: k.dirtyBase(t), entKey: k.snapshot(t)}
+	p := &prepared{snap: s, conc: s.Concurrency, state: k.state(t), base: k.tenantBase(t), rfBase: k.refusalBase(t), dirty: k.dirtyBase(t), entKey: k.snapshot(t)}
 	if s.Rate != nil {
-		p.rate = prepareRate(k.rate(t), s.Rate)
+		p.rate = prepareRate(p.state, s.Rate)
 	}
 	if s.Concurrency > 0 {
 		p.concKey = k.concurrency(t)
@@ -92,14 +95,16 @@ func (k keyNames) prepare(s Snapshot) *prepared {
 			next = s.PeriodEnd.Add(s.PeriodEnd.Sub(s.PeriodStart))
 		}
 		for m, q := range s.Quotas {
+			c0, c1 := counterSuffix(m, s.PeriodStart), counterSuffix(m, s.PeriodEnd)
 			pq := &preparedQuota{
 				meter:   m,
 				limit:   q.Limit,
 				limitS:  strconv.FormatInt(q.Limit, 10),
 				hard:    q.Mode != ModeSoft,
 				mode:    q.Mode,
-				keys:    [4]string{k.quota(t, m, s.PeriodStart), k.pending(t, m, s.PeriodStart), k.quota(t, m, s.PeriodEnd), k.pending(t, m, s.PeriodEnd)},
-				flush:   [2]string{k.flushing(t, m, s.PeriodStart), k.flushing(t, m, s.PeriodEnd)},
+				fields:  [4]string{"q:" + c0, "f:" + c0, "q:" + c1, "f:" + c1},
+				sfx:     [2]string{c0, c1},
+				marks:   [2]string{k.mark(t, m, s.PeriodStart), k.mark(t, m, s.PeriodEnd)},
 				endS:    strconv.FormatInt(s.PeriodEnd.UnixMilli(), 10),
 				nextS:   strconv.FormatInt(next.UnixMilli(), 10),
 				starts:  [2]time.Time{s.PeriodStart, s.PeriodEnd},

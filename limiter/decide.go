@@ -129,14 +129,23 @@ func (l *Limiter) runScript(ctx context.Context, script *redis.Script, keys []st
 	return res, nil
 }
 
+// seed rebuilds the missing counters a needs-seed reply names, each from
+// the UsageLoader's durable figure (see seedLua). A seed refused because
+// a flush acknowledgement moved the epoch meanwhile is simply not done:
+// the caller's next attempt sees the counter still missing and reads
+// Postgres again.
 func (l *Limiter) seed(ctx context.Context, pl *plan, res []any) error {
 	n, err := toInt64(res[1])
-	if err != nil || int(n)*2+2 > len(res) {
+	if err != nil || int(n)*2+3 > len(res) {
+		return fmt.Errorf("limiter: malformed seed reply")
+	}
+	epoch, err := toInt64(res[2])
+	if err != nil {
 		return fmt.Errorf("limiter: malformed seed reply")
 	}
 	for i := 0; i < int(n); i++ {
-		idx, err1 := toInt64(res[2+2*i])
-		period, err2 := toInt64(res[3+2*i])
+		idx, err1 := toInt64(res[3+2*i])
+		period, err2 := toInt64(res[4+2*i])
 		if err1 != nil || err2 != nil || idx < 1 || int(idx) > len(pl.pol) || period < 0 || period > 1 || pl.pol[idx-1].quota == nil {
 			return fmt.Errorf("limiter: malformed seed reply")
 		}
@@ -148,10 +157,9 @@ func (l *Limiter) seed(ctx context.Context, pl *plan, res []any) error {
 			}
 			return fmt.Errorf("limiter: usage of %q %s: %w", pl.tenant, q.meter, err)
 		}
-		keys := []string{q.keys[2*period], q.keys[2*period+1], q.flush[period]}
 		expireAt := q.endsT[period].Add(7 * 24 * time.Hour).UnixMilli()
 		if err := l.call(ctx, "seed", func(ctx context.Context) error {
-			return seedScript.Run(ctx, l.rdb, keys, durable, expireAt).Err()
+			return seedScript.Run(ctx, l.rdb, []string{pl.hash}, q.sfx[period], durable, expireAt, epoch, q.marks[period], pl.dirty+"q").Err()
 		}); err != nil {
 			return err
 		}
@@ -181,7 +189,7 @@ func (l *Limiter) decision(pl *plan, req *Request, res []any, leaseID string) (*
 			period := ints[o+2] & 1
 			ps.Window = p.quota.windows[period]
 			if req.Reserve && !req.Peek && ints[0] == 1 {
-				d.rsv = &rsvTarget{q: p.quota.keys[2*period], p: p.quota.keys[2*period+1], dirty: pl.dirty + "q"}
+				d.rsv = &rsvTarget{h: pl.hash, q: p.quota.fields[2*period], mark: p.quota.marks[period], dirty: pl.dirty + "q"}
 			}
 		case 'c':
 			ps.Unit = UnitConcurrent

@@ -34,25 +34,32 @@ func (k keyNames) tenantBase(tenant string) string {
 // snapshot is the key of the tenant's entitlement snapshot (JSON).
 func (k keyNames) snapshot(tenant string) string { return k.tenantBase(tenant) + "ent" }
 
-// rate is the key of the tenant's token bucket (GCRA theoretical arrival time).
-func (k keyNames) rate(tenant string) string { return k.tenantBase(tenant) + "rate" }
+// state is the key of the tenant's state hash: everything a decision
+// reads and writes on every call lives in it, so that one HMGET and one
+// HSET do the work (see decideBody):
+//
+//	r                  the token bucket's theoretical arrival time (µs)
+//	x                  the hash's expiry (ms) as the scripts last set it
+//	e                  epoch, moved by every flush acknowledgement that finds
+//	                   its claim lost, so that a rebuild in flight reads Postgres again
+//	q:<meter>:<unix>   total used of a meter in the period starting at <unix>
+//	f:<meter>:<unix>   flushed mark: how much of q was moved to Postgres (or
+//	                   is claimed by a flush); what is unflushed is q − f
+//	ci:… cn:…          the claimed, not yet acknowledged flush: id and units
+//	ca:…               the id of the last acknowledged claim (a replayed ack)
+//	g:…                usage counted while q was missing, added by its rebuild
+func (k keyNames) state(tenant string) string { return k.tenantBase(tenant) + "st" }
 
-// quota is the key of the total used of a meter in the period starting at
-// periodStart: the figure the limiter enforces.
-func (k keyNames) quota(tenant, meter string, periodStart time.Time) string {
-	return k.tenantBase(tenant) + "q:" + meter + ":" + strconv.FormatInt(periodStart.Unix(), 10)
+// counterSuffix is "<meter>:<period start unix>", the state hash field
+// suffix of one period counter.
+func counterSuffix(meter string, periodStart time.Time) string {
+	return meter + ":" + strconv.FormatInt(periodStart.Unix(), 10)
 }
 
-// pending is the key of the growth of a quota counter counted by the
-// limiter and not yet flushed to Postgres.
-func (k keyNames) pending(tenant, meter string, periodStart time.Time) string {
-	return k.tenantBase(tenant) + "qp:" + meter + ":" + strconv.FormatInt(periodStart.Unix(), 10)
-}
-
-// flushing is the key of a claimed, not yet acknowledged flush (a hash with
-// fields n and id).
-func (k keyNames) flushing(tenant, meter string, periodStart time.Time) string {
-	return k.tenantBase(tenant) + "qf:" + meter + ":" + strconv.FormatInt(periodStart.Unix(), 10)
+// mark is the name a counter with unflushed usage is known by in the dirty
+// set: "<p>:{t:<tenant>}:qp:<meter>:<unix>" (no key has that name).
+func (k keyNames) mark(tenant, meter string, periodStart time.Time) string {
+	return k.tenantBase(tenant) + "qp:" + counterSuffix(meter, periodStart)
 }
 
 // concurrency is the key of the tenant's concurrency leases (a sorted set
@@ -64,15 +71,16 @@ func (k keyNames) window(tenant, name string, window time.Duration) string {
 	return k.tenantBase(tenant) + "sw:" + name + ":" + strconv.FormatInt(window.Milliseconds(), 10)
 }
 
-// explicitRate is the key of the token bucket of an explicit Limits; it is
-// kept apart from the tenant's plan bucket.
-func (k keyNames) explicitRate(tenant string) string { return k.tenantBase(tenant) + "xrate" }
+// explicitRate is the key of the hash holding the token bucket (field r,
+// and x as in state) of an explicit Limits; it is kept apart from the
+// tenant's plan bucket.
+func (k keyNames) explicitRate(tenant string) string { return k.tenantBase(tenant) + "xr" }
 
 // explicitConcurrency is the key of the leases of an explicit Limits.
 func (k keyNames) explicitConcurrency(tenant string) string { return k.tenantBase(tenant) + "xconc" }
 
 // reservation is the key of a reservation's record (a hash: estimate n,
-// and the names of the quota, pending and dirty keys it adjusts).
+// and the state hash, counter field, mark and dirty set it adjusts).
 func (k keyNames) reservation(tenant, id string) string { return k.tenantBase(tenant) + "rsv:" + id }
 
 func (k keyNames) refusalBase(tenant string) string { return k.tenantBase(tenant) + "rf:" }
@@ -89,7 +97,7 @@ func (k keyNames) invalidations() string { return k.prefix + ":ent:inval" }
 // slot, named with a hash tag chosen to land in that slot; elsewhere (one
 // node, a Ring, where the script writes on the tenant's node) one per node.
 //
-//	<p>:dirty:q    set of pending-counter key names with unflushed usage
+//	<p>:dirty:q    set of counter marks (keyNames.mark) with unflushed usage
 //	<p>:dirty:rf   sorted set of refusal hash names, scored by refusals added
 //
 // (in a Cluster: <p>:{<slot tag>}:dirty:q and :dirty:rf).

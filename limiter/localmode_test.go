@@ -209,9 +209,7 @@ func TestUnbuiltCounterIsNoFreeReset(t *testing.T) {
 			durable.Store(50)
 			failing.Store(true)
 			k := limitstore.Keys{Prefix: b.prefix}
-			for _, key := range []string{k.Quota("hard", "exports", s.PeriodStart), k.Pending("hard", "exports", s.PeriodStart), k.Flushing("hard", "exports", s.PeriodStart)} {
-				rdb.Del(ctx, key)
-			}
+			rdb.Del(ctx, k.State("hard"))
 			admitted := 0
 			for i := 0; i < 50; i++ {
 				d, err := l.Allow(ctx, "hard", req)
@@ -230,7 +228,7 @@ func TestUnbuiltCounterIsNoFreeReset(t *testing.T) {
 					admitted++
 				}
 			}
-			if n, _ := rdb.Exists(ctx, k.Quota("hard", "exports", s.PeriodStart)).Result(); n != 0 {
+			if n, _ := rdb.HExists(ctx, k.State("hard"), limitstore.CounterOf("exports", s.PeriodStart).Used()).Result(); n {
 				t.Fatalf("a counter was written without its rebuild")
 			}
 			want := 0

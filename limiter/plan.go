@@ -19,7 +19,7 @@ type policy struct {
 	rate   Rate
 	a, b   string
 	c, d   string
-	keys   []string
+	keys   []string // c and w: their own key (r and q live in plan.hash)
 	fail   FailMode
 }
 
@@ -28,6 +28,8 @@ type plan struct {
 	tenant   string
 	planName string
 	refKey   string // refusal cache key
+	hash     string // KEYS[1]: the hash of the bucket and the counters
+	base     string // keyNames.tenantBase
 	rfBase   string
 	dirty    string // dirty marks' prefix (keyNames.dirtyBase)
 	pol      []policy
@@ -36,7 +38,8 @@ type plan struct {
 
 	// Ready to send (read-only once built, shared by concurrent decisions):
 	// the script's KEYS, ARGV from the 4th on with the per-policy
-	// arguments, boxed once.
+	// arguments, boxed once, so that a decision copies them and sets the
+	// first three.
 	keys []string
 	args []any
 }
@@ -52,14 +55,14 @@ func (l *Limiter) snapshotPlan(p *prepared, req *Request) *plan {
 	if v, ok := p.plans.Load(k); ok {
 		return v.(*plan)
 	}
-	pl := &plan{tenant: p.snap.TenantID, planName: p.snap.Plan, refKey: p.snap.TenantID, rfBase: p.rfBase, dirty: p.dirty}
+	pl := &plan{tenant: p.snap.TenantID, planName: p.snap.Plan, refKey: p.snap.TenantID, hash: p.state, base: p.base, rfBase: p.rfBase, dirty: p.dirty}
 	pl.pol = make([]policy, 0, 3)
 	if r := p.rate; r != nil {
-		pl.add(policy{typ: 'r', name: PolicyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, keys: []string{r.key}, fail: l.opts.FailMode.Rate})
+		pl.add(policy{typ: 'r', name: PolicyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, fail: l.opts.FailMode.Rate})
 	}
 	if k.meter != "" {
 		q := p.quotas[k.meter]
-		pl.add(policy{typ: 'q', name: q.meter, limit: q.limit, mode: q.mode, quota: q, a: q.limitS, b: boolArg(q.hard), c: q.endS, d: q.nextS, keys: q.keys[:], fail: l.opts.FailMode.Quota})
+		pl.add(policy{typ: 'q', name: q.meter, limit: q.limit, mode: q.mode, quota: q, a: q.limitS, b: boolArg(q.hard), c: q.endS, d: q.nextS, fail: l.opts.FailMode.Quota})
 	}
 	if k.concurrent {
 		pl.add(policy{typ: 'c', name: PolicyConcurrency, limit: p.conc, a: strconv.FormatInt(p.conc, 10), b: strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10), keys: []string{p.concKey}, fail: l.opts.FailMode.Concurrency})
@@ -69,23 +72,28 @@ func (l *Limiter) snapshotPlan(p *prepared, req *Request) *plan {
 	return v.(*plan)
 }
 
-// finish builds the script's keys and fixed arguments.
+// finish builds the script's keys and fixed arguments (see decideBody).
 func (pl *plan) finish() {
-	pl.keys = make([]string, 0, pl.nkeys)
-	pl.args = make([]any, 0, 5+6*len(pl.pol))
-	pl.args = append(pl.args, pl.rfBase, "", "", len(pl.pol), pl.dirty) // ARGV 4-8; 5 and 6 are set per call
+	pl.keys = make([]string, 0, 1+pl.nkeys)
+	pl.keys = append(pl.keys, pl.hash)
+	pl.args = make([]any, 0, 5+10*len(pl.pol))
+	pl.args = append(pl.args, pl.base, "", "", len(pl.pol), pl.dirty) // ARGV 4-8; 5 and 6 are set per call
 	for _, p := range pl.pol {
 		pl.keys = append(pl.keys, p.keys...)
-		pl.args = append(pl.args, string(p.typ), p.name, p.a, p.b, p.c, p.d)
+		pl.args = append(pl.args, string(p.typ), p.name, p.a, p.b)
+		if p.typ == 'q' {
+			f := p.quota.fields
+			pl.args = append(pl.args, p.c, p.d, f[0], f[1], f[2], f[3])
+		}
 	}
 }
 
 func (l *Limiter) explicitPlan(tenant string, req *Request) *plan {
 	x := req.Limits
-	pl := &plan{tenant: tenant, refKey: "\x00" + tenant, rfBase: l.keys.refusalBase(tenant), dirty: l.keys.dirtyBase(tenant), explicit: true}
+	pl := &plan{tenant: tenant, refKey: "\x00" + tenant, hash: l.keys.explicitRate(tenant), base: l.keys.tenantBase(tenant), rfBase: l.keys.refusalBase(tenant), dirty: l.keys.dirtyBase(tenant), explicit: true}
 	if x.Rate != nil {
-		r := prepareRate(l.keys.explicitRate(tenant), x.Rate)
-		pl.add(policy{typ: 'r', name: PolicyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, keys: []string{r.key}, fail: l.opts.FailMode.Rate})
+		r := prepareRate(pl.hash, x.Rate)
+		pl.add(policy{typ: 'r', name: PolicyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, fail: l.opts.FailMode.Rate})
 	}
 	for _, w := range x.Windows {
 		pl.add(policy{typ: 'w', name: w.Name, limit: w.Limit, window: w.Length, a: strconv.FormatInt(w.Limit, 10), b: strconv.FormatInt(w.Length.Milliseconds(), 10), keys: []string{l.keys.window(tenant, w.Name, w.Length)}, fail: l.opts.FailMode.Window})

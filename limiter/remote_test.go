@@ -105,7 +105,7 @@ func TestRemoteLoaders(t *testing.T) {
 	// Redis loses the counter: rebuilt from Tollgate's figure, still refused.
 	f.used.Store(5)
 	st := limitstore.New(b.client(), b.prefix)
-	b.client().Del(ctx, st.Keys().Quota("acme", "requests", f.snap.PeriodStart), st.Keys().Pending("acme", "requests", f.snap.PeriodStart))
+	b.client().Del(ctx, st.Keys().State("acme"))
 	l2 := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Timeout: 2 * time.Second, Loader: r.Snapshot, UsageLoader: r.Usage})
 	if d, err := l2.Allow(ctx, "acme", limiter.Request{}); err != nil || d.Allowed || d.Policy != "requests" {
 		t.Fatalf("after the counter was lost: %+v %v", d, err)

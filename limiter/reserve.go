@@ -24,14 +24,14 @@ type Reservation struct {
 	ExpiresAt time.Time
 }
 
-// rsvTarget is what a reservation adjusts: the quota counter the decision
-// took from, its pending (unflushed) counter and that counter's dirty set.
+// rsvTarget is what a reservation adjusts: the state hash and counter field
+// the decision took from, and the counter's mark and dirty set.
 type rsvTarget struct {
-	q, p, dirty string
+	h, q, mark, dirty string
 }
 
 // reserve records the reservation of an admitted decision. The estimate is
-// already counted (quota and pending) by the decision; the record only
+// already counted by the decision; the record only
 // says what to adjust when it is settled. Should the record not be
 // written, the estimate stays charged, as an expired reservation's would.
 func (l *Limiter) reserve(ctx context.Context, tenant string, req *Request, d *Decision) error {
@@ -44,7 +44,7 @@ func (l *Limiter) reserve(ctx context.Context, tenant string, req *Request, d *D
 	err := l.call(ctx, "reserve", func(ctx context.Context) error {
 		k := l.keys.reservation(tenant, id)
 		_, err := l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.HSet(ctx, k, "n", req.Cost, "q", t.q, "p", t.p, "d", t.dirty)
+			p.HSet(ctx, k, "n", req.Cost, "h", t.h, "q", t.q, "m", t.mark, "d", t.dirty)
 			p.PExpire(ctx, k, l.opts.ReservationTTL)
 			return nil
 		})
@@ -61,28 +61,31 @@ func (l *Limiter) reserve(ctx context.Context, tenant string, req *Request, d *D
 }
 
 // settleScript settles a reservation: the difference between the actual
-// cost and the estimate is added to the quota counter (when it still
-// exists; a rebuilt one includes it through pending) and to the pending
-// counter, so that Postgres gets the settled figure on the next flush. A
-// charge beyond the limit is recorded, never refused. The counters' names
-// come from the record: they share its hash tag (one slot).
+// cost and the estimate is added to the period counter, so that the flush
+// moves the settled figure (counter − flushed mark) to Postgres. A counter
+// missing from Redis gets it in g, which its rebuild adds. A charge beyond
+// the limit is recorded, never refused. The hash's and marks' names come
+// from the record: they share its hash tag (one slot).
 //
 // KEYS: reservation. ARGV: actual cost. Reply: the estimate, or -1 when
 // the reservation does not exist.
 var settleScript = redis.NewScript(`
-local r = redis.call('HMGET', KEYS[1], 'n', 'q', 'p', 'd')
+local r = redis.call('HMGET', KEYS[1], 'n', 'h', 'q', 'm', 'd')
 if not r[1] then return -1 end
 redis.call('DEL', KEYS[1])
 local n = tonumber(r[1])
 local diff = tonumber(ARGV[1]) - n
 if diff ~= 0 and r[2] and r[2] ~= '' then
-  if redis.call('EXISTS', r[2]) == 1 then redis.call('INCRBY', r[2], diff) end
-  if redis.call('INCRBY', r[3], diff) == diff then
-    -- a new pending counter (or one back from zero): mark it for the flush
-    redis.call('EXPIRE', r[3], 3456000)
-    redis.call('SADD', r[4], r[3])
-    redis.call('EXPIRE', r[4], 3456000)
+  local h = r[2]
+  if redis.call('HEXISTS', h, r[3]) == 1 then
+    redis.call('HINCRBY', h, r[3], diff)
+  else
+    redis.call('HINCRBY', h, 'g' .. string.sub(r[3], 2), diff)
+    if redis.call('PTTL', h) < 0 then redis.call('PEXPIRE', h, 3456000000) end
   end
+  -- the counter has unflushed usage now (or a refund): mark it
+  redis.call('SADD', r[5], r[4])
+  redis.call('EXPIRE', r[5], 3456000)
 end
 return n
 `)

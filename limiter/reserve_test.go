@@ -37,7 +37,10 @@ func TestReserveSettleCancel(t *testing.T) {
 		return n
 	}
 	pending := func() int64 {
-		n, _ := rdb.Get(ctx, st.Keys().Pending("llm", "tokens", s.PeriodStart)).Int64()
+		n, err := st.Unflushed(ctx, "llm", "tokens", s.PeriodStart)
+		if err != nil {
+			t.Fatal(err)
+		}
 		return n
 	}
 	reserve := func(est int64) *limiter.Decision {
@@ -190,7 +193,7 @@ func TestReserveSettleConcurrent(t *testing.T) {
 		if err != nil || used != settled.Load() {
 			t.Fatalf("counter %d (%v), settled %d", used, err, settled.Load())
 		}
-		pend, _ := b.client().Get(ctx, st.Keys().Pending("conc-rsv", "tokens", s.PeriodStart)).Int64()
+		pend, _ := st.Unflushed(ctx, "conc-rsv", "tokens", s.PeriodStart)
 		if pend != used {
 			t.Fatalf("pending %d, counter %d: the durable side would drift", pend, used)
 		}

@@ -6,26 +6,31 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// decideScript checks and takes every policy of one decision, all or
+// decideBody checks and takes every policy of one decision, all or
 // nothing. The only clock is Redis TIME.
 //
-// ARGV: 1 cost taken, 2 peek (0, or the cost asked about), 3 count refusals (0|1), 4 refusal key base,
-// 5 lease id, 6 seed required (0|1), 7 number of policies, 8 dirty marks'
-// prefix (keyNames.dirtyBase), then 6 arguments per policy: type, name, a,
-// b, c, d.
+// ARGV: 1 cost taken, 2 peek (0, or the cost asked about), 3 count refusals
+// (0|1), 4 the tenant's key base ("<p>:{t:<tenant>}:"), 5 lease id, 6 seed
+// required (0|1), 7 number of policies, 8 dirty marks' prefix
+// (keyNames.dirtyBase), then per policy its type, name and:
+//
+//	r rate        ei (emission interval µs), burst               fields r, x of KEYS[1]
+//	q quota       limit, hard(1)|soft(0), end ms, next end ms,   fields of KEYS[1]
+//	              q and f field of the current period, of the next
+//	c concurrency limit, lease TTL ms                            its own KEY (a sorted set)
+//	w window      limit, length ms                               its own KEY (a hash)
+//
+// KEYS[1] is the hash holding the bucket and the period counters (the
+// tenant's state hash, keyNames.state; for explicit Limits their bucket's
+// hash): a decision reads it with one HMGET and writes it with one HSET,
+// and sets its expiry only when a field needs it to live longer ("x"
+// remembers what was set). What the flush has not moved yet is q − f,
+// so no second counter is written per decision; the counter's mark goes
+// into the dirty set only when it turns from flushed (q = f) to not.
 //
 // The dirty marks are the one key not in KEYS: in a Cluster their name
 // carries a hash tag of the tenant's own slot, and on one node or a Ring
 // they are written where the script runs, which is what the worker reads.
-//
-//	r rate        KEYS: bucket              a=emission interval µs, b=burst
-//	q quota       KEYS: Q, P, Qnext, Pnext  a=limit, b=hard(1)|soft(0), c=end ms, d=next end ms
-//	c concurrency KEYS: leases              a=limit, b=lease TTL ms
-//	w window      KEYS: hash                a=limit, b=length ms
-//
-// The script is on every decision's path, so it keeps its redis.call's few:
-// the period ends come precomputed (no string parsing), and the pending
-// counter gets its TTL only when INCRBY creates it.
 //
 // One more ARGV after the policies asks for the tenant's stored snapshot,
 // whose key is then the last KEY: it is appended to the reply (false when
@@ -34,7 +39,8 @@ import (
 // Reply: {status, refusing index (1-based, 0 none), retry ms, now ms, then
 // per policy: remaining, reset ms, period (quota: 0 current, 1 next)}.
 // status 1 allowed, 0 refused, 2 needs seed: then the reply is
-// {2, n, idx1, period1, ...} naming the quotas whose counter is missing.
+// {2, n, epoch, idx1, period1, ...} naming the quotas whose counter is
+// missing, with the hash's epoch for the seed script.
 const decideBody = `
 local function decide(KEYS, ARGV)
 local t = redis.call('TIME')
@@ -46,23 +52,52 @@ local eff = cost
 if peek then eff = tonumber(ARGV[2]) end
 local n = tonumber(ARGV[7])
 local seed = ARGV[6] == '1'
+local h = KEYS[1]
 
+-- Which fields of the hash this decision reads.
 local st = {}
-local ki = 1
+local fields = {'x'}
+local o = 8
+local ki = 2
+for i = 1, n do
+  local typ = ARGV[o + 1]
+  local s = {typ = typ, name = ARGV[o + 2], a = tonumber(ARGV[o + 3]), b = tonumber(ARGV[o + 4]), ok = true, rem = 0, reset = 0, retry = 0, period = 0}
+  if typ == 'r' then
+    fields[#fields + 1] = 'r'; s.fi = #fields
+    o = o + 4
+  elseif typ == 'q' then
+    local pend = tonumber(ARGV[o + 5])
+    if now_ms >= pend then
+      s.period = 1; s.pend = tonumber(ARGV[o + 6]); s.qf = ARGV[o + 9]; s.ff = ARGV[o + 10]
+    else
+      s.pend = pend; s.qf = ARGV[o + 7]; s.ff = ARGV[o + 8]
+    end
+    fields[#fields + 1] = s.qf; s.fi = #fields
+    fields[#fields + 1] = s.ff
+    o = o + 10
+  else
+    s.key = KEYS[ki]; ki = ki + 1
+    o = o + 4
+  end
+  st[i] = s
+end
+local hv = {}
+if #fields > 1 then hv = redis.call('HMGET', h, unpack(fields)) end
+local x = tonumber(hv[1]) or 0
+local w = {}    -- field, value pairs for the hash's HSET
+local need = 0  -- the expiry (ms) the written fields need at least
+
 local refuse_idx = 0
 local refuse_retry = -1
 local needs = {}
 for i = 1, n do
-  local o = 8 + (i - 1) * 6
-  local typ = ARGV[o + 1]
-  local a = tonumber(ARGV[o + 3])
-  local b = tonumber(ARGV[o + 4])
-  local s = {typ = typ, ok = true, rem = 0, reset = 0, retry = 0, period = 0}
+  local s = st[i]
+  local typ = s.typ
+  local a, b = s.a, s.b
   if typ == 'r' then
-    s.key = KEYS[ki]; ki = ki + 1
     local ei = a
     local boff = ei * b
-    local tat = tonumber(redis.call('GET', s.key))
+    local tat = tonumber(hv[s.fi])
     if tat == nil or tat < now_us then tat = now_us end
     -- Under one config tat never passes now + burst allowance; beyond it is
     -- debt run up at an older, slower rate. Clamp it so that a plan upgrade
@@ -71,41 +106,36 @@ for i = 1, n do
     -- would be clamped afresh on every request and never shrink.
     if tat > now_us + boff then
       tat = now_us + boff
-      redis.call('SET', s.key, string.format('%.0f', tat), 'PX', math.max(1, math.ceil(boff / 1000)))
+      s.clamped = true
     end
     local diff = now_us - (tat + eff * ei - boff)
     s.rem0 = math.floor((now_us - tat + boff) / ei)
     s.reset0 = math.ceil((tat - now_us) / 1000)
+    s.tat = tat
     if diff < 0 then
       s.ok = false
       s.retry = math.ceil(-diff / 1000)
       s.reset = s.retry
-      s.rem = math.floor((now_us - tat + boff) / ei)
+      s.rem = s.rem0
     else
-      s.tat = math.floor(tat + cost * ei)
-      s.rem = math.floor((now_us - s.tat + boff) / ei)
-      s.reset = math.ceil((s.tat - now_us) / 1000)
+      s.ntat = math.floor(tat + cost * ei)
+      s.rem = math.floor((now_us - s.ntat + boff) / ei)
+      s.reset = math.ceil((s.ntat - now_us) / 1000)
     end
   elseif typ == 'q' then
-    local pend = tonumber(ARGV[o + 5])
-    local nend = tonumber(ARGV[o + 6])
-    if now_ms >= pend then
-      s.key = KEYS[ki + 2]; s.pkey = KEYS[ki + 3]; s.period = 1; s.pend = nend
-    else
-      s.key = KEYS[ki]; s.pkey = KEYS[ki + 1]; s.pend = pend
-    end
-    ki = ki + 4
-    local used = redis.call('GET', s.key)
+    local used = tonumber(hv[s.fi])
     if not used then
       s.fresh = true
       if seed then
         needs[#needs + 1] = i
         needs[#needs + 1] = s.period
       end
-      used = 0
-    else
-      used = tonumber(used)
+      -- without a seed: what was counted while the counter was missing
+      s.gf = 'g' .. string.sub(s.qf, 2)
+      used = tonumber(redis.call('HGET', h, s.gf)) or 0
     end
+    s.used = used
+    s.fl = tonumber(hv[s.fi + 1]) or 0
     s.rem0 = a - used
     local left = s.pend - now_ms
     if left < 1000 then left = 1000 end
@@ -118,8 +148,6 @@ for i = 1, n do
       s.rem = a - used - cost
     end
   elseif typ == 'c' then
-    s.key = KEYS[ki]; ki = ki + 1
-    s.ttl = b
     redis.call('ZREMRANGEBYSCORE', s.key, '-inf', now_ms)
     local held = redis.call('ZCARD', s.key)
     s.rem0 = a - held
@@ -134,15 +162,14 @@ for i = 1, n do
       s.rem = a - held - 1
     end
   elseif typ == 'w' then
-    s.key = KEYS[ki]; ki = ki + 1
     local idx = math.floor(now_ms / b)
-    local h = redis.call('HMGET', s.key, 'w', 'c', 'p')
-    local w = tonumber(h[1]) or idx
-    local cur = tonumber(h[2]) or 0
-    local prev = tonumber(h[3]) or 0
-    if w == idx - 1 then
+    local wv = redis.call('HMGET', s.key, 'w', 'c', 'p')
+    local wi = tonumber(wv[1]) or idx
+    local cur = tonumber(wv[2]) or 0
+    local prev = tonumber(wv[3]) or 0
+    if wi == idx - 1 then
       prev = cur; cur = 0
-    elseif w < idx - 1 then
+    elseif wi < idx - 1 then
       prev = 0; cur = 0
     end
     local elapsed = now_ms - idx * b
@@ -174,16 +201,23 @@ for i = 1, n do
     refuse_idx = i
     refuse_retry = s.retry
   end
-  st[i] = s
 end
 
 if #needs > 0 then
-  local r = {2, #needs / 2}
+  local r = {2, #needs / 2, tonumber(redis.call('HGET', h, 'e')) or 0}
   for j = 1, #needs do r[#r + 1] = needs[j] end
   return r
 end
 
 if refuse_idx > 0 then
+  for i = 1, n do
+    local s = st[i]
+    if s.clamped then
+      w[#w + 1] = 'r'; w[#w + 1] = s.tat
+      local e = math.ceil(s.tat / 1000)
+      if e > need then need = e end
+    end
+  end
   if ARGV[3] == '1' and not peek then
     local z = math.floor(now_ms / 86400000) + 719468
     local era = math.floor(z / 146097)
@@ -196,8 +230,8 @@ if refuse_idx > 0 then
     local m = mp + 3
     if mp >= 10 then m = mp - 9 end
     if m <= 2 then y = y + 1 end
-    local rk = ARGV[4] .. string.format('%04d%02d%02d', y, m, d)
-    if redis.call('HINCRBY', rk, ARGV[8 + (refuse_idx - 1) * 6 + 2], 1) == 1 then
+    local rk = ARGV[4] .. 'rf:' .. (y * 10000 + m * 100 + d)
+    if redis.call('HINCRBY', rk, st[refuse_idx].name, 1) == 1 then
       redis.call('EXPIRE', rk, 3456000)
     end
     redis.call('ZINCRBY', ARGV[8] .. 'rf', 1, rk)
@@ -209,30 +243,44 @@ else
     for i = 1, n do
       local s = st[i]
       if s.typ == 'r' then
-        local ttl = math.ceil((s.tat - now_us) / 1000)
-        if ttl < 1 then ttl = 1 end
-        redis.call('SET', s.key, string.format('%.0f', s.tat), 'PX', ttl)
+        w[#w + 1] = 'r'; w[#w + 1] = s.ntat
+        local e = math.ceil(s.ntat / 1000)
+        if e > need then need = e end
       elseif s.typ == 'q' then
-        redis.call('INCRBY', s.key, cost)
+        w[#w + 1] = s.qf; w[#w + 1] = s.used + cost
         if s.fresh then
-          redis.call('PEXPIREAT', s.key, s.pend + 604800000)
+          w[#w + 1] = s.ff; w[#w + 1] = s.fl
+          redis.call('HDEL', h, s.gf)
         end
-        if redis.call('INCRBY', s.pkey, cost) == cost then
-          -- a new pending counter: mark it dirty for the worker's flush
-          redis.call('EXPIRE', s.pkey, 3456000)
-          redis.call('SADD', ARGV[8] .. 'q', s.pkey)
-          redis.call('EXPIRE', ARGV[8] .. 'q', 3456000)
+        -- Kept until a week past the period's end, for the last flush.
+        local e = s.pend + 604800000
+        if e > need then need = e end
+        if s.used == s.fl and cost ~= 0 then
+          -- the counter turns unflushed: mark it for the worker's flush
+          local dq = ARGV[8] .. 'q'
+          redis.call('SADD', dq, ARGV[4] .. 'qp:' .. string.sub(s.qf, 3))
+          redis.call('EXPIRE', dq, 3456000)
         end
       elseif s.typ == 'c' then
-        redis.call('ZADD', s.key, now_ms + s.ttl, ARGV[5])
-        redis.call('PEXPIRE', s.key, s.ttl)
+        redis.call('ZADD', s.key, now_ms + s.b, ARGV[5])
+        redis.call('PEXPIRE', s.key, s.b)
       elseif s.typ == 'w' then
-        local o = 8 + (i - 1) * 6
-        local len = tonumber(ARGV[o + 4])
         redis.call('HSET', s.key, 'w', s.w, 'c', s.cur + cost, 'p', s.prev)
-        redis.call('PEXPIRE', s.key, 2 * len)
+        redis.call('PEXPIRE', s.key, 2 * s.b)
       end
     end
+  end
+end
+if #w > 0 then
+  if need > x then
+    -- A day beyond what is needed, so that an active bucket moves its
+    -- expiry about once a day, not on every decision.
+    x = need + 86400000
+    w[#w + 1] = 'x'; w[#w + 1] = x
+    redis.call('HSET', h, unpack(w))
+    redis.call('PEXPIREAT', h, x)
+  else
+    redis.call('HSET', h, unpack(w))
   end
 end
 
@@ -252,7 +300,7 @@ for i = 1, n do
   r[#r + 1] = reset
   r[#r + 1] = s.period
 end
-if #ARGV > 8 + n * 6 then
+if #ARGV > o then
   -- the cached snapshot is past its safety TTL: send the stored one back
   r[#r + 1] = redis.call('GET', KEYS[#KEYS])
 end
@@ -264,15 +312,42 @@ const decideLua = decideBody + `
 return decide(KEYS, ARGV)
 `
 
-// seedLua rebuilds a missing quota counter: durable usage plus what is
-// counted in Redis and not yet in Postgres (pending and a claimed flush),
-// only if the counter is still missing.
+// seedLua rebuilds a missing period counter from the durable usage the
+// UsageLoader read: q = durable + what was counted while it was missing
+// (g), with the flushed mark at durable (so the flush moves g next).
 //
-// KEYS: Q, P, F. ARGV: durable, expire-at ms.
+// It runs only if the hash's epoch is still the one the decision saw
+// before the Postgres read: a flush acknowledgement that finds its claim
+// lost (Redis lost the hash while the worker held the claim) moves the
+// epoch, because its units are in Postgres and a durable figure read
+// before its commit lacks them. The seed then answers -1 and the limiter
+// reads Postgres again; a counter seeded before such an acknowledgement is
+// deleted by it (its growth kept in g) and rebuilt. A claim still in the
+// hash (only a counter deleted on its own leaves one) is dropped for the
+// same reason: its acknowledgement then finds it lost and has the counter
+// rebuilt after its commit. So every committed claim is in the rebuilt
+// counter exactly once (TestSeedRacingFlush).
+//
+// KEYS: state hash. ARGV: counter suffix, durable, expire-at ms, epoch,
+// mark, dirty set. Reply: 1 seeded, 0 already there, -1 epoch moved.
 const seedLua = `
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-local v = tonumber(ARGV[1]) + (tonumber(redis.call('GET', KEYS[2])) or 0) + (tonumber(redis.call('HGET', KEYS[3], 'n')) or 0)
-redis.call('SET', KEYS[1], v, 'PXAT', ARGV[2])
+local sfx = ARGV[1]
+local r = redis.call('HMGET', KEYS[1], 'q:' .. sfx, 'e', 'g:' .. sfx, 'x')
+if r[1] then return 0 end
+if (tonumber(r[2]) or 0) ~= tonumber(ARGV[4]) then return -1 end
+local d = tonumber(ARGV[2])
+local g = tonumber(r[3]) or 0
+redis.call('HSET', KEYS[1], 'q:' .. sfx, d + g, 'f:' .. sfx, d)
+redis.call('HDEL', KEYS[1], 'ci:' .. sfx, 'cn:' .. sfx, 'g:' .. sfx)
+if g ~= 0 then
+  redis.call('SADD', ARGV[6], ARGV[5])
+  redis.call('EXPIRE', ARGV[6], 3456000)
+end
+local e = tonumber(ARGV[3])
+if e > (tonumber(r[4]) or 0) then
+  redis.call('HSET', KEYS[1], 'x', e)
+  redis.call('PEXPIREAT', KEYS[1], e)
+end
 return 1
 `
 
@@ -315,26 +390,25 @@ const refLua = decideBody + `
 local h = redis.call('HMGET', KEYS[1], 'v', 'pl', 'r', 'c', 'q:' .. ARGV[7], 'at')
 if not h[1] then return {3} end
 local base = ARGV[4]
-local K = {}
-local A = {ARGV[1], ARGV[2], ARGV[3], base .. 'rf:', ARGV[5], ARGV[6], 0, ARGV[8]}
+local K = {base .. 'st'}
+local A = {ARGV[1], ARGV[2], ARGV[3], base, ARGV[5], ARGV[6], 0, ARGV[8]}
 local n = 0
 if h[3] then
   local ei, bu = string.match(h[3], '^(%S+) (%S+)')
-  K[#K + 1] = base .. 'rate'
-  A[#A + 1] = 'r'; A[#A + 1] = 'rate'; A[#A + 1] = ei; A[#A + 1] = bu; A[#A + 1] = ''; A[#A + 1] = ''
+  A[#A + 1] = 'r'; A[#A + 1] = 'rate'; A[#A + 1] = ei; A[#A + 1] = bu
   n = n + 1
 end
 if h[5] and ARGV[9] ~= '1' then
   local lim, hard, e, nx, s0, s1 = string.match(h[5], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)')
   local m = ARGV[7]
-  K[#K + 1] = base .. 'q:' .. m .. ':' .. s0; K[#K + 1] = base .. 'qp:' .. m .. ':' .. s0
-  K[#K + 1] = base .. 'q:' .. m .. ':' .. s1; K[#K + 1] = base .. 'qp:' .. m .. ':' .. s1
+  local c0, c1 = m .. ':' .. s0, m .. ':' .. s1
   A[#A + 1] = 'q'; A[#A + 1] = m; A[#A + 1] = lim; A[#A + 1] = hard; A[#A + 1] = e; A[#A + 1] = nx
+  A[#A + 1] = 'q:' .. c0; A[#A + 1] = 'f:' .. c0; A[#A + 1] = 'q:' .. c1; A[#A + 1] = 'f:' .. c1
   n = n + 1
 end
 if h[4] and ARGV[10] == '1' then
   K[#K + 1] = base .. 'conc'
-  A[#A + 1] = 'c'; A[#A + 1] = 'concurrency'; A[#A + 1] = h[4]; A[#A + 1] = ARGV[11]; A[#A + 1] = ''; A[#A + 1] = ''
+  A[#A + 1] = 'c'; A[#A + 1] = 'concurrency'; A[#A + 1] = h[4]; A[#A + 1] = ARGV[11]
   n = n + 1
 end
 A[7] = n

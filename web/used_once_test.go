@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 )
 
 // "Used" has one definition (metering.Used, applied by metering's Usage)
@@ -30,7 +32,7 @@ func TestEveryReaderShowsTheSameUsed(t *testing.T) {
 			tn.ID, u.meter, snap.PeriodStart, snap.PeriodEnd, u.durable); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.rdb.Set(b.ctx, b.store.Keys().Quota(tn.ID, u.meter, snap.PeriodStart), u.live, 0).Err(); err != nil {
+		if err := b.rdb.HSet(b.ctx, b.store.Keys().State(tn.ID), limitstore.CounterOf(u.meter, snap.PeriodStart).Used(), u.live).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

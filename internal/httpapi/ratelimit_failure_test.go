@@ -121,7 +121,7 @@ func TestRedisDownFailModes(t *testing.T) {
 			srv.Restart(t)
 			fresh := redis.NewClient(&redis.Options{Addr: srv.Addr})
 			defer fresh.Close()
-			rateKey := limitstore.Keys{Prefix: prefix}.Rate(tenant)
+			rateKey := limitstore.Keys{Prefix: prefix}.State(tenant)
 			took := testkit.Eventually(t, 5*time.Second, "decisions from Redis after the restart", func() bool {
 				r := check("redis back")
 				return r.status == http.StatusOK && fresh.Exists(context.Background(), rateKey).Val() == 1

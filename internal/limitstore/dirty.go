@@ -13,7 +13,8 @@ import (
 )
 
 // Dirty marks (the limiter's keyNames.dirtyBase): the decision script adds
-// the name of a pending counter to <p>:dirty:q when it creates it, and adds
+// a counter's mark (Keys.Mark) to <p>:dirty:q when the counter turns from
+// flushed to unflushed, and adds
 // refusals to the score of their hash in <p>:dirty:rf. On a Redis Cluster
 // there is one of each per slot (<p>:{<slot tag>}:dirty:…). The flush reads
 // the marks instead of scanning the keyspace, so a pass costs in proportion
@@ -27,7 +28,7 @@ func (k Keys) dirtyBase(tenant string) string {
 	return k.Base() + ":{" + slotTag(slot("t:"+tenant)) + "}:dirty:"
 }
 
-// DirtyPending is the set of pending-counter key names of tenant's slot.
+// DirtyPending is the set of counter marks (Keys.Mark) of tenant's slot.
 func (k Keys) DirtyPending(tenant string) string { return k.dirtyBase(tenant) + "q" }
 
 // DirtyRefusals is the sorted set of refusal hash names of tenant's slot.
@@ -155,54 +156,89 @@ func (s *Store) DirtyPendingBatches(ctx context.Context, max int, fn func([]Pend
 	return nil
 }
 
-// claimBatchScript claims several counters of one dirty set: KEYS are
-// pending and flushing per counter, then the dirty set; ARGV a new claim
-// ID per counter. Per counter it returns the ID and units of the claim, or
-// "" and 0 when there was nothing to flush (the mark goes).
+// claimBatchScript claims several counters of one dirty set: KEYS are the
+// tenants' state hashes, one per counter, then the dirty set; ARGV per
+// counter its suffix, a new claim ID and its mark. A claim moves what is
+// unflushed (q − f) into the claim fields and advances the flushed mark to
+// q, in the counter's own hash, so that decisions meanwhile just add to q.
+// Per counter it returns the ID and units of the claim (an earlier
+// unacknowledged claim as it was), or "" and 0 when there was nothing to
+// flush (the mark goes) or the counter is missing and awaits its rebuild
+// (the mark stays while g holds usage for it).
 var claimBatchScript = redis.NewScript(`
 local d = KEYS[#KEYS]
 local out = {}
-for i = 1, (#KEYS - 1) / 2 do
-  local p, f = KEYS[2 * i - 1], KEYS[2 * i]
-  local r = redis.call('HMGET', f, 'id', 'n')
+for i = 1, #KEYS - 1 do
+  local h, sfx, id, mk = KEYS[i], ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
+  local r = redis.call('HMGET', h, 'ci:' .. sfx, 'cn:' .. sfx, 'q:' .. sfx, 'f:' .. sfx, 'g:' .. sfx)
+  out[2 * i - 1] = ''; out[2 * i] = 0
   if r[1] then
     out[2 * i - 1] = r[1]; out[2 * i] = tonumber(r[2])
+  elseif not r[3] then
+    if not r[5] then redis.call('SREM', d, mk) end
   else
-    local n = tonumber(redis.call('GET', p) or '0')
+    local n = tonumber(r[3]) - (tonumber(r[4]) or 0)
     if n == 0 then
-      redis.call('SREM', d, p)
-      out[2 * i - 1] = ''; out[2 * i] = 0
+      redis.call('SREM', d, mk)
     else
-      redis.call('HSET', f, 'id', ARGV[i], 'n', n)
-      redis.call('EXPIRE', f, 3456000)
-      redis.call('DEL', p)
-      out[2 * i - 1] = ARGV[i]; out[2 * i] = n
+      redis.call('HSET', h, 'ci:' .. sfx, id, 'cn:' .. sfx, n, 'f:' .. sfx, r[3])
+      out[2 * i - 1] = id; out[2 * i] = n
     end
   end
 end
 return out
 `)
 
-// ackBatchScript acknowledges several claims of one dirty set (KEYS as
-// claimBatchScript's, ARGV the claim IDs, "" to skip one).
+// ackBatchScript acknowledges several claims of one dirty set (KEYS and
+// ARGV as claimBatchScript's, with the claim IDs; "" skips one). The mark
+// goes when the counter has nothing unflushed left.
+//
+// An acknowledgement that finds neither its claim nor its ID as the last
+// acknowledged one means Redis lost the hash while the claim was being
+// committed: the units are in Postgres, and a counter rebuilt meanwhile
+// may have read Postgres before or after that commit. So it moves the
+// epoch (a rebuild in flight reads Postgres again), and deletes a counter
+// rebuilt meanwhile, keeping its unflushed growth in g, so that the next
+// decision rebuilds it from Postgres as it is now (see the limiter's
+// seedLua). Any other claim of the counter goes with it (its own
+// acknowledgement then does the same).
 var ackBatchScript = redis.NewScript(`
 local d = KEYS[#KEYS]
-for i = 1, (#KEYS - 1) / 2 do
-  local p, f = KEYS[2 * i - 1], KEYS[2 * i]
-  if ARGV[i] ~= '' and redis.call('HGET', f, 'id') == ARGV[i] then
-    redis.call('DEL', f)
-    if redis.call('EXISTS', p) == 0 then redis.call('SREM', d, p) end
+for i = 1, #KEYS - 1 do
+  local h, sfx, id, mk = KEYS[i], ARGV[3 * i - 2], ARGV[3 * i - 1], ARGV[3 * i]
+  if id ~= '' then
+    local r = redis.call('HMGET', h, 'ci:' .. sfx, 'q:' .. sfx, 'f:' .. sfx, 'ca:' .. sfx)
+    if r[1] == id then
+      redis.call('HDEL', h, 'ci:' .. sfx, 'cn:' .. sfx)
+      redis.call('HSET', h, 'ca:' .. sfx, id)
+      if not r[2] or tonumber(r[2]) == (tonumber(r[3]) or 0) then redis.call('SREM', d, mk) end
+    elseif r[4] ~= id then
+      redis.call('HINCRBY', h, 'e', 1)
+      if r[2] then
+        local u = tonumber(r[2]) - (tonumber(r[3]) or 0)
+        if u ~= 0 then
+          redis.call('HINCRBY', h, 'g:' .. sfx, u)
+          redis.call('SADD', d, mk)
+        end
+        redis.call('HDEL', h, 'q:' .. sfx, 'f:' .. sfx, 'ci:' .. sfx, 'cn:' .. sfx)
+      end
+      if redis.call('PTTL', h) < 0 then redis.call('PEXPIRE', h, 3456000000) end
+    end
   end
 end
 return 0
 `)
 
-func (s *Store) batchKeys(ks []PendingKey) []string {
-	keys := make([]string, 0, 2*len(ks)+1)
-	for _, k := range ks {
-		keys = append(keys, s.keys.Pending(k.Tenant, k.Meter, k.PeriodStart), s.keys.Flushing(k.Tenant, k.Meter, k.PeriodStart))
+// batchArgs returns the scripts' KEYS and ARGV for ks, with ids[i] as the
+// claim ID of ks[i].
+func (s *Store) batchArgs(ks []PendingKey, ids []string) ([]string, []any) {
+	keys := make([]string, 0, len(ks)+1)
+	args := make([]any, 0, 3*len(ks))
+	for i, k := range ks {
+		keys = append(keys, s.keys.State(k.Tenant))
+		args = append(args, CounterOf(k.Meter, k.PeriodStart).Suffix, ids[i], s.keys.Mark(k.Tenant, k.Meter, k.PeriodStart))
 	}
-	return append(keys, s.keys.DirtyPending(ks[0].Tenant))
+	return append(keys, s.keys.DirtyPending(ks[0].Tenant)), args
 }
 
 // ClaimPendingBatch is ClaimPending for a batch of DirtyPendingBatches in
@@ -212,11 +248,12 @@ func (s *Store) ClaimPendingBatch(ctx context.Context, ks []PendingKey) ([]Claim
 	if len(ks) == 0 {
 		return nil, nil
 	}
-	ids := make([]any, len(ks))
+	ids := make([]string, len(ks))
 	for i := range ids {
 		ids[i] = newID()
 	}
-	res, err := claimBatchScript.Run(ctx, s.rdb, s.batchKeys(ks), ids...).Slice()
+	keys, args := s.batchArgs(ks, ids)
+	res, err := claimBatchScript.Run(ctx, s.rdb, keys, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("limitstore: claiming pending usage: %w", err)
 	}
@@ -241,11 +278,8 @@ func (s *Store) AckPendingBatch(ctx context.Context, ks []PendingKey, ids []stri
 	if len(ks) == 0 {
 		return nil
 	}
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		args[i] = id
-	}
-	if err := ackBatchScript.Run(ctx, s.rdb, s.batchKeys(ks), args...).Err(); err != nil {
+	keys, args := s.batchArgs(ks, ids)
+	if err := ackBatchScript.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
 		return fmt.Errorf("limitstore: acknowledging flush: %w", err)
 	}
 	return nil
@@ -361,18 +395,16 @@ func (s *Store) parseRefusalKey(key string) (string, time.Time, bool) {
 	return rest[:i], day, true
 }
 
-// AdoptUnmarked gives a dirty mark to every pending, flushing or refusal
-// key found by one SCAN of the keyspace. Counters written before the marks
-// existed (a Redis carried over from an older release) are found once,
-// when a worker starts; afterwards the marks alone are read.
+// AdoptUnmarked gives a dirty mark to every counter with unflushed usage or
+// a claim found by one SCAN of the keyspace (ScanPending). Counters whose
+// mark was lost (a dirty set evicted, or restored apart from the hashes)
+// are found once, when a worker starts; afterwards the marks alone are
+// read.
 func (s *Store) AdoptUnmarked(ctx context.Context) (int, error) {
 	n := 0
 	err := s.ScanPending(ctx, func(k PendingKey) error {
-		// the pending key's name is the mark, whether the flush record or
-		// the pending counter exists
-		p := s.keys.Pending(k.Tenant, k.Meter, k.PeriodStart)
 		n++
-		if err := s.rdb.SAdd(ctx, s.keys.DirtyPending(k.Tenant), p).Err(); err != nil {
+		if err := s.rdb.SAdd(ctx, s.keys.DirtyPending(k.Tenant), s.keys.Mark(k.Tenant, k.Meter, k.PeriodStart)).Err(); err != nil {
 			return err
 		}
 		return s.rdb.Expire(ctx, s.keys.DirtyPending(k.Tenant), 40*24*time.Hour).Err()

@@ -44,25 +44,41 @@ func (k Keys) Snapshot(tenant string) string { return k.tenantBase(tenant) + "en
 // the snapshot deletes it.
 func (k Keys) Limits(tenant string) string { return k.tenantBase(tenant) + "lim" }
 
-// Rate is the key of the tenant's token bucket (GCRA theoretical arrival time).
-func (k Keys) Rate(tenant string) string { return k.tenantBase(tenant) + "rate" }
+// State is the key of the tenant's state hash (the limiter's
+// keyNames.state): the token bucket (field r) and the period counters,
+// each with its flushed mark and claim fields (see CounterFields).
+func (k Keys) State(tenant string) string { return k.tenantBase(tenant) + "st" }
 
-// Quota is the key of the total used of a meter in the period starting at
-// periodStart: the figure the limiter enforces.
-func (k Keys) Quota(tenant, meter string, periodStart time.Time) string {
-	return k.tenantBase(tenant) + "q:" + meter + ":" + strconv.FormatInt(periodStart.Unix(), 10)
+// Counter names the state hash fields of one period counter: q:<suffix>
+// is the total used (what the limiter enforces), f:<suffix> the flushed
+// mark (how much of it is in Postgres or claimed by a flush), ci/cn the
+// claimed, not yet acknowledged flush (id, units), ca the last acknowledged
+// claim's id and g usage counted while q was missing (added when it is
+// rebuilt). What is unflushed is q − f.
+type Counter struct {
+	Suffix string // "<meter>:<period start unix>"
 }
 
-// Pending is the key of the growth of a Quota counter counted by the limiter
-// and not yet flushed to Postgres.
-func (k Keys) Pending(tenant, meter string, periodStart time.Time) string {
-	return k.tenantBase(tenant) + "qp:" + meter + ":" + strconv.FormatInt(periodStart.Unix(), 10)
+// CounterOf returns the counter of meter in the period starting at periodStart.
+func CounterOf(meter string, periodStart time.Time) Counter {
+	return Counter{Suffix: meter + ":" + strconv.FormatInt(periodStart.Unix(), 10)}
 }
 
-// Flushing is the key of a claimed, not yet acknowledged flush (a hash with
-// fields n and id); see Store.ClaimPending.
-func (k Keys) Flushing(tenant, meter string, periodStart time.Time) string {
-	return k.tenantBase(tenant) + "qf:" + meter + ":" + strconv.FormatInt(periodStart.Unix(), 10)
+// Used is the field of the counter's total used.
+func (c Counter) Used() string { return "q:" + c.Suffix }
+
+// Flushed is the field of the counter's flushed mark.
+func (c Counter) Flushed() string { return "f:" + c.Suffix }
+
+// Missed is the field of usage counted while the counter was missing
+// (settled reservations, a lost claim's unflushed growth), which its
+// rebuild adds.
+func (c Counter) Missed() string { return "g:" + c.Suffix }
+
+// Mark is the name the counter is known by in the dirty set:
+// "<p>:{t:<tenant>}:qp:<meter>:<unix>" (no key has that name).
+func (k Keys) Mark(tenant, meter string, periodStart time.Time) string {
+	return k.tenantBase(tenant) + "qp:" + CounterOf(meter, periodStart).Suffix
 }
 
 // Concurrency is the key of the tenant's concurrency leases (a sorted set
@@ -74,9 +90,9 @@ func (k Keys) Window(tenant, name string, window time.Duration) string {
 	return k.tenantBase(tenant) + "sw:" + name + ":" + strconv.FormatInt(window.Milliseconds(), 10)
 }
 
-// ExplicitRate is the key of the token bucket of an explicit Limits; it is
-// kept apart from the tenant's plan bucket.
-func (k Keys) ExplicitRate(tenant string) string { return k.tenantBase(tenant) + "xrate" }
+// ExplicitRate is the key of the hash holding the token bucket of an
+// explicit Limits; it is kept apart from the tenant's plan bucket.
+func (k Keys) ExplicitRate(tenant string) string { return k.tenantBase(tenant) + "xr" }
 
 // ExplicitConcurrency is the key of the leases of an explicit Limits.
 func (k Keys) ExplicitConcurrency(tenant string) string { return k.tenantBase(tenant) + "xconc" }

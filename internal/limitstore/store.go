@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -153,28 +154,31 @@ func (s *Store) Snapshot(ctx context.Context, tenant string) (snap limiter.Snaps
 }
 
 var addUsageScript = redis.NewScript(`
-if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-return redis.call('INCRBY', KEYS[1], ARGV[1])
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return false end
+redis.call('HINCRBY', KEYS[1], ARGV[2], ARGV[3])
+return redis.call('HINCRBY', KEYS[1], ARGV[1], ARGV[3])
 `)
 
-// AddUsage adds n to the tenant's Quota counter of the period if the
-// counter exists. It is for usage already committed to Postgres: a missing
-// counter is rebuilt from Postgres on its next use, which includes n.
+// AddUsage adds n to the tenant's period counter if it exists, and to its
+// flushed mark: the usage is already committed to Postgres, so the flush
+// must not move it again. A missing counter is rebuilt from Postgres on
+// its next use, which includes n.
 func (s *Store) AddUsage(ctx context.Context, tenant, meter string, periodStart time.Time, n int64) error {
 	if n == 0 {
 		return nil
 	}
-	err := addUsageScript.Run(ctx, s.rdb, []string{s.keys.Quota(tenant, meter, periodStart)}, n).Err()
+	c := CounterOf(meter, periodStart)
+	err := addUsageScript.Run(ctx, s.rdb, []string{s.keys.State(tenant)}, c.Used(), c.Flushed(), n).Err()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("limitstore: adding usage of %q %s: %w", tenant, meter, err)
 	}
 	return nil
 }
 
-// Used reads the Quota counter of the period; ok is false when it is
-// missing from Redis.
+// Used reads the period counter; ok is false when it is missing from
+// Redis.
 func (s *Store) Used(ctx context.Context, tenant, meter string, periodStart time.Time) (n int64, ok bool, err error) {
-	n, err = s.rdb.Get(ctx, s.keys.Quota(tenant, meter, periodStart)).Int64()
+	n, err = s.rdb.HGet(ctx, s.keys.State(tenant), CounterOf(meter, periodStart).Used()).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0, false, nil
 	}
@@ -184,22 +188,40 @@ func (s *Store) Used(ctx context.Context, tenant, meter string, periodStart time
 	return n, true, nil
 }
 
-// PendingKey names one counter of limiter-counted usage waiting to be
-// flushed to Postgres.
+// Unflushed returns what of the period counter the flush has not moved to
+// Postgres yet (q − f; negative after refunds), 0 when it is missing.
+func (s *Store) Unflushed(ctx context.Context, tenant, meter string, periodStart time.Time) (int64, error) {
+	c := CounterOf(meter, periodStart)
+	v, err := s.rdb.HMGet(ctx, s.keys.State(tenant), c.Used(), c.Flushed()).Result()
+	if err != nil {
+		return 0, fmt.Errorf("limitstore: reading usage of %q %s: %w", tenant, meter, err)
+	}
+	var n [2]int64
+	for i, x := range v {
+		if x, ok := x.(string); ok {
+			if n[i], err = strconv.ParseInt(x, 10, 64); err != nil {
+				return 0, fmt.Errorf("limitstore: usage of %q %s: %w", tenant, meter, err)
+			}
+		}
+	}
+	return n[0] - n[1], nil
+}
+
+// PendingKey names one period counter with limiter-counted usage waiting to
+// be flushed to Postgres.
 type PendingKey struct {
 	Tenant      string
 	Meter       string
 	PeriodStart time.Time
 }
 
-// ScanPending calls fn once per pending or flushing counter (on every
-// master of a Cluster, every shard of a Ring). It scans the whole keyspace:
-// the flush reads DirtyPending instead, and only AdoptUnmarked scans, once. fn may be called for a key
-// whose counter has meanwhile been flushed; ClaimPending then finds nothing.
+// ScanPending calls fn once per counter with unflushed usage or a claim
+// (on every master of a Cluster, every shard of a Ring). It scans the
+// whole keyspace and reads every state hash: the flush reads DirtyPending
+// instead, and only AdoptUnmarked scans, once.
 func (s *Store) ScanPending(ctx context.Context, fn func(PendingKey) error) error {
-	base := globEscape(s.keys.Base()) + ":{t:"
-	pattern := base + "*}:q[pf]:*"
-	seen := map[string]bool{}
+	pattern := globEscape(s.keys.Base()) + ":{t:*}:st"
+	var mu sync.Mutex // fn is called from one goroutine at a time
 	scan := func(ctx context.Context, c redis.Cmdable) error {
 		var cursor uint64
 		for {
@@ -208,13 +230,21 @@ func (s *Store) ScanPending(ctx context.Context, fn func(PendingKey) error) erro
 				return err
 			}
 			for _, k := range keys {
-				pk, id, ok := s.parsePending(k)
-				if !ok || seen[id] {
+				tenant, ok := s.parseState(k)
+				if !ok {
 					continue
 				}
-				seen[id] = true
-				if err := fn(pk); err != nil {
+				h, err := c.HGetAll(ctx, k).Result()
+				if err != nil {
 					return err
+				}
+				for _, pk := range unflushed(tenant, h) {
+					mu.Lock()
+					err := fn(pk)
+					mu.Unlock()
+					if err != nil {
+						return err
+					}
 				}
 			}
 			if next == 0 {
@@ -226,43 +256,9 @@ func (s *Store) ScanPending(ctx context.Context, fn func(PendingKey) error) erro
 	var err error
 	switch c := s.rdb.(type) {
 	case *redis.ClusterClient:
-		// fn runs on one goroutine per master; serialise it.
-		ch := make(chan struct{}, 1)
-		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-			var keys []string
-			var cursor uint64
-			for {
-				ks, next, err := m.Scan(ctx, cursor, pattern, 1000).Result()
-				if err != nil {
-					return err
-				}
-				keys = append(keys, ks...)
-				if next == 0 {
-					break
-				}
-				cursor = next
-			}
-			ch <- struct{}{}
-			defer func() { <-ch }()
-			for _, k := range keys {
-				pk, id, ok := s.parsePending(k)
-				if !ok || seen[id] {
-					continue
-				}
-				seen[id] = true
-				if err := fn(pk); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		err = c.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error { return scan(ctx, m) })
 	case *redis.Ring:
-		ch := make(chan struct{}, 1)
-		err = c.ForEachShard(ctx, func(ctx context.Context, sh *redis.Client) error {
-			ch <- struct{}{}
-			defer func() { <-ch }()
-			return scan(ctx, sh)
-		})
+		err = c.ForEachShard(ctx, func(ctx context.Context, sh *redis.Client) error { return scan(ctx, sh) })
 	default:
 		err = scan(ctx, s.rdb)
 	}
@@ -272,7 +268,45 @@ func (s *Store) ScanPending(ctx context.Context, fn func(PendingKey) error) erro
 	return nil
 }
 
-// parsePending parses "<p>:{t:<tenant>}:q[pf]:<meter>:<unix>".
+// unflushed lists the counters of a state hash with something to flush:
+// q ≠ f, a claim, or usage kept for a rebuild (g).
+func unflushed(tenant string, h map[string]string) []PendingKey {
+	var out []PendingKey
+	for f, v := range h {
+		typ, sfx, ok := strings.Cut(f, ":")
+		if !ok {
+			continue
+		}
+		switch {
+		case typ == "q" && v != h["f:"+sfx] && !(v == "0" && h["f:"+sfx] == ""),
+			typ == "ci", typ == "g":
+		default:
+			continue
+		}
+		j := strings.LastIndexByte(sfx, ':')
+		if j <= 0 {
+			continue
+		}
+		unix, err := strconv.ParseInt(sfx[j+1:], 10, 64)
+		if err != nil {
+			continue
+		}
+		out = append(out, PendingKey{Tenant: tenant, Meter: sfx[:j], PeriodStart: time.Unix(unix, 0).UTC()})
+	}
+	return out
+}
+
+// parseState parses "<p>:{t:<tenant>}:st".
+func (s *Store) parseState(key string) (string, bool) {
+	rest, ok := strings.CutPrefix(key, s.keys.Base()+":{t:")
+	if !ok {
+		return "", false
+	}
+	tenant, ok := strings.CutSuffix(rest, "}:st")
+	return tenant, ok && tenant != ""
+}
+
+// parsePending parses a mark, "<p>:{t:<tenant>}:qp:<meter>:<unix>".
 func (s *Store) parsePending(key string) (PendingKey, string, bool) {
 	rest, ok := strings.CutPrefix(key, s.keys.Base()+":{t:")
 	if !ok {
@@ -283,10 +317,10 @@ func (s *Store) parsePending(key string) (PendingKey, string, bool) {
 		return PendingKey{}, "", false
 	}
 	tenant, rest := rest[:i], rest[i+2:]
-	if !strings.HasPrefix(rest, "qp:") && !strings.HasPrefix(rest, "qf:") {
+	rest, ok = strings.CutPrefix(rest, "qp:")
+	if !ok {
 		return PendingKey{}, "", false
 	}
-	rest = rest[3:]
 	j := strings.LastIndexByte(rest, ':')
 	if j < 0 {
 		return PendingKey{}, "", false
@@ -316,67 +350,26 @@ type Claim struct {
 	N  int64
 }
 
-// claimScript: KEYS pending, flushing, dirty set. With nothing to flush
-// the counter's dirty mark goes.
-var claimScript = redis.NewScript(`
-local f = redis.call('HMGET', KEYS[2], 'id', 'n')
-if f[1] then return {f[1], tonumber(f[2])} end
-local n = tonumber(redis.call('GET', KEYS[1]) or '0')
-if n == 0 then
-  redis.call('SREM', KEYS[3], KEYS[1])
-  return false
-end
-redis.call('HSET', KEYS[2], 'id', ARGV[1], 'n', n)
-redis.call('EXPIRE', KEYS[2], 3456000)
-if redis.call('DECRBY', KEYS[1], n) == 0 then redis.call('DEL', KEYS[1]) end
-return {ARGV[1], n}
-`)
-
-// ackScript: KEYS flushing, pending, dirty set. The dirty mark goes with
-// the last of the counter's unflushed usage; a pending counter grown since
-// the claim keeps it.
-var ackScript = redis.NewScript(`
-if redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('SREM', KEYS[3], KEYS[2]) end
-return 1
-`)
-
-// ClaimPending moves the pending growth of a counter into a flushing record
-// and returns it; ok is false when there is nothing to flush. A flushing
-// record left by an earlier claim that was never acknowledged is returned
-// unchanged (same ID), so a flush retried after a crash is recognised by
-// its ID. Flush protocol: ClaimPending, then in one Postgres transaction
-// insert the claim ID (unique) and add N to durable usage, then AckPending.
+// ClaimPending moves the unflushed growth of a counter (q − f) into a claim
+// and returns it; ok is false when there is nothing to flush. A claim left
+// by an earlier pass that was never acknowledged is returned unchanged
+// (same ID), so a flush retried after a crash is recognised by its ID.
+// Flush protocol: ClaimPending, then in one Postgres transaction insert the
+// claim ID (unique) and add N to durable usage, then AckPending. (The
+// worker uses the batch forms, ClaimPendingBatch and AckPendingBatch.)
 func (s *Store) ClaimPending(ctx context.Context, k PendingKey) (Claim, bool, error) {
-	keys := []string{s.keys.Pending(k.Tenant, k.Meter, k.PeriodStart), s.keys.Flushing(k.Tenant, k.Meter, k.PeriodStart), s.keys.DirtyPending(k.Tenant)}
-	res, err := claimScript.Run(ctx, s.rdb, keys, newID()).Slice()
-	if errors.Is(err, redis.Nil) {
-		return Claim{}, false, nil
-	}
+	cs, err := s.ClaimPendingBatch(ctx, []PendingKey{k})
 	if err != nil {
-		return Claim{}, false, fmt.Errorf("limitstore: claiming pending usage: %w", err)
+		return Claim{}, false, err
 	}
-	if len(res) != 2 {
-		return Claim{}, false, fmt.Errorf("limitstore: claiming pending usage: reply of %d elements", len(res))
-	}
-	id, ok1 := res[0].(string)
-	n, ok2 := res[1].(int64)
-	if !ok1 || !ok2 {
-		return Claim{}, false, fmt.Errorf("limitstore: claiming pending usage: malformed reply")
-	}
-	return Claim{ID: id, N: n}, true, nil
+	return cs[0], cs[0].ID != "", nil
 }
 
-// AckPending deletes the flushing record of a claim once it is committed
-// to Postgres; a record with another ID is left alone.
+// AckPending ends a claim once it is committed to Postgres; a claim with
+// another ID is left alone, and a claim Redis lost meanwhile makes the
+// counter be rebuilt (see ackBatchScript).
 func (s *Store) AckPending(ctx context.Context, k PendingKey, id string) error {
-	keys := []string{s.keys.Flushing(k.Tenant, k.Meter, k.PeriodStart), s.keys.Pending(k.Tenant, k.Meter, k.PeriodStart), s.keys.DirtyPending(k.Tenant)}
-	err := ackScript.Run(ctx, s.rdb, keys, id).Err()
-	if err != nil {
-		return fmt.Errorf("limitstore: acknowledging flush: %w", err)
-	}
-	return nil
+	return s.AckPendingBatch(ctx, []PendingKey{k}, []string{id})
 }
 
 // Refusals returns the tenant's refusals per policy on the UTC day of day.

@@ -2,6 +2,7 @@ package limitstore_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,8 +27,9 @@ func TestKeysMatchLimiter(t *testing.T) {
 	if err := st.PutSnapshot(ctx, snap); err != nil {
 		t.Fatal(err)
 	}
+	var durable atomic.Int64 // what the flush committed to "Postgres"
 	l, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Timeout: 2 * time.Second,
-		UsageLoader: func(context.Context, string, string, time.Time) (int64, error) { return 0, nil }})
+		UsageLoader: func(context.Context, string, string, time.Time) (int64, error) { return durable.Load(), nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +45,7 @@ func TestKeysMatchLimiter(t *testing.T) {
 	if n, ok, err := st.Used(ctx, "acme", "requests", start); err != nil || !ok || n != 2 {
 		t.Fatalf("Used = %d %v %v, want 2", n, ok, err)
 	}
-	// Pending key: the store finds and claims what the limiter counted.
+	// State hash: the store finds and claims what the limiter counted.
 	var found []limitstore.PendingKey
 	if err := st.ScanPending(ctx, func(k limitstore.PendingKey) error { found = append(found, k); return nil }); err != nil {
 		t.Fatal(err)
@@ -55,17 +57,29 @@ func TestKeysMatchLimiter(t *testing.T) {
 	if err != nil || !ok || c.N != 2 {
 		t.Fatalf("claim %+v %v %v", c, ok, err)
 	}
-	// Flushing key: a lost counter is rebuilt from durable usage (0 here)
-	// plus the claimed, unacknowledged flush the store wrote: 2 used of 3.
-	if err := rdb.Del(ctx, st.Keys().Quota("acme", "requests", start)).Err(); err != nil {
+	// Dirty mark: the limiter marked the counter where the store looks.
+	var marked []limitstore.PendingKey
+	if err := st.DirtyPending(ctx, func(k limitstore.PendingKey) error { marked = append(marked, k); return nil }); err != nil || len(marked) != 1 || marked[0] != found[0] {
+		t.Fatalf("DirtyPending found %+v %v", marked, err)
+	}
+	// Counter fields: the counter alone is lost while the claim is being
+	// committed. The limiter rebuilds it from durable usage (0: the commit
+	// has not happened) and drops the claim, whose acknowledgement after the
+	// commit then has the counter rebuilt again, from 2: 3 used of 3.
+	c0 := limitstore.CounterOf("requests", start)
+	if err := rdb.HDel(ctx, st.Keys().State("acme"), c0.Used()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if d, err := l.Allow(ctx, "acme", limiter.Request{}); err != nil || !d.Allowed || d.Policies[0].Remaining != 0 {
+	if d, err := l.Allow(ctx, "acme", limiter.Request{}); err != nil || !d.Allowed || d.Policies[0].Remaining != 2 {
 		t.Fatalf("after the rebuild: %+v %v", d, err)
 	}
+	durable.Store(2)
+	if err := st.AckPending(ctx, found[0], c.ID); err != nil {
+		t.Fatal(err)
+	}
 	// Refusal key: the store counts what the limiter refused.
-	if d, err := l.Allow(ctx, "acme", limiter.Request{}); err != nil || d.Allowed {
-		t.Fatalf("over quota: %+v %v", d, err)
+	if d, err := l.Allow(ctx, "acme", limiter.Request{}); err != nil || d.Allowed || d.Policies[0].Remaining != 0 {
+		t.Fatalf("after the second rebuild, over quota: %+v %v", d, err)
 	}
 	if m, err := st.Refusals(ctx, "acme", time.Now()); err != nil || m["requests"] != 1 {
 		t.Fatalf("refusals %v %v", m, err)
