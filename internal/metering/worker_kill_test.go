@@ -116,9 +116,16 @@ func TestWorkerSIGKILLDuringFlushKeepsTotalsExact(t *testing.T) {
 
 	env := []string{"DATABASE_URL=" + pgtest.URL(t), "REDIS_URL=redis://" + srv.Addr + "/0", "MIGRATE_ON_START=false",
 		"FLUSH_INTERVAL=100ms", "LOG_LEVEL=warn", "STRIPE_SECRET_KEY=", "STRIPE_WEBHOOK_SECRET="}
-	flushing := func() bool {
-		keys, _, err := rdb.Scan(context.Background(), 0, "tg:{t:*}:qf:*", 10000).Result()
-		return err == nil && len(keys) > 0
+	flushing := func() bool { // a claim (ci:<counter> field) in a tenant's state hash
+		for _, id := range ids {
+			fs, _ := rdb.HKeys(context.Background(), b.store.Keys().State(id)).Result()
+			for _, f := range fs {
+				if strings.HasPrefix(f, "ci:") {
+					return true
+				}
+			}
+		}
+		return false
 	}
 	durableTotal := func() int64 {
 		return b.count(t, `SELECT coalesce(sum(used), 0) FROM usage_periods WHERE tenant_id = ANY($1::uuid[])`, ids)
