@@ -79,6 +79,11 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 	args[8] = boolArg(req.SkipQuota)
 	args[9] = boolArg(req.Concurrency)
 	args[10] = strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10)
+	var tv any
+	if tv, _ = l.touches.Load(tenant); tv != nil {
+		t := tv.(touch)
+		args = append(args, t.version, t.at)
+	}
 	keys := []string{l.keys.limits(tenant)}
 	for attempt := 0; ; attempt++ {
 		res, err := l.runScript(ctx, refScript, keys, args)
@@ -118,6 +123,9 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 			}
 			continue
 		}
+		if tv != nil {
+			l.touches.CompareAndDelete(tenant, tv) // written by the script
+		}
 		if len(pl.pol) == 0 {
 			return &Decision{Allowed: true, Plan: pl.planName}, true, nil
 		}
@@ -135,7 +143,16 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 		}
 		l.noteQuotas(pl, d)
 		if at.UnixMilli() != 0 && time.Since(at) > l.opts.CacheTTL {
-			l.fillInBackground(tenant)
+			if _, touching := l.touches.Load(tenant); !touching {
+				v := p.snap.Version
+				l.recheckInBackground(tenant, v, func(same bool) {
+					if same {
+						l.touches.Store(tenant, touch{version: v, at: time.Now().UnixMilli()})
+					} else {
+						l.fillInBackground(tenant) // rewrites the limits hash
+					}
+				})
+			}
 		}
 		return d, true, nil
 	}
@@ -226,6 +243,44 @@ func (l *Limiter) fromLimits(tenant, meter string, f []any) (*prepared, time.Tim
 	}
 	at, _ := strconv.ParseInt(str(f[5]), 10, 64) // 0: needs no safety re-read
 	return l.keys.prepare(snap), time.UnixMilli(at), nil
+}
+
+// touch is a limits hash's "at" to write, if the hash is still of version.
+type touch struct {
+	version, at int64
+}
+
+// recheckInBackground is the safety re-read of limits that came from
+// Options.Loader: nothing in Redis tells of their changes, so the Loader is
+// asked again, on a goroutine of its own (at most a few at once, one per
+// tenant), and done says whether it still has the same version. A Loader
+// error says nothing: the limits stay as they are and are re-checked on a
+// later decision. No Redis trip is spent unless the version changed.
+func (l *Limiter) recheckInBackground(tenant string, version int64, done func(same bool)) {
+	if l.closed.Load() || l.opts.Loader == nil {
+		return
+	}
+	select {
+	case l.bgFills <- struct{}{}:
+	default:
+		return
+	}
+	l.wg.Add(1)
+	go func() {
+		defer func() { <-l.bgFills; l.wg.Done() }()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*l.opts.Timeout)
+		defer cancel()
+		v, err, _ := l.sf.Do("\x00recheck\x00"+tenant, func() (any, error) {
+			s, err := l.opts.Loader(ctx, tenant)
+			return s.Version, err
+		})
+		switch {
+		case err == nil:
+			done(v.(int64) == version)
+		case errors.Is(err, ErrUnknownTenant):
+			done(false)
+		}
+	}()
 }
 
 // fillInBackground reads the tenant's snapshot into the near-cache (and

@@ -20,6 +20,9 @@ type prepared struct {
 	rfBase  string
 	dirty   string
 	entKey  string // the snapshot's key
+	// fromLoader says the snapshot came from Options.Loader, not from
+	// Redis: its safety re-read asks the Loader (see recheckInBackground).
+	fromLoader bool
 	// plans caches the decision plans built from this snapshot (keys and
 	// script arguments ready to send), keyed by planKey: at most
 	// 4 × (quotas + 1) entries.

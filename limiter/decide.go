@@ -72,7 +72,15 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 				}
 				raw, _ := res[len(res)-1].(string)
 				same := raw != "" && storedVersion(raw) == due.snap.Version
-				l.cache.refreshed(pl.tenant, due, same, time.Now())
+				if raw == "" && due.fromLoader {
+					// Still not in Redis: the Loader alone can confirm it,
+					// off the decision's path and without a Redis trip.
+					l.recheckInBackground(pl.tenant, due.snap.Version, func(same bool) {
+						l.cache.refreshed(pl.tenant, due, same, time.Now())
+					})
+				} else {
+					l.cache.refreshed(pl.tenant, due, same, time.Now())
+				}
 				if !same && raw != "" {
 					// The stored snapshot changed without the server's write
 					// (which deletes it): the limits hash is as old as our

@@ -32,6 +32,10 @@ type Limiter struct {
 
 	local   *localStates
 	bgFills chan struct{} // near-cache fills in the background (byRef)
+	// touches holds, per tenant, the time ("at", ms) to write into its
+	// limits hash by its next decision by reference: the Loader confirmed
+	// the hash's version (see recheckInBackground).
+	touches sync.Map
 	batch   *batcher
 
 	pubsub *redis.PubSub

@@ -184,3 +184,66 @@ func TestOneRoundTripPastTheNearCache(t *testing.T) {
 		}
 	})
 }
+
+// TestLoaderLimitsPastSafetyTTLCostNoTrip: limits that come from the Loader
+// (nothing stored in Redis, as with RemoteLoaders) are re-checked past the
+// safety TTL by asking the Loader off the decision's path, so a decision
+// stays one round trip, in the near-cache and by reference; a version the
+// Loader changes is picked up.
+func TestLoaderLimitsPastSafetyTTLCostNoTrip(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		cache int
+	}{{"near-cache", 0}, {"by reference", 4}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := singleRedis(t)
+			var version atomic.Int64
+			version.Store(1)
+			var loads atomic.Int64
+			l, rt, _ := counted(t, b, limiter.Options{Timeout: 2 * time.Second, CacheTTL: time.Millisecond, CacheSize: tc.cache,
+				Loader: func(_ context.Context, tenant string) (limiter.Snapshot, error) {
+					loads.Add(1)
+					s := rateQuota(tenant)
+					if s.Version = version.Load(); s.Version > 1 {
+						s.Plan = "enterprise"
+					}
+					return s, nil
+				}})
+			ctx := context.Background()
+			var tenants []string
+			for i := 0; i < 12; i++ {
+				tenants = append(tenants, "ld-"+string(rune('a'+i)))
+			}
+			allow := func(tn string) *limiter.Decision {
+				t.Helper()
+				d, err := l.Allow(ctx, tn, limiter.Request{Cost: 1})
+				if err != nil || !d.Allowed || d.Fallback != "" {
+					t.Fatalf("%s: %+v, %v", tn, d, err)
+				}
+				return d
+			}
+			for _, tn := range tenants { // first visit: reads each snapshot once
+				allow(tn)
+			}
+			loads0 := loads.Load()
+			before := rt.n.Load()
+			const rounds = 20
+			for r := 0; r < rounds; r++ {
+				for _, tn := range tenants {
+					allow(tn)
+				}
+				time.Sleep(2 * time.Millisecond) // past the safety TTL: every limit is due again
+			}
+			if got, want := rt.n.Load()-before, int64(rounds*len(tenants)); got != want {
+				t.Errorf("%d round trips for %d decisions on limits past their safety TTL, want %d", got, want, want)
+			}
+			if loads.Load() == loads0 {
+				t.Error("the Loader was never asked again past the safety TTL")
+			}
+			version.Store(2)
+			testkit.Eventually(t, 5*time.Second, "the Loader's new version in decisions", func() bool {
+				return allow(tenants[3]).Plan == "enterprise"
+			})
+		})
+	}
+}

@@ -378,7 +378,9 @@ func toInt64(v any) (int64, error) {
 // KEYS[1] limits hash. ARGV: 1-3 as decideLua's, 4 the tenant's key base
 // ("<p>:{t:<tenant>}:"), 5 lease id, 6 seed required, 7 meter, 8 dirty
 // marks' prefix, 9 skip quota (0|1), 10 concurrency slot wanted (0|1),
-// 11 lease TTL ms.
+// 11 lease TTL ms, and optionally 12 a version and 13 a time (ms): the
+// hash's "at" becomes that time if it still holds that version (the
+// Loader confirmed it; see recheckInBackground).
 //
 // Reply: {3} when there is no limits hash; else decideLua's reply followed
 // by the hash's v, pl, r, c, q:<meter>, at fields (false when missing).
@@ -389,6 +391,11 @@ func toInt64(v any) (int64, error) {
 const refLua = decideBody + `
 local h = redis.call('HMGET', KEYS[1], 'v', 'pl', 'r', 'c', 'q:' .. ARGV[7], 'at')
 if not h[1] then return {3} end
+if ARGV[13] and h[1] == ARGV[12] then
+  -- the Loader confirmed this version: young again
+  redis.call('HSET', KEYS[1], 'at', ARGV[13])
+  h[6] = ARGV[13]
+end
 local base = ARGV[4]
 local K = {base .. 'st'}
 local A = {ARGV[1], ARGV[2], ARGV[3], base, ARGV[5], ARGV[6], 0, ARGV[8]}

@@ -80,6 +80,7 @@ func (l *Limiter) fill(ctx context.Context, tenant string) (*prepared, error) {
 	}
 	snap.TenantID = tenant
 	p = l.keys.prepare(snap)
+	p.fromLoader = raw == nil
 	l.writeLimits(ctx, p, raw != nil) // later misses of this tenant are decided in one trip
 	return p, nil
 }
