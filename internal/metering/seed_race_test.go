@@ -117,13 +117,9 @@ func (r *seedRace) claim(t *testing.T) {
 
 // commit is the worker's commit of the claim it holds, as FlushOnce does it.
 func (r *seedRace) commit(t *testing.T) {
-	tp, err := loadTenantPeriods(r.b.ctx, r.b.db, r.k.Tenant)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ins int64
-	if err := r.b.db.QueryRow(r.b.ctx, flushSQL, r.c.ID, r.k.Tenant, r.k.Meter, r.k.PeriodStart, r.c.N, tp.endOf(r.k.PeriodStart), time.Now()).Scan(&ins); err != nil || ins != 1 {
-		t.Fatalf("commit: %d %v", ins, err)
+	out, st, err := r.b.svc.commitClaims(r.b.ctx, []FlushClaim{{ID: r.c.ID, Tenant: r.k.Tenant, Meter: r.k.Meter, PeriodStart: r.k.PeriodStart, N: r.c.N}})
+	if err != nil || out[0] != commitCommitted || st.Units != r.c.N {
+		t.Fatalf("commit: %v %+v %v", out, st, err)
 	}
 }
 
