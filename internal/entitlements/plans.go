@@ -52,6 +52,9 @@ type Plan struct {
 	Features      []string         `json:"features"`
 	CreatedAt     time.Time        `json:"created_at"`
 	UpdatedAt     time.Time        `json:"updated_at"`
+	// Version starts at 1 and grows by one on every edit (PatchPlan), so
+	// that an explanation of a tenant's limits can name the plan as it was.
+	Version int64 `json:"version"`
 	// QuotaWindow is how quotas reset: "month" (monthly on the billing
 	// anchor day, even on a yearly price) or "billing_period".
 	QuotaWindow string `json:"quota_window"`
@@ -369,7 +372,7 @@ ORDER BY 1`, key, s.opts.DefaultPlan)
 
 const planSelect = `
 SELECT p.key, p.name, coalesce(p.stripe_price_id, ''), p.rate_per_second, p.rate_burst, p.concurrency,
-       p.features, p.quota_window, p.public, p.created_at, p.updated_at,
+       p.features, p.quota_window, p.public, p.created_at, p.updated_at, p.version,
        coalesce((SELECT jsonb_object_agg(q.meter, jsonb_build_object('limit', q.quota_limit, 'mode', q.mode,
                         'stripe_meter_event', coalesce(q.stripe_meter_event, ''), 'stripe_report', q.stripe_report,
                         'per_seat', q.per_seat))
@@ -383,7 +386,7 @@ func scanPlan(row pgx.CollectableRow) (Plan, error) {
 		burst *int64
 	)
 	if err := row.Scan(&p.Key, &p.Name, &p.StripePriceID, &rps, &burst, &p.Concurrency, &p.Features,
-		&p.QuotaWindow, &p.Public, &p.CreatedAt, &p.UpdatedAt, &p.Quotas); err != nil {
+		&p.QuotaWindow, &p.Public, &p.CreatedAt, &p.UpdatedAt, &p.Version, &p.Quotas); err != nil {
 		return Plan{}, err
 	}
 	if rps != nil && burst != nil {
@@ -433,7 +436,7 @@ func updatePlan(ctx context.Context, tx pgx.Tx, in PlanInput) error {
 	rps, burst := rateCols(in.Rate)
 	_, err := tx.Exec(ctx, `
 UPDATE plans SET name = $2, stripe_price_id = nullif($3, ''), rate_per_second = $4, rate_burst = $5,
-       concurrency = $6, features = $7, quota_window = $8, public = $9, updated_at = now()
+       concurrency = $6, features = $7, quota_window = $8, public = $9, updated_at = now(), version = version + 1
  WHERE key = $1`,
 		in.Key, in.Name, in.StripePriceID, rps, burst, in.Concurrency, in.Features, in.QuotaWindow, *in.Public)
 	if err != nil {

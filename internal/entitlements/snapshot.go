@@ -38,16 +38,22 @@ type inputs struct {
 
 // addonItem is one add-on item: its grant and the item's quantity.
 type addonItem struct {
-	quotas   map[string]int64
-	features []string
-	qty      int64
+	price, name string
+	quotas      map[string]int64
+	features    []string
+	qty         int64
 }
 
+// override is an unexpired quota_overrides row; id, reason and expiresAt
+// only explain it.
 type override struct {
+	id         string
 	meter      string
 	extra      *int64
 	quotaLimit *int64
 	mode       *string
+	reason     string
+	expiresAt  *time.Time
 }
 
 // loadInputs reads the tenant, its plan, the default plan, its most relevant
@@ -83,9 +89,9 @@ func (s *Service) fill(ctx context.Context, q postgres.Querier, in *inputs) erro
 	var sub Subscription
 	err = q.QueryRow(ctx, `
 SELECT id, status, coalesce(stripe_price_id, ''), current_period_start, current_period_end,
-       cancel_at_period_end, trial_end, past_due_since, grace_ends_at, plan_quantity
+       cancel_at_period_end, trial_end, past_due_since, grace_ends_at, plan_quantity, coalesce(last_event_id, '')
   FROM (`+CurrentSubscriptionOf("$1")+`) s`, in.tenant.ID).Scan(&sub.ID, &sub.Status, &sub.StripePriceID, &sub.CurrentPeriodStart, &sub.CurrentPeriodEnd,
-		&sub.CancelAtPeriodEnd, &sub.TrialEnd, &sub.PastDueSince, &sub.GraceEndsAt, &sub.Seats)
+		&sub.CancelAtPeriodEnd, &sub.TrialEnd, &sub.PastDueSince, &sub.GraceEndsAt, &sub.Seats, &sub.LastEventID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 	case err != nil:
@@ -97,14 +103,14 @@ SELECT id, status, coalesce(stripe_price_id, ''), current_period_start, current_
 		}
 	}
 	rows, err = q.Query(ctx, `
-SELECT meter, extra, quota_limit, mode FROM quota_overrides
+SELECT id, meter, extra, quota_limit, mode, reason, expires_at FROM quota_overrides
  WHERE tenant_id = $1 AND (expires_at IS NULL OR expires_at > $2)
  ORDER BY created_at, id`, in.tenant.ID, in.now)
 	if err != nil {
 		return fmt.Errorf("read quota overrides: %w", err)
 	}
 	var o override
-	_, err = pgx.ForEachRow(rows, []any{&o.meter, &o.extra, &o.quotaLimit, &o.mode}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&o.id, &o.meter, &o.extra, &o.quotaLimit, &o.mode, &o.reason, &o.expiresAt}, func() error {
 		in.overrides = append(in.overrides, o)
 		o = override{}
 		return nil
@@ -115,9 +121,12 @@ SELECT meter, extra, quota_limit, mode FROM quota_overrides
 	return nil
 }
 
-// compute applies the status rules, the overrides and the period to the inputs.
-func (s *Service) compute(in inputs) limiter.Snapshot {
-	plan, status, own := s.effectivePlan(in)
+// compute applies the status rules, the overrides and the period to the
+// inputs. When why is not nil it records, at each decision, what decided
+// it (Explain): the explanation and the enforced snapshot come from this
+// one function, so they cannot drift apart.
+func (s *Service) compute(in inputs, why *explainer) limiter.Snapshot {
+	plan, status, own := s.effectivePlan(in, why)
 	snap := limiter.Snapshot{
 		TenantID: in.tenant.ID,
 		Plan:     plan.Key,
@@ -128,9 +137,11 @@ func (s *Service) compute(in inputs) limiter.Snapshot {
 	if plan.Rate != nil {
 		r := *plan.Rate
 		snap.Rate = &r
+		why.plan(PolicyRate, fmt.Sprintf("%s per second, burst %s", fmtFloat(r.PerSecond), fmtInt(r.Burst)), nil)
 	}
 	if plan.Concurrency != nil {
 		snap.Concurrency = *plan.Concurrency
+		why.plan(PolicyConcurrency, fmtInt(snap.Concurrency)+" requests at once", &snap.Concurrency)
 	}
 	seats := int64(1)
 	if own && in.sub != nil {
@@ -139,7 +150,11 @@ func (s *Service) compute(in inputs) limiter.Snapshot {
 	for m, q := range plan.Quotas {
 		l := q.Limit
 		if q.PerSeat {
+			why.plan(QuotaPolicy(m), fmtInt(l)+" per seat a period, "+q.Mode, &q.Limit)
 			l = saturatingMul(l, seats)
+			why.seats(m, in.sub, own, seats, q.Limit, l)
+		} else {
+			why.plan(QuotaPolicy(m), fmtInt(l)+" a period, "+q.Mode, &l)
 		}
 		snap.Quotas[m] = limiter.Quota{Limit: l, Mode: limiter.QuotaMode(q.Mode)}
 	}
@@ -148,9 +163,11 @@ func (s *Service) compute(in inputs) limiter.Snapshot {
 		// Stripe Entitlements features and add-ons come with the paid
 		// subscription; a tenant sent back to the default plan loses them.
 		features = append(features, in.tenant.StripeFeatures...)
-		applyAddons(snap.Quotas, &features, in.addons)
+		applyAddons(snap.Quotas, &features, in.addons, why)
+	} else {
+		why.lostAddons(in.addons)
 	}
-	applyOverrides(snap.Quotas, in.overrides)
+	applyOverrides(snap.Quotas, in.overrides, why)
 	snap.Features = uniqueSorted(features)
 
 	var subPeriod *period.Period
@@ -167,13 +184,16 @@ func (s *Service) compute(in inputs) limiter.Snapshot {
 }
 
 // effectivePlan applies the subscription status rules; own is true when the
-// tenant gets its own plan.
-func (s *Service) effectivePlan(in inputs) (plan Plan, status string, own bool) {
+// tenant gets its own plan. why learns the subscription and the plan basis.
+func (s *Service) effectivePlan(in inputs, why *explainer) (plan Plan, status string, own bool) {
 	if in.sub == nil {
+		why.ownPlan(in.plan)
 		return in.plan, StatusActive, true
 	}
 	switch in.sub.Status {
 	case StatusActive, StatusTrialing:
+		why.subscription(in.sub, nil, "the tenant's plan applies")
+		why.ownPlan(in.plan)
 		return in.plan, in.sub.Status, true
 	case StatusPastDue:
 		var graceEnd *time.Time
@@ -185,11 +205,18 @@ func (s *Service) effectivePlan(in inputs) (plan Plan, status string, own bool) 
 			graceEnd = &g
 		}
 		if graceEnd == nil || in.now.Before(*graceEnd) {
+			why.subscription(in.sub, graceEnd, graceNote(graceEnd))
+			why.ownPlan(in.plan)
 			return in.plan, StatusPastDue, true
 		}
+		why.subscription(in.sub, graceEnd, "the grace period ended at "+fmtTime(*graceEnd)+": the default plan applies")
+		why.fallback(s.fallback(in), in.plan.Key, "subscription "+in.sub.ID+" is past_due and its grace period ended at "+fmtTime(*graceEnd))
+		return s.fallback(in), in.sub.Status, false
 	}
 	// unpaid, canceled, incomplete, incomplete_expired, paused, an expired
 	// grace period, and statuses Stripe may add later: no paid access.
+	why.subscription(in.sub, nil, "no paid access: the default plan applies")
+	why.fallback(s.fallback(in), in.plan.Key, "subscription "+in.sub.ID+" is "+in.sub.Status+", which grants no paid access")
 	return s.fallback(in), in.sub.Status, false
 }
 
@@ -198,7 +225,7 @@ func (s *Service) fallback(in inputs) Plan {
 		return *in.defaultPlan
 	}
 	// No default plan stored: refuse metered use rather than keep paid
-	// limits for a tenant that stopped paying.
+	// limits for a tenant that stopped paying. (Version 0 tells Explain.)
 	return Plan{Key: s.opts.DefaultPlan, Quotas: map[string]Quota{limiter.DefaultMeter: {Limit: 0, Mode: string(limiter.ModeHard)}}}
 }
 
@@ -218,6 +245,7 @@ SELECT a.stripe_price_id, a.name, a.quotas, a.features, i.quantity
 	)
 	in.sub.Addons = []SubscriptionAddon{}
 	_, err = pgx.ForEachRow(rows, []any{&price, &name, &it.quotas, &it.features, &it.qty}, func() error {
+		it.price, it.name = price, name
 		in.addons = append(in.addons, it)
 		in.sub.Addons = append(in.sub.Addons, SubscriptionAddon{StripePriceID: price, Name: name, Quantity: it.qty})
 		it = addonItem{}
@@ -232,13 +260,16 @@ SELECT a.stripe_price_id, a.name, a.quotas, a.features, i.quantity
 // applyAddons adds each add-on's extra units × its item's quantity to the
 // meters the plan limits (a meter the plan leaves unlimited stays so), and
 // its features.
-func applyAddons(quotas map[string]limiter.Quota, features *[]string, items []addonItem) {
+func applyAddons(quotas map[string]limiter.Quota, features *[]string, items []addonItem, why *explainer) {
 	for _, it := range items {
-		for m, extra := range it.quotas {
-			if q, ok := quotas[m]; ok {
+		for _, m := range sortedKeys(it.quotas) {
+			extra := it.quotas[m]
+			q, ok := quotas[m]
+			if ok {
 				q.Limit = saturatingAdd(q.Limit, saturatingMul(extra, it.qty))
 				quotas[m] = q
 			}
+			why.addon(m, it, extra, ok, q.Limit)
 		}
 		if it.qty > 0 {
 			*features = append(*features, it.features...)
@@ -267,7 +298,7 @@ func saturatingAdd(a, b int64) int64 {
 // quota_limit replaces the limit, extra adds to it, mode replaces the mode.
 // A meter the plan leaves unlimited stays unlimited unless an override sets
 // a limit.
-func applyOverrides(quotas map[string]limiter.Quota, os []override) {
+func applyOverrides(quotas map[string]limiter.Quota, os []override, why *explainer) {
 	for _, o := range os {
 		q, ok := quotas[o.meter]
 		if o.quotaLimit != nil {
@@ -277,6 +308,7 @@ func applyOverrides(quotas map[string]limiter.Quota, os []override) {
 			}
 		}
 		if !ok {
+			why.override(o, false, q)
 			continue
 		}
 		if o.extra != nil {
@@ -286,6 +318,7 @@ func applyOverrides(quotas map[string]limiter.Quota, os []override) {
 			q.Mode = limiter.QuotaMode(*o.mode)
 		}
 		quotas[o.meter] = q
+		why.override(o, true, q)
 	}
 }
 
@@ -298,7 +331,7 @@ func (s *Service) buildSnapshot(ctx context.Context, q postgres.Querier, tenantI
 	if err := s.fill(ctx, q, &in); err != nil {
 		return limiter.Snapshot{}, err
 	}
-	return s.compute(in), nil
+	return s.compute(in, nil), nil
 }
 
 // Snapshot computes the tenant's current snapshot from Postgres (no version

@@ -68,6 +68,9 @@ type Subscription struct {
 	TrialEnd           *time.Time `json:"trial_end"`
 	PastDueSince       *time.Time `json:"past_due_since"`
 	GraceEndsAt        *time.Time `json:"grace_ends_at"`
+	// LastEventID is the Stripe event whose state the row holds ("" when
+	// an admin or a resync wrote it).
+	LastEventID string `json:"last_event_id,omitempty"`
 	// Seats is the quantity of the plan item (per-seat quotas multiply by it).
 	Seats int64 `json:"seats"`
 	// Addons are the items whose price is mapped to an add-on grant.
@@ -284,7 +287,7 @@ func (s *Service) detail(ctx context.Context, id string) (TenantDetail, error) {
 	if err := s.fill(ctx, s.db, &in); err != nil {
 		return TenantDetail{}, err
 	}
-	snap := s.compute(in)
+	snap := s.compute(in, nil)
 	return TenantDetail{Tenant: t, Status: snap.Status, EffectivePlan: snap.Plan, Subscription: in.sub, Entitlements: snap}, nil
 }
 
