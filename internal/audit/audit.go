@@ -288,3 +288,30 @@ func compactJSON(b []byte) json.RawMessage {
 	}
 	return buf.Bytes()
 }
+
+// Creators maps the targets of the tenant's entries of action (an override
+// id for "override.create") to the actor who did it first, for pages that
+// name who created what. An entry without a target is skipped; a nil Log
+// knows nobody.
+func (l *Log) Creators(ctx context.Context, tenantID, action string) (map[string]string, error) {
+	out := map[string]string{}
+	if l == nil || !ids.IsUUID(tenantID) {
+		return out, nil
+	}
+	rows, err := l.db.Query(ctx, `
+		SELECT DISTINCT ON (target) target, actor FROM audit_log
+		WHERE tenant_id = $1 AND action = $2 AND target IS NOT NULL
+		ORDER BY target, id`, tenantID, action)
+	if err != nil {
+		return nil, fmt.Errorf("audit: creators: %w", err)
+	}
+	var target, actor string
+	_, err = pgx.ForEachRow(rows, []any{&target, &actor}, func() error {
+		out[target] = actor
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit: creators: %w", err)
+	}
+	return out, nil
+}

@@ -139,6 +139,7 @@ func TestPostgresOutageIs503Everywhere(t *testing.T) {
 		{"POST", "/admin/v1/plans", limitTestAdminToken, map[string]any{"key": randName("p"), "name": "x"}},
 		{"GET", "/admin/v1/tenants", limitTestAdminToken, nil},
 		{"GET", "/admin/v1/tenants/" + tenant, limitTestAdminToken, nil},
+		{"GET", "/admin/v1/tenants/" + tenant + "/explain", limitTestAdminToken, nil},
 		{"POST", "/admin/v1/tenants", limitTestAdminToken, map[string]any{"name": "x", "plan": plan}},
 		{"GET", "/admin/v1/tenants/" + tenant + "/api-keys", limitTestAdminToken, nil},
 		{"POST", "/admin/v1/tenants/" + tenant + "/api-keys", limitTestAdminToken, map[string]any{"name": "x"}},
