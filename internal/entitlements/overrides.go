@@ -175,11 +175,7 @@ func (s *Service) DeleteOverride(ctx context.Context, tenantID, overrideID strin
 	}
 	var snap limiter.Snapshot
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		var meter string
-		err := tx.QueryRow(ctx, `DELETE FROM quota_overrides WHERE id = $1 AND tenant_id = $2 RETURNING meter`, overrideID, tenantID).Scan(&meter)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return apperr.New(apperr.NotFound, "no override %q", overrideID)
-		}
+		meter, err := deleteOverrideTx(ctx, tx, tenantID, overrideID)
 		if err != nil {
 			return err
 		}
@@ -192,6 +188,20 @@ func (s *Service) DeleteOverride(ctx context.Context, tenantID, overrideID strin
 	s.log.InfoContext(ctx, "quota override removed", "tenant_id", tenantID, "override_id", overrideID)
 	s.publishRetried(ctx, snap)
 	return nil
+}
+
+// deleteOverrideTx deletes the tenant's override inside tx and returns its
+// meter (DeleteOverride and its preview).
+func deleteOverrideTx(ctx context.Context, tx pgx.Tx, tenantID, overrideID string) (string, error) {
+	if !ids.IsUUID(tenantID) || !ids.IsUUID(overrideID) {
+		return "", apperr.New(apperr.NotFound, "no override %q", overrideID)
+	}
+	var meter string
+	err := tx.QueryRow(ctx, `DELETE FROM quota_overrides WHERE id = $1 AND tenant_id = $2 RETURNING meter`, overrideID, tenantID).Scan(&meter)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", apperr.New(apperr.NotFound, "no override %q", overrideID)
+	}
+	return meter, err
 }
 
 // RefreshExpiredOverrides bumps every tenant with an override that has

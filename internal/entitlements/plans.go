@@ -312,29 +312,11 @@ func (s *Service) PatchPlan(ctx context.Context, key string, patch PlanPatch) (P
 		snaps []limiter.Snapshot
 	)
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		cur, err := getPlan(ctx, tx, key, true)
-		if err != nil {
-			return err
-		}
-		in := cur.Input()
-		if err := patch(&in); err != nil {
-			return err
-		}
-		if in.Key != key {
-			return apperr.Invalidf("key", "cannot be changed (the plan is %q)", key)
-		}
-		if err := in.Validate(); err != nil {
-			return err
-		}
-		in = in.normalized()
-		if err := updatePlan(ctx, tx, in); err != nil {
-			return err
-		}
-		if p, err = getPlan(ctx, tx, key, false); err != nil {
-			return err
-		}
-		ids, err := s.tenantsReachedBy(ctx, tx, key)
-		if err != nil {
+		var (
+			ids []string
+			err error
+		)
+		if _, p, ids, err = s.patchPlanTx(ctx, tx, key, patch); err != nil {
 			return err
 		}
 		for _, id := range ids {
@@ -352,6 +334,35 @@ func (s *Service) PatchPlan(ctx context.Context, key string, patch PlanPatch) (P
 	s.log.InfoContext(ctx, "plan changed", "plan", key, "tenants", len(snaps))
 	s.publishAll(ctx, snaps)
 	return p, nil
+}
+
+// patchPlanTx applies patch to the stored plan inside tx and returns the plan
+// before and after and the tenants it reaches (PatchPlan and its preview).
+func (s *Service) patchPlanTx(ctx context.Context, tx pgx.Tx, key string, patch PlanPatch) (before, after Plan, tenants []string, err error) {
+	if before, err = getPlan(ctx, tx, key, true); err != nil {
+		return Plan{}, Plan{}, nil, err
+	}
+	in := before.Input()
+	if err := patch(&in); err != nil {
+		return Plan{}, Plan{}, nil, err
+	}
+	if in.Key != key {
+		return Plan{}, Plan{}, nil, apperr.Invalidf("key", "cannot be changed (the plan is %q)", key)
+	}
+	if err := in.Validate(); err != nil {
+		return Plan{}, Plan{}, nil, err
+	}
+	in = in.normalized()
+	if err := updatePlan(ctx, tx, in); err != nil {
+		return Plan{}, Plan{}, nil, err
+	}
+	if after, err = getPlan(ctx, tx, key, false); err != nil {
+		return Plan{}, Plan{}, nil, err
+	}
+	if tenants, err = s.tenantsReachedBy(ctx, tx, key); err != nil {
+		return Plan{}, Plan{}, nil, err
+	}
+	return before, after, tenants, nil
 }
 
 // tenantsReachedBy lists the tenants whose snapshot depends on the plan:

@@ -318,18 +318,8 @@ func (s *Service) SetPlan(ctx context.Context, tenantID, planKey, reason string)
 	}
 	var snap limiter.Snapshot
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if _, err := getTenant(ctx, tx, tenantID, true); err != nil {
+		if err := setPlanTx(ctx, tx, tenantID, planKey); err != nil {
 			return err
-		}
-		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM plans WHERE key = $1)`, planKey).Scan(&exists); err != nil {
-			return err
-		}
-		if !exists {
-			return apperr.Invalidf("plan", "no plan %q", planKey)
-		}
-		if _, err := tx.Exec(ctx, `UPDATE tenants SET plan_key = $2, updated_at = now() WHERE id = $1`, tenantID, planKey); err != nil {
-			return pgError(err)
 		}
 		var err error
 		snap, err = s.BumpTx(ctx, tx, tenantID, reason)
@@ -341,6 +331,27 @@ func (s *Service) SetPlan(ctx context.Context, tenantID, planKey, reason string)
 	s.log.InfoContext(ctx, "tenant plan set", "tenant_id", tenantID, "plan", planKey, "version", snap.Version)
 	s.publishRetried(ctx, snap)
 	return s.GetTenant(ctx, tenantID)
+}
+
+// setPlanTx puts the tenant on planKey inside tx (SetPlan and its preview).
+func setPlanTx(ctx context.Context, tx pgx.Tx, tenantID, planKey string) error {
+	if !planKeyRe.MatchString(planKey) {
+		return apperr.Invalidf("plan", "must be a plan key [a-z0-9_-]{1,64}")
+	}
+	if _, err := getTenant(ctx, tx, tenantID, true); err != nil {
+		return err
+	}
+	var exists bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM plans WHERE key = $1)`, planKey).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		return apperr.Invalidf("plan", "no plan %q", planKey)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE tenants SET plan_key = $2, updated_at = now() WHERE id = $1`, tenantID, planKey); err != nil {
+		return pgError(err)
+	}
+	return nil
 }
 
 // PlanChanger changes a tenant's plan, for the admin API (PUT

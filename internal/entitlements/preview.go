@@ -1,0 +1,109 @@
+package entitlements
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+// Previews show an admin what a change would do before it is confirmed. Each
+// one runs the change's own statements (setPlanTx, deleteOverrideTx,
+// patchPlanTx) and computes the result with the snapshot rules, in a
+// transaction that is always rolled back: the preview can never disagree with
+// the change, because it is the change, undone. Nothing is published.
+
+// errDryRun ends a preview's transaction with a rollback.
+var errDryRun = errors.New("entitlements: dry run")
+
+// dryRun runs fn in a transaction that is rolled back whatever fn returns.
+func (s *Service) dryRun(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return errDryRun
+	})
+	if errors.Is(err, errDryRun) {
+		return nil
+	}
+	return err
+}
+
+// Effect is a tenant's snapshot before and after a change that has not been
+// made.
+type Effect struct {
+	Before limiter.Snapshot
+	After  limiter.Snapshot
+}
+
+// PreviewPlanChange is what SetPlan (and so ChangePlan) would give the
+// tenant on planKey, status rules, add-ons and overrides included.
+func (s *Service) PreviewPlanChange(ctx context.Context, tenantID, planKey string) (Effect, error) {
+	var e Effect
+	err := s.dryRun(ctx, func(tx pgx.Tx) error {
+		var err error
+		if e.Before, err = s.buildSnapshot(ctx, tx, tenantID); err != nil {
+			return err
+		}
+		if err := setPlanTx(ctx, tx, tenantID, planKey); err != nil {
+			return err
+		}
+		e.After, err = s.buildSnapshot(ctx, tx, tenantID)
+		return err
+	})
+	if err != nil {
+		return Effect{}, fmt.Errorf("entitlements: preview plan change: %w", err)
+	}
+	return e, nil
+}
+
+// PreviewOverrideRemoval is what DeleteOverride would leave the tenant
+// with; the override's meter is returned too.
+func (s *Service) PreviewOverrideRemoval(ctx context.Context, tenantID, overrideID string) (Effect, string, error) {
+	var (
+		e     Effect
+		meter string
+	)
+	err := s.dryRun(ctx, func(tx pgx.Tx) error {
+		var err error
+		if e.Before, err = s.buildSnapshot(ctx, tx, tenantID); err != nil {
+			return err
+		}
+		if meter, err = deleteOverrideTx(ctx, tx, tenantID, overrideID); err != nil {
+			return err
+		}
+		e.After, err = s.buildSnapshot(ctx, tx, tenantID)
+		return err
+	})
+	if err != nil {
+		return Effect{}, "", fmt.Errorf("entitlements: preview override removal: %w", err)
+	}
+	return e, meter, nil
+}
+
+// PlanEffect is a plan before and after an edit, and the tenants whose
+// limits the edit would change (PatchPlan bumps each of them).
+type PlanEffect struct {
+	Before  Plan
+	After   Plan
+	Tenants []string // tenant ids, sorted
+}
+
+// PreviewPlanPatch is what PatchPlan would save, validated the same way: a
+// bad patch is the same field-named error PatchPlan would return.
+func (s *Service) PreviewPlanPatch(ctx context.Context, key string, patch PlanPatch) (PlanEffect, error) {
+	var e PlanEffect
+	err := s.dryRun(ctx, func(tx pgx.Tx) error {
+		var err error
+		e.Before, e.After, e.Tenants, err = s.patchPlanTx(ctx, tx, key, patch)
+		return err
+	})
+	if err != nil {
+		return PlanEffect{}, fmt.Errorf("entitlements: preview plan patch: %w", err)
+	}
+	return e, nil
+}
