@@ -61,6 +61,20 @@ type OverrideManager interface {
 	DeleteOverride(ctx context.Context, tenantID, overrideID string) error
 }
 
+// Previewer computes what a change would do before an admin confirms it
+// (entitlements.Service: the change's own statements, rolled back).
+type Previewer interface {
+	PreviewPlanChange(ctx context.Context, tenantID, planKey string) (entitlements.Effect, error)
+	PreviewOverrideRemoval(ctx context.Context, tenantID, overrideID string) (entitlements.Effect, string, error)
+	PreviewPlanPatch(ctx context.Context, key string, patch entitlements.PlanPatch) (entitlements.PlanEffect, error)
+}
+
+// TenantCreator creates tenants (entitlements.Service, the function behind
+// POST /admin/v1/tenants).
+type TenantCreator interface {
+	CreateTenant(ctx context.Context, in entitlements.TenantInput) (entitlements.Tenant, error)
+}
+
 // LoginGuard limits failed logins per client address, shared by every
 // instance (httpapi.AuthLimiter). The credential is always checked first, so
 // a valid one is never refused: Failed records a failure and returns an

@@ -234,18 +234,55 @@ func (w *Web) handleAdminChangePlan() echo.HandlerFunc {
 		}
 		ctx := c.Request().Context()
 		id := c.Param("id")
-		if _, err := w.store.tenant(ctx, id); err != nil {
+		t, err := w.store.tenant(ctx, id)
+		if err != nil {
 			return err
 		}
 		plan := strings.TrimSpace(c.FormValue("plan"))
 		if plan == "" {
 			return apperr.Invalidf("plan", "choose a plan")
 		}
+		if !confirmed(c) {
+			return w.confirmPlanChange(c, t, plan)
+		}
 		if _, err := w.Plans.ChangePlan(ctx, id, plan); err != nil {
 			return err
 		}
 		return c.Redirect(http.StatusSeeOther, "/admin/tenants/"+id+"?done=plan")
 	}
+}
+
+// confirmPlanChange shows the tenant's limits now and on the new plan, and
+// the meters whose usage already reaches a new hard limit.
+func (w *Web) confirmPlanChange(c echo.Context, t TenantRow, plan string) error {
+	d := confirmPage{
+		Heading: "Change the plan of " + t.Name + "?",
+		Lead:    t.Name + " goes from plan " + t.PlanKey + " to plan " + plan + "; its new limits apply at once.",
+		Action:  "/admin/tenants/" + t.ID + "/plan",
+		Button:  "Change plan to " + plan,
+		Cancel:  "/admin/tenants/" + t.ID,
+	}
+	if t.SubStatus != "" {
+		d.Lead += " The tenant has a Stripe subscription: with Stripe configured its price is swapped (with proration) first."
+	}
+	if w.Previews != nil {
+		e, err := w.Previews.PreviewPlanChange(c.Request().Context(), t.ID, plan)
+		if err != nil {
+			return err
+		}
+		used, err := w.usedByMeter(c, t.ID)
+		if err != nil {
+			return err
+		}
+		d.Limits = diffLimits(snapshotLimits(e.Before), snapshotLimits(e.After), used)
+		if anyOver(d.Limits) {
+			d.Warning = "Usage this period already reaches a new hard limit: the tenant's requests on those meters are refused from the moment of the change until the period resets."
+		}
+		if e.After.Plan != plan {
+			d.Lead += " Its subscription status keeps it on plan " + e.After.Plan + " for now."
+		}
+	}
+	return w.renderConfirm(c, "Confirm plan change", d)
 }
 
 func (w *Web) handleAdminIssueKey() echo.HandlerFunc {
@@ -286,14 +323,48 @@ func (w *Web) handleAdminRevokeKey() echo.HandlerFunc {
 		if !ids.IsUUID(id) {
 			return apperr.New(apperr.NotFound, "tenant not found")
 		}
-		if err := w.store.keyOwnedBy(ctx, key, id); err != nil {
+		k, sessions, err := w.store.keyWithSessions(ctx, key, id)
+		if err != nil {
 			return err
+		}
+		if !confirmed(c) {
+			return w.confirmRevoke(c, id, k, sessions)
 		}
 		if err := w.Keys.RevokeKey(ctx, key); err != nil {
 			return err
 		}
 		return c.Redirect(http.StatusSeeOther, "/admin/tenants/"+id+"?done=revoked#keys")
 	}
+}
+
+// confirmRevoke shows the key, its last use and the dashboard sessions the
+// revocation ends.
+func (w *Web) confirmRevoke(c echo.Context, tenantID string, k KeyRow, sessions int64) error {
+	t, err := w.store.tenant(c.Request().Context(), tenantID)
+	if err != nil {
+		return err
+	}
+	last := "never"
+	if k.LastUsedAt != nil {
+		last = fmtTime(*k.LastUsedAt)
+	}
+	name := k.Name
+	if name == "" {
+		name = "—"
+	}
+	d := confirmPage{
+		Heading: "Revoke key " + k.Prefix + "… of " + t.Name + "?",
+		Lead:    "Every request with this key is refused (401) at once, on every instance. A revoked key cannot be restored; the tenant needs a new one.",
+		Action:  "/admin/tenants/" + tenantID + "/keys/" + k.ID + "/revoke",
+		Button:  "Revoke key " + k.Prefix + "…",
+		Cancel:  "/admin/tenants/" + tenantID + "#keys",
+		Facts: []fact{{"Key", k.Prefix + "…"}, {"Name", name}, {"Created", fmtTime(k.CreatedAt)}, {"Last used", last},
+			{"Dashboard sessions it ends", fmtInt(sessions)}},
+	}
+	if k.RevokedAt != nil {
+		d.Warning = "This key was already revoked on " + fmtTime(*k.RevokedAt) + "; confirming changes nothing."
+	}
+	return w.renderConfirm(c, "Confirm key revocation", d)
 }
 
 // handleAdminMintLink makes a dashboard link and shows it on the tenant's

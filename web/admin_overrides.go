@@ -96,9 +96,51 @@ func (w *Web) handleAdminDeleteOverride() echo.HandlerFunc {
 		if !ids.IsUUID(id) || !ids.IsUUID(oid) {
 			return apperr.New(apperr.NotFound, "override not found")
 		}
+		if !confirmed(c) {
+			return w.confirmOverrideRemoval(c, id, oid)
+		}
 		if err := w.Overrides.DeleteOverride(c.Request().Context(), id, oid); err != nil {
 			return err
 		}
 		return c.Redirect(http.StatusSeeOther, "/admin/tenants/"+id+"?done=deleted#overrides")
 	}
+}
+
+// confirmOverrideRemoval shows the meter's limit with and without the
+// override, against the usage so far.
+func (w *Web) confirmOverrideRemoval(c echo.Context, tenantID, overrideID string) error {
+	ctx := c.Request().Context()
+	t, err := w.store.tenant(ctx, tenantID)
+	if err != nil {
+		return err
+	}
+	d := confirmPage{
+		Heading: "Remove an override of " + t.Name + "?",
+		Lead:    "The override is deleted and the tenant's limits are computed again without it, at once.",
+		Action:  "/admin/tenants/" + tenantID + "/overrides/" + overrideID + "/delete",
+		Button:  "Remove override",
+		Cancel:  "/admin/tenants/" + tenantID + "#overrides",
+	}
+	if w.Previews != nil {
+		e, meter, err := w.Previews.PreviewOverrideRemoval(ctx, tenantID, overrideID)
+		if err != nil {
+			return err
+		}
+		used, err := w.usedByMeter(c, tenantID)
+		if err != nil {
+			return err
+		}
+		d.Heading = "Remove the " + meter + " override of " + t.Name + "?"
+		d.Button = "Remove the " + meter + " override"
+		// The override changes one meter: show that one.
+		for _, r := range diffLimits(snapshotLimits(e.Before), snapshotLimits(e.After), used) {
+			if r.Name == "Quota "+meter {
+				d.Limits = append(d.Limits, r)
+			}
+		}
+		if anyOver(d.Limits) {
+			d.Warning = "Usage this period already reaches the limit without the override: the tenant's " + meter + " requests are refused from the moment it is removed until the period resets."
+		}
+	}
+	return w.renderConfirm(c, "Confirm override removal", d)
 }

@@ -23,6 +23,9 @@ func TestBrowserAudit(t *testing.T) {
 	if st := step(t, admin, "change", chromedp.Click(chromedp.CSS("#change-plan"))); st != http.StatusOK {
 		t.Fatalf("plan change: %d", st)
 	}
+	if st := step(t, admin, "confirm", chromedp.Click(chromedp.CSS("#confirm-button"))); st != http.StatusOK {
+		t.Fatalf("plan change confirmed: %d", st)
+	}
 	step(t, admin, "audit page", chromedp.Navigate(base+"/admin/audit?tenant="+tn.ID))
 	row := run(t, admin, "audit row", chromedp.Evaluate[string](`(() => {
 		const r = document.querySelector('tr[data-audit="tenant.plan_change"][data-actor="alice"]');

@@ -362,6 +362,9 @@ func TestBrowser(t *testing.T) {
 		if st := step(t, admin, "change", chromedp.Click(chromedp.CSS("#change-plan"))); st != http.StatusOK {
 			t.Fatalf("plan change: %d", st)
 		}
+		if st := step(t, admin, "confirm", chromedp.Click(chromedp.CSS("#confirm-button"))); st != http.StatusOK {
+			t.Fatalf("plan change confirmed: %d", st)
+		}
 		if p := run(t, admin, "plan", chromedp.AttributeValue(chromedp.CSS("#plan"), "data-plan")); p.Value != team {
 			t.Fatalf("console shows plan %q, want %q", p.Value, team)
 		}

@@ -63,11 +63,11 @@ func TestConsoleTenantPage(t *testing.T) {
 	wantStatus(t, br.get("/admin/nothing-here"), http.StatusNotFound, "unknown console page")
 
 	// Plan change, then an unknown plan (a 4xx page, nothing changed).
-	wantRedirect(t, br.post("/admin/tenants/"+tn.ID+"/plan", url.Values{"csrf": {tok}, "plan": {b.pro}}), "/admin/tenants/"+tn.ID+"?done=plan", "change plan")
+	wantRedirect(t, br.post("/admin/tenants/"+tn.ID+"/plan", url.Values{"csrf": {tok}, "plan": {b.pro}, "confirm": {"1"}}), "/admin/tenants/"+tn.ID+"?done=plan", "change plan")
 	if d, _ := b.ents.GetTenant(b.ctx, tn.ID); d.Plan != b.pro {
 		t.Fatalf("plan is %s", d.Plan)
 	}
-	if r := br.post("/admin/tenants/"+tn.ID+"/plan", url.Values{"csrf": {tok}, "plan": {"no-such-plan"}}); r.status < 400 || r.status >= 500 {
+	if r := br.post("/admin/tenants/"+tn.ID+"/plan", url.Values{"csrf": {tok}, "plan": {"no-such-plan"}, "confirm": {"1"}}); r.status < 400 || r.status >= 500 {
 		t.Fatalf("unknown plan: %d", r.status)
 	}
 
@@ -81,7 +81,7 @@ func TestConsoleTenantPage(t *testing.T) {
 	if len(keys) != 1 {
 		t.Fatalf("%d keys", len(keys))
 	}
-	wantRedirect(t, br.post("/admin/tenants/"+tn.ID+"/keys/"+keys[0].ID+"/revoke", url.Values{"csrf": {tok}}),
+	wantRedirect(t, br.post("/admin/tenants/"+tn.ID+"/keys/"+keys[0].ID+"/revoke", url.Values{"csrf": {tok}, "confirm": {"1"}}),
 		"/admin/tenants/"+tn.ID+"?done=revoked#keys", "revoke")
 	other := b.tenant(t, "Other Co", b.free)
 	ok := b.key(t, other.ID)
@@ -123,7 +123,7 @@ func TestConsoleTenantPage(t *testing.T) {
 	if len(ovs) != 1 || ovs[0].ExpiresAt == nil {
 		t.Fatalf("overrides %+v", ovs)
 	}
-	wantRedirect(t, br.post("/admin/tenants/"+tn.ID+"/overrides/"+ovs[0].ID+"/delete", url.Values{"csrf": {tok}}),
+	wantRedirect(t, br.post("/admin/tenants/"+tn.ID+"/overrides/"+ovs[0].ID+"/delete", url.Values{"csrf": {tok}, "confirm": {"1"}}),
 		"/admin/tenants/"+tn.ID+"?done=deleted#overrides", "delete override")
 	wantStatus(t, br.post("/admin/tenants/"+tn.ID+"/overrides/bad/delete", url.Values{"csrf": {tok}}), http.StatusNotFound, "malformed override id")
 }
@@ -276,7 +276,7 @@ func TestConsolePlanChangeThroughStripe(t *testing.T) {
 		t.Fatal("the tenant page must show the subscription and say the change goes through Stripe")
 	}
 	// Through Stripe (stripe-mock accepts the price swap), then applied here.
-	wantRedirect(t, br.post("/admin/tenants/"+tn.ID+"/plan", url.Values{"csrf": {tok}, "plan": {big}}), "/admin/tenants/"+tn.ID+"?done=plan", "change through Stripe")
+	wantRedirect(t, br.post("/admin/tenants/"+tn.ID+"/plan", url.Values{"csrf": {tok}, "plan": {big}, "confirm": {"1"}}), "/admin/tenants/"+tn.ID+"?done=plan", "change through Stripe")
 	var price string
 	_ = b.pool.QueryRow(b.ctx, `SELECT stripe_price_id FROM subscriptions WHERE id = $1`, sub).Scan(&price)
 	if d, _ := b.ents.GetTenant(b.ctx, tn.ID); d.Plan != big || price != "price_"+big {
@@ -293,7 +293,7 @@ func TestConsolePlanChangeThroughStripe(t *testing.T) {
 
 	// A plan Stripe does not know cannot be given to a subscribed tenant:
 	// the page says why and nothing changes.
-	r = br.post("/admin/tenants/"+tn.ID+"/plan", url.Values{"csrf": {tok}, "plan": {local}})
+	r = br.post("/admin/tenants/"+tn.ID+"/plan", url.Values{"csrf": {tok}, "plan": {local}, "confirm": {"1"}})
 	wantStatus(t, r, http.StatusBadRequest, "plan without a Stripe price")
 	if !strings.Contains(r.body, "stripe_price_id") {
 		t.Fatal("the refusal does not say why")

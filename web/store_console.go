@@ -14,6 +14,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/ids"
 )
 
 // PlanRow is a plan with its quotas.
@@ -194,6 +195,44 @@ func (s *store) versions(ctx context.Context, tenantID string, limit int) ([]Ver
 	})
 	if err != nil {
 		return nil, fmt.Errorf("web: versions: %w", err)
+	}
+	return out, nil
+}
+
+// keyWithSessions is one of the tenant's keys and the number of dashboard
+// sessions opened with it that are still live: revoking the key ends them
+// (a session lives only while the key that opened it does).
+func (s *store) keyWithSessions(ctx context.Context, keyID, tenantID string) (KeyRow, int64, error) {
+	if !ids.IsUUID(keyID) || !ids.IsUUID(tenantID) {
+		return KeyRow{}, 0, apperr.New(apperr.NotFound, "API key not found")
+	}
+	var k KeyRow
+	var sessions int64
+	err := s.db.QueryRow(ctx, `
+		SELECT k.id, k.prefix, k.name, k.created_at, k.last_used_at, k.revoked_at,
+		       (SELECT count(*) FROM web_sessions ws WHERE ws.api_key_id = k.id AND ws.expires_at > now())
+		FROM api_keys k WHERE k.id = $1 AND k.tenant_id = $2`, keyID, tenantID).Scan(
+		&k.ID, &k.Prefix, &k.Name, &k.CreatedAt, &k.LastUsedAt, &k.RevokedAt, &sessions)
+	if err != nil {
+		return KeyRow{}, 0, fmt.Errorf("web: key: %w", notFound(err, "API key"))
+	}
+	return k, sessions, nil
+}
+
+// tenantNames names tenants by id, the first limit of them by name.
+func (s *store) tenantNames(ctx context.Context, ids []string, limit int) ([]tenantLink, error) {
+	rows, err := s.db.Query(ctx, `SELECT id::text, name FROM tenants WHERE id = ANY($1::uuid[]) ORDER BY lower(name), id LIMIT $2`, ids, limit)
+	if err != nil {
+		return nil, fmt.Errorf("web: tenant names: %w", err)
+	}
+	var out []tenantLink
+	var t tenantLink
+	_, err = pgx.ForEachRow(rows, []any{&t.ID, &t.Name}, func() error {
+		out = append(out, t)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("web: tenant names: %w", err)
 	}
 	return out, nil
 }

@@ -76,6 +76,11 @@ type Deps struct {
 	Overrides OverrideManager
 	Replayer  EventReplayer
 	Resyncer  Resyncer
+	// Tenants creates tenants; nil hides the create-tenant form.
+	Tenants TenantCreator
+	// Previews shows the effect of a change on its confirmation page; nil
+	// still asks for the confirmation, without the figures.
+	Previews Previewer
 	// Guard limits failed logins (API key, admin token, used links) per
 	// client IP; nil means no limit beyond the secrets' strength.
 	Guard LoginGuard
