@@ -1,8 +1,11 @@
 package web
 
 import (
+	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -22,10 +25,38 @@ type planForm struct {
 	RateBurst     string
 	Concurrency   string
 	Features      string // comma-separated
-	Quotas        string // one "meter limit mode" per line
 	QuotaWindow   string // "month" or "billing_period"
 	Public        string // "true" (offered to tenants), "false" (internal); "" = unchanged, or true on create
+	// Rows are the quota editor's rows, blank ones included.
+	Rows []quotaRow
 }
+
+// quotaRow is one row of the quota editor: a meter's limit and mode. Its
+// fields are posted as quotas[i].meter, quotas[i].limit, quotas[i].mode,
+// quotas[i].per_seat and quotas[i].remove, so that an error names its row.
+type quotaRow struct {
+	Meter   string
+	Limit   string
+	Mode    string
+	PerSeat bool
+	Remove  bool
+	Errors  []string // what is wrong with the row, shown next to it
+}
+
+// blank reports whether the row was left empty (the spare rows).
+func (r quotaRow) blank() bool { return r.Meter == "" && r.Limit == "" }
+
+const (
+	// spareRows are the empty rows under a plan's quotas: room to add
+	// meters without JavaScript; "More rows" adds moreRows each time.
+	spareRows = 2
+	moreRows  = 3
+	// maxQuotaRows bounds the rows read from a form (the service allows
+	// 100 meters).
+	maxQuotaRows = 120
+)
+
+var meterRe = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
 
 func planFormOf(p PlanRow) planForm {
 	f := planForm{Key: p.Key, Name: p.Name, StripePriceID: p.StripePriceID, Features: strings.Join(p.Features, ", "), QuotaWindow: p.QuotaWindow,
@@ -39,20 +70,22 @@ func planFormOf(p PlanRow) planForm {
 	if p.Concurrency != nil {
 		f.Concurrency = strconv.FormatInt(*p.Concurrency, 10)
 	}
-	lines := make([]string, 0, len(p.Quotas))
 	for _, q := range p.Quotas {
-		line := q.Meter + " " + strconv.FormatInt(q.Limit, 10) + " " + q.Mode
-		if q.PerSeat {
-			line += " per_seat"
-		}
-		lines = append(lines, line)
+		f.Rows = append(f.Rows, quotaRow{Meter: q.Meter, Limit: strconv.FormatInt(q.Limit, 10), Mode: q.Mode, PerSeat: q.PerSeat})
 	}
-	f.Quotas = strings.Join(lines, "\n")
+	return f.withSpareRows(spareRows)
+}
+
+// withSpareRows adds n empty rows.
+func (f planForm) withSpareRows(n int) planForm {
+	for range n {
+		f.Rows = append(f.Rows, quotaRow{Mode: "hard"})
+	}
 	return f
 }
 
 func readPlanForm(c echo.Context) planForm {
-	return planForm{
+	f := planForm{
 		Key:           strings.TrimSpace(c.FormValue("key")),
 		Name:          strings.TrimSpace(c.FormValue("name")),
 		StripePriceID: strings.TrimSpace(c.FormValue("stripe_price_id")),
@@ -60,15 +93,27 @@ func readPlanForm(c echo.Context) planForm {
 		RateBurst:     strings.TrimSpace(c.FormValue("rate_burst")),
 		Concurrency:   strings.TrimSpace(c.FormValue("concurrency")),
 		Features:      c.FormValue("features"),
-		Quotas:        c.FormValue("quotas"),
 		QuotaWindow:   strings.TrimSpace(c.FormValue("quota_window")),
 		Public:        strings.TrimSpace(c.FormValue("public")),
 	}
+	n, _ := strconv.Atoi(c.FormValue("quota_rows"))
+	for i := range min(max(n, 0), maxQuotaRows) {
+		name := func(field string) string { return "quotas[" + strconv.Itoa(i) + "]." + field }
+		f.Rows = append(f.Rows, quotaRow{
+			Meter:   strings.TrimSpace(c.FormValue(name("meter"))),
+			Limit:   strings.TrimSpace(c.FormValue(name("limit"))),
+			Mode:    strings.TrimSpace(c.FormValue(name("mode"))),
+			PerSeat: c.FormValue(name("per_seat")) != "",
+			Remove:  c.FormValue(name("remove")) != "",
+		})
+	}
+	return f
 }
 
 // input turns the form into the entitlements service's input; the service
-// validates the values, this only parses them.
-func (f planForm) input() (entitlements.PlanInput, error) {
+// validates the values, this only parses them. Each quota row is checked on
+// its own, and a bad one is named by its row (quotas[2].limit).
+func (f *planForm) input() (entitlements.PlanInput, error) {
 	var v apperr.Validation
 	in := entitlements.PlanInput{Key: f.Key, Name: f.Name, StripePriceID: f.StripePriceID, Quotas: map[string]*entitlements.QuotaInput{},
 		QuotaWindow: f.QuotaWindow}
@@ -109,31 +154,64 @@ func (f planForm) input() (entitlements.PlanInput, error) {
 			in.Features = append(in.Features, s)
 		}
 	}
-	for i, line := range strings.Split(f.Quotas, "\n") {
-		fields := strings.Fields(line)
-		if len(fields) == 0 {
+	seen := map[string]int{}
+	for i := range f.Rows {
+		r := &f.Rows[i]
+		r.Errors = nil
+		if r.Remove || r.blank() {
 			continue
 		}
-		perSeat := len(fields) > 2 && fields[len(fields)-1] == "per_seat"
-		if perSeat {
-			fields = fields[:len(fields)-1]
+		bad := func(field, format string, args ...any) {
+			msg := fmt.Sprintf("row %d: ", i+1) + fmt.Sprintf(format, args...)
+			v.Add("quotas["+strconv.Itoa(i)+"]."+field, "%s", msg)
+			r.Errors = append(r.Errors, msg)
 		}
-		if len(fields) < 2 || len(fields) > 3 {
-			v.Add("quotas", "line %d: write “meter limit [hard|soft] [per_seat]”, e.g. “requests 100000 hard”", i+1)
-			continue
+		if !meterRe.MatchString(r.Meter) {
+			bad("meter", "the meter name must be 1-64 of a-z, 0-9, _ . and -")
+		} else if j, dup := seen[r.Meter]; dup {
+			bad("meter", "%s is already in row %d", r.Meter, j+1)
+		} else {
+			seen[r.Meter] = i
 		}
-		n, err := strconv.ParseInt(fields[1], 10, 64)
-		if err != nil {
-			v.Add("quotas", "line %d: the limit %q is not a whole number", i+1, fields[1])
-			continue
+		n, err := strconv.ParseInt(r.Limit, 10, 64)
+		if err != nil || n < 0 {
+			bad("limit", "the limit must be a whole number, 0 or more")
 		}
-		q := &entitlements.QuotaInput{Limit: &n, PerSeat: perSeat}
-		if len(fields) == 3 {
-			q.Mode = fields[2]
+		if r.Mode != "hard" && r.Mode != "soft" {
+			bad("mode", "the mode must be hard or soft")
 		}
-		in.Quotas[fields[0]] = q
+		if len(r.Errors) == 0 {
+			in.Quotas[r.Meter] = &entitlements.QuotaInput{Limit: &n, Mode: r.Mode, PerSeat: r.PerSeat}
+		}
 	}
 	return in, v.Err()
+}
+
+// rowErrors puts the service's field errors on quotas (quotas.<meter>.limit)
+// next to the row of that meter, and names the row in the field.
+func (f *planForm) rowErrors(fields []apperr.FieldError) []apperr.FieldError {
+	out := make([]apperr.FieldError, 0, len(fields))
+	for _, fe := range fields {
+		rest, ok := strings.CutPrefix(fe.Field, "quotas.")
+		if ok {
+			for i := range f.Rows {
+				r := &f.Rows[i]
+				if r.Remove || r.Meter == "" || (rest != r.Meter && !strings.HasPrefix(rest, r.Meter+".")) {
+					continue
+				}
+				sub := strings.TrimPrefix(strings.TrimPrefix(rest, r.Meter), ".")
+				if sub == "" {
+					sub = "meter"
+				}
+				fe.Field = "quotas[" + strconv.Itoa(i) + "]." + sub
+				fe.Message = fmt.Sprintf("row %d: %s", i+1, fe.Message)
+				r.Errors = append(r.Errors, fe.Message)
+				break
+			}
+		}
+		out = append(out, fe)
+	}
+	return out
 }
 
 type plansPage struct {
@@ -154,7 +232,8 @@ func (w *Web) renderPlans(c echo.Context, status int, f planForm, errs []apperr.
 
 func (w *Web) handleAdminPlans() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		return w.renderPlans(c, http.StatusOK, planForm{Quotas: "requests 10000 hard"}, nil, adminNotices[c.QueryParam("done")])
+		f := planForm{Rows: []quotaRow{{Meter: "requests", Limit: "10000", Mode: "hard"}}}.withSpareRows(spareRows)
+		return w.renderPlans(c, http.StatusOK, f, nil, adminNotices[c.QueryParam("done")])
 	}
 }
 
@@ -182,12 +261,16 @@ func (w *Web) handleAdminCreatePlan() echo.HandlerFunc {
 			return apperr.New(apperr.NotFound, "plan editing is not available")
 		}
 		f := readPlanForm(c)
+		if c.FormValue("more") != "" {
+			c.Set(ctxNoChange, true)
+			return w.renderPlans(c, http.StatusOK, f.withSpareRows(moreRows), nil, "")
+		}
 		in, err := f.input()
 		if err == nil {
 			_, err = w.PlanAdmin.CreatePlan(c.Request().Context(), in)
 		}
 		if fields, status, ok := formError(err); ok {
-			return w.renderPlans(c, status, f, fields, "")
+			return w.renderPlans(c, status, f, f.rowErrors(fields), "")
 		}
 		if err != nil {
 			return err
@@ -221,42 +304,63 @@ func (w *Web) handleAdminPlan() echo.HandlerFunc {
 }
 
 // handleAdminEditPlan replaces the plan's fields with the form's: a meter
-// left out of the quotas is removed from the plan.
+// left out of the quotas (or whose row is ticked "remove") is removed from
+// the plan. The edit reaches every tenant on the plan, so it is first shown
+// as a confirmation with the limits before and after and the tenants it
+// changes; only the confirm form saves it.
 func (w *Web) handleAdminEditPlan() echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if w.PlanAdmin == nil {
 			return apperr.New(apperr.NotFound, "plan editing is not available")
 		}
+		ctx := c.Request().Context()
 		key := c.Param("key")
 		f := readPlanForm(c)
 		f.Key = key
+		if c.FormValue("more") != "" {
+			c.Set(ctxNoChange, true)
+			more := f.withSpareRows(moreRows)
+			return w.renderPlan(c, http.StatusOK, key, &more, nil)
+		}
 		in, err := f.input()
+		patch := func(cur *entitlements.PlanInput) error {
+			quotas := maps.Clone(in.Quotas)
+			for m := range cur.Quotas {
+				if _, ok := quotas[m]; !ok {
+					quotas[m] = nil // removed
+				}
+			}
+			for m, q := range quotas {
+				// Keep what the form does not show (the Stripe meter event
+				// and what it is sent).
+				if old, ok := cur.Quotas[m]; ok && old != nil && q != nil {
+					qq := *q
+					qq.StripeMeterEvent, qq.StripeReport = old.StripeMeterEvent, old.StripeReport
+					quotas[m] = &qq
+				}
+			}
+			public := in.Public
+			if public == nil {
+				public = cur.Public // a form without the field leaves it as it was
+			}
+			*cur = entitlements.PlanInput{Key: key, Name: in.Name, StripePriceID: in.StripePriceID, Rate: in.Rate,
+				Concurrency: in.Concurrency, Quotas: quotas, Features: in.Features, QuotaWindow: in.QuotaWindow, Public: public}
+			return nil
+		}
+		if err == nil && !confirmed(c) && w.Previews != nil {
+			var e entitlements.PlanEffect
+			if e, err = w.Previews.PreviewPlanPatch(ctx, key, patch); err == nil {
+				return w.confirmPlanEdit(c, e)
+			}
+		}
+		if err == nil && !confirmed(c) {
+			return w.confirmPlanEdit(c, entitlements.PlanEffect{})
+		}
 		if err == nil {
-			_, err = w.PlanAdmin.PatchPlan(c.Request().Context(), key, func(cur *entitlements.PlanInput) error {
-				quotas := in.Quotas
-				for m := range cur.Quotas {
-					if _, ok := quotas[m]; !ok {
-						quotas[m] = nil // removed
-					}
-				}
-				for m, q := range in.Quotas {
-					// Keep what the form does not show (the Stripe meter event
-					// and what it is sent).
-					if old, ok := cur.Quotas[m]; ok && old != nil && q != nil {
-						q.StripeMeterEvent, q.StripeReport = old.StripeMeterEvent, old.StripeReport
-					}
-				}
-				public := in.Public
-				if public == nil {
-					public = cur.Public // a form without the field leaves it as it was
-				}
-				*cur = entitlements.PlanInput{Key: key, Name: in.Name, StripePriceID: in.StripePriceID, Rate: in.Rate,
-					Concurrency: in.Concurrency, Quotas: quotas, Features: in.Features, QuotaWindow: in.QuotaWindow, Public: public}
-				return nil
-			})
+			_, err = w.PlanAdmin.PatchPlan(ctx, key, patch)
 		}
 		if fields, status, ok := formError(err); ok {
-			return w.renderPlan(c, status, key, &f, fields)
+			return w.renderPlan(c, status, key, &f, f.rowErrors(fields))
 		}
 		if err != nil {
 			return err
@@ -266,3 +370,63 @@ func (w *Web) handleAdminEditPlan() echo.HandlerFunc {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// tenantsListed is how many affected tenants a confirmation names.
+const tenantsListed = 20
+
+// confirmPlanEdit shows the plan's limits before and after and the tenants
+// whose limits change.
+func (w *Web) confirmPlanEdit(c echo.Context, e entitlements.PlanEffect) error {
+	key := c.Param("key")
+	d := confirmPage{
+		Heading: "Save plan " + key + "?",
+		Action:  "/admin/plans/" + url.PathEscape(key),
+		Button:  "Save plan " + key,
+		Cancel:  "/admin/plans/" + url.PathEscape(key),
+	}
+	if e.After.Key == "" { // no previews on this server
+		d.Lead = "Every tenant on the plan gets the new limits at once."
+		return w.renderConfirm(c, "Confirm plan edit", d)
+	}
+	n := len(e.Tenants)
+	switch n {
+	case 0:
+		d.Lead = "No tenant is on this plan: saving changes nobody's limits."
+	case 1:
+		d.Lead = "Saving changes the limits of 1 tenant at once."
+	default:
+		d.Lead = "Saving changes the limits of " + fmtInt(int64(n)) + " tenants at once."
+	}
+	for _, r := range diffLimits(planLimits(e.Before), planLimits(e.After), nil) {
+		if r.Name != "Plan" {
+			d.Limits = append(d.Limits, r)
+		}
+	}
+	for _, r := range []limitChange{
+		{Name: "Name", Before: e.Before.Name, After: e.After.Name},
+		{Name: "Stripe price", Before: e.Before.StripePriceID, After: e.After.StripePriceID},
+		{Name: "Features", Before: strings.Join(e.Before.Features, ", "), After: strings.Join(e.After.Features, ", ")},
+		{Name: "Quotas reset", Before: e.Before.QuotaWindow, After: e.After.QuotaWindow},
+		{Name: "Offered to tenants", Before: yesNo(e.Before.Public), After: yesNo(e.After.Public)},
+	} {
+		if r.Before != r.After {
+			r.Changed = true
+			d.Limits = append(d.Limits, r)
+		}
+	}
+	if n > 0 {
+		names, err := w.store.tenantNames(c.Request().Context(), e.Tenants, tenantsListed)
+		if err != nil {
+			return err
+		}
+		d.Tenants, d.More = names, n-len(names)
+	}
+	return w.renderConfirm(c, "Confirm plan edit", d)
+}

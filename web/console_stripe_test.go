@@ -67,17 +67,17 @@ func TestConsolePlanFormPerSeatQuota(t *testing.T) {
 	b := setup(t)
 	br, tok := b.adminBrowser(t)
 	key := uniq("seats")
-	form := url.Values{"csrf": {tok}, "key": {key}, "name": {"Seats"}, "quotas": {"requests 100 hard per_seat\nexports 5"}}
+	form := quotaRows(url.Values{"csrf": {tok}, "key": {key}, "name": {"Seats"}}, "requests 100 hard per_seat", "exports 5 hard")
 	wantRedirect(t, br.post("/admin/plans", form), "/admin/plans/"+key+"?done=created", "create per-seat plan")
 	p, err := b.ents.GetPlan(b.ctx, key)
 	if err != nil || !p.Quotas["requests"].PerSeat || p.Quotas["exports"].PerSeat {
 		t.Fatalf("plan %+v %v, want requests per seat and exports not", p.Quotas, err)
 	}
 	page := br.get("/admin/plans/" + key)
-	if !strings.Contains(page.body, "requests 100 hard per_seat") {
+	if !strings.Contains(page.body, `name="quotas[1].per_seat" value="1" checked`) {
 		t.Fatal("the plan form must show per_seat")
 	}
-	edit := url.Values{"csrf": {tok}, "name": {"Seats"}, "quotas": {"requests 100 hard"}}
+	edit := quotaRows(url.Values{"csrf": {tok}, "name": {"Seats"}, "confirm": {"1"}}, "requests 100 hard")
 	wantRedirect(t, br.post("/admin/plans/"+key, edit), "/admin/plans/"+key+"?done=edited", "edit plan")
 	if p, _ := b.ents.GetPlan(b.ctx, key); p.Quotas["requests"].PerSeat {
 		t.Fatal("removing per_seat in the form must clear it")

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/stripemock"
 )
@@ -137,7 +138,8 @@ func TestConsolePlans(t *testing.T) {
 
 	wantStatus(t, br.get("/admin/plans"), http.StatusOK, "plans")
 	form := url.Values{"csrf": {tok}, "key": {key}, "name": {"Gold"}, "rate_per_second": {"50"}, "rate_burst": {"100"},
-		"concurrency": {"5"}, "features": {"sso, exports"}, "quotas": {"requests 5000 hard\nexports 10 soft"}}
+		"concurrency": {"5"}, "features": {"sso, exports"}}
+	quotaRows(form, "requests 5000 hard", "exports 10 soft")
 	wantRedirect(t, br.post("/admin/plans", form), "/admin/plans/"+key+"?done=created", "create plan")
 	p, err := b.ents.GetPlan(b.ctx, key)
 	if err != nil || p.Quotas["exports"].Mode != "soft" || p.Rate == nil || p.Rate.Burst != 100 || len(p.Features) != 2 {
@@ -149,8 +151,10 @@ func TestConsolePlans(t *testing.T) {
 	if !strings.Contains(r.body, `value="`+key+`"`) {
 		t.Fatal("the refused form must come back filled in")
 	}
-	bad := url.Values{"csrf": {tok}, "key": {uniq("x")}, "quotas": {"requests lots"}}
-	wantStatus(t, br.post("/admin/plans", bad), http.StatusBadRequest, "bad quota line")
+	bad := quotaRows(url.Values{"csrf": {tok}, "key": {uniq("x")}}, "requests lots hard")
+	r = br.post("/admin/plans", bad)
+	wantStatus(t, r, http.StatusBadRequest, "bad quota row")
+	wantIn(t, r.body, "<strong>quotas[0].limit</strong>", `data-row-error="0"`)
 
 	// Editing pro says how many tenants it affects, and reaches them.
 	page := br.get("/admin/plans/" + b.pro)
@@ -158,7 +162,7 @@ func TestConsolePlans(t *testing.T) {
 	if !strings.Contains(page.body, "<strong>2</strong> tenants") {
 		t.Fatal("the plan page must say that the edit affects 2 tenants")
 	}
-	edit := url.Values{"csrf": {tok}, "name": {"Pro"}, "quotas": {"requests 200000 hard"}}
+	edit := quotaRows(url.Values{"csrf": {tok}, "name": {"Pro"}, "confirm": {"1"}}, "requests 200000 hard")
 	wantRedirect(t, br.post("/admin/plans/"+b.pro, edit), "/admin/plans/"+b.pro+"?done=edited", "edit plan")
 	p, _ = b.ents.GetPlan(b.ctx, b.pro)
 	if _, ok := p.Quotas["exports"]; ok || p.Quotas["requests"].Limit != 200000 {
@@ -238,16 +242,48 @@ func TestDashboardShowsStatusAndUsage(t *testing.T) {
 }
 
 func TestPlanFormParsing(t *testing.T) {
-	in, err := planForm{Key: "k", Quotas: "requests 10 hard\n\n  exports 5  \n", Features: " a, ,b ", Concurrency: "3"}.input()
-	if err != nil || len(in.Quotas) != 2 || *in.Quotas["exports"].Limit != 5 || in.Quotas["exports"].Mode != "" || len(in.Features) != 2 || *in.Concurrency != 3 {
+	f := planForm{Key: "k", Features: " a, ,b ", Concurrency: "3", Rows: []quotaRow{
+		{Meter: "requests", Limit: "10", Mode: "hard"}, {Mode: "hard"}, {Meter: "exports", Limit: "5", Mode: "soft", PerSeat: true},
+		{Meter: "gone", Limit: "1", Mode: "hard", Remove: true}}}
+	in, err := f.input()
+	if err != nil || len(in.Quotas) != 2 || *in.Quotas["exports"].Limit != 5 || in.Quotas["exports"].Mode != "soft" || !in.Quotas["exports"].PerSeat ||
+		len(in.Features) != 2 || *in.Concurrency != 3 {
 		t.Fatalf("%+v %v", in, err)
 	}
-	for _, f := range []planForm{{Quotas: "requests"}, {Quotas: "requests x"}, {Quotas: "a 1 hard extra"}, {RatePerSecond: "fast"}, {RateBurst: "1.5"}, {Concurrency: "many"}} {
+	// Each bad row is named by its row and field.
+	for _, c := range []struct {
+		row   quotaRow
+		field string
+	}{
+		{quotaRow{Meter: "requests", Mode: "hard"}, "quotas[1].limit"},
+		{quotaRow{Meter: "requests", Limit: "x", Mode: "hard"}, "quotas[1].limit"},
+		{quotaRow{Meter: "requests", Limit: "-1", Mode: "hard"}, "quotas[1].limit"},
+		{quotaRow{Meter: "requests", Limit: "1.5", Mode: "hard"}, "quotas[1].limit"},
+		{quotaRow{Meter: "Bad Meter", Limit: "1", Mode: "hard"}, "quotas[1].meter"},
+		{quotaRow{Limit: "1", Mode: "hard"}, "quotas[1].meter"},
+		{quotaRow{Meter: "requests", Limit: "1", Mode: "strict"}, "quotas[1].mode"},
+		{quotaRow{Meter: "requests", Limit: "1"}, "quotas[1].mode"},
+	} {
+		f := planForm{Rows: []quotaRow{{Meter: "ok", Limit: "1", Mode: "hard"}, c.row}}
+		if c.row.Meter == "requests" {
+			f.Rows[0].Meter = "other"
+		}
+		_, err := f.input()
+		e, ok := apperr.As(err)
+		if !ok || len(e.Fields) != 1 || e.Fields[0].Field != c.field || !strings.HasPrefix(e.Fields[0].Message, "row 2: ") || len(f.Rows[1].Errors) != 1 {
+			t.Errorf("%+v: %v, want one error on %s", c.row, err, c.field)
+		}
+	}
+	dup := planForm{Rows: []quotaRow{{Meter: "requests", Limit: "1", Mode: "hard"}, {Meter: "requests", Limit: "2", Mode: "soft"}}}
+	if _, err := dup.input(); err == nil || !strings.Contains(err.Error(), "already in row 1") {
+		t.Errorf("duplicate meter: %v", err)
+	}
+	for _, f := range []planForm{{RatePerSecond: "fast"}, {RateBurst: "1.5"}, {Concurrency: "many"}} {
 		if _, err := f.input(); err == nil {
 			t.Errorf("%+v: no error", f)
 		}
 	}
-	if in, _ := (planForm{}).input(); in.Rate != nil || in.Concurrency != nil {
+	if in, _ := (&planForm{}).input(); in.Rate != nil || in.Concurrency != nil {
 		t.Fatal("empty rate and concurrency mean unlimited")
 	}
 }

@@ -28,7 +28,7 @@ func TestConsolePlanQuotaWindow(t *testing.T) {
 	if !strings.Contains(page.body, `<option value="month" selected>`) {
 		t.Fatal("a new plan's form must show quotas resetting monthly")
 	}
-	edit := url.Values{"csrf": {tok}, "name": {"Annual"}, "quotas": {"tokens 20 soft"}, "quota_window": {"billing_period"}}
+	edit := quotaRows(url.Values{"csrf": {tok}, "name": {"Annual"}, "quota_window": {"billing_period"}, "confirm": {"1"}}, "tokens 20 soft")
 	wantRedirect(t, br.post("/admin/plans/"+key, edit), "/admin/plans/"+key+"?done=edited", "edit plan")
 	p, err := b.ents.GetPlan(b.ctx, key)
 	if err != nil || p.QuotaWindow != "billing_period" || p.Quotas["tokens"].StripeReport != entitlements.ReportTotal || p.Quotas["tokens"].StripeMeterEvent != "tokens" {

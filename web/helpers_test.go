@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -281,4 +282,21 @@ func wantRedirect(t testing.TB, r resp, to, what string) {
 	if r.status != http.StatusSeeOther || r.header.Get("Location") != to {
 		t.Fatalf("%s: status %d Location %q, want 303 to %q\n%.2000s", what, r.status, r.header.Get("Location"), to, r.body)
 	}
+}
+
+// quotaRows adds the quota editor's rows to a plan form, each written
+// "meter limit mode [per_seat]".
+func quotaRows(v url.Values, rows ...string) url.Values {
+	for i, r := range rows {
+		f := strings.Fields(r)
+		name := func(field string) string { return "quotas[" + strconv.Itoa(i) + "]." + field }
+		v.Set(name("meter"), f[0])
+		v.Set(name("limit"), f[1])
+		v.Set(name("mode"), f[2])
+		if len(f) > 3 && f[3] == "per_seat" {
+			v.Set(name("per_seat"), "1")
+		}
+	}
+	v.Set("quota_rows", strconv.Itoa(len(rows)))
+	return v
 }

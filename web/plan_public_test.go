@@ -14,7 +14,7 @@ func TestConsolePlanFormPublic(t *testing.T) {
 	b := setup(t)
 	br, tok := b.adminBrowser(t)
 	key := uniq("staff")
-	form := url.Values{"csrf": {tok}, "key": {key}, "name": {"Staff"}, "quotas": {"requests 5 hard"}, "public": {"false"}}
+	form := quotaRows(url.Values{"csrf": {tok}, "key": {key}, "name": {"Staff"}, "public": {"false"}}, "requests 5 hard")
 	wantRedirect(t, br.post("/admin/plans", form), "/admin/plans/"+key+"?done=created", "create internal plan")
 	if p, err := b.ents.GetPlan(b.ctx, key); err != nil || p.Public {
 		t.Fatalf("plan %+v %v, want internal", p, err)
@@ -26,7 +26,7 @@ func TestConsolePlanFormPublic(t *testing.T) {
 	if list := br.get("/admin/plans"); !strings.Contains(list.body, `internal</span>`) {
 		t.Fatal("the plans list must mark internal plans")
 	}
-	edit := url.Values{"csrf": {tok}, "name": {"Staff only"}, "quotas": {"requests 6 hard"}}
+	edit := quotaRows(url.Values{"csrf": {tok}, "name": {"Staff only"}, "confirm": {"1"}}, "requests 6 hard")
 	wantRedirect(t, br.post("/admin/plans/"+key, edit), "/admin/plans/"+key+"?done=edited", "edit without public")
 	if p, _ := b.ents.GetPlan(b.ctx, key); p.Public || p.Name != "Staff only" {
 		t.Fatalf("an edit without the field must keep the plan internal: %+v", p)
