@@ -185,7 +185,7 @@ func (w *Web) adminTenant(c echo.Context) (page, tenantPage, error) {
 	if d.Plans, err = w.store.plans(ctx); err != nil {
 		return page{}, d, err
 	}
-	if d.Events, err = w.store.events(ctx, "", id, 10); err != nil {
+	if d.Events, err = w.store.events(ctx, id, 10); err != nil {
 		return page{}, d, err
 	}
 	if d.Versions, err = w.store.versions(ctx, id, 10); err != nil {
@@ -390,66 +390,6 @@ func (w *Web) handleAdminMintLink() echo.HandlerFunc {
 		d.NewLink = &newLink{URL: base + u, ExpiresAt: exp}
 		p.Notice, p.Data = "Dashboard link made. It works once, until "+fmtTime(exp)+".", d
 		return w.render(c, http.StatusCreated, "admin_tenant", p)
-	}
-}
-
-type eventsPage struct {
-	Status   string
-	Statuses []string
-	Events   []EventRow
-}
-
-var eventStatuses = []string{"failed", "pending", "processed", "ignored"}
-
-func (w *Web) handleAdminEvents() echo.HandlerFunc {
-	return func(c echo.Context) error {
-		status := c.QueryParam("status")
-		valid := status == ""
-		for _, s := range eventStatuses {
-			valid = valid || s == status
-		}
-		if !valid {
-			return apperr.Invalidf("status", "must be one of %s", strings.Join(eventStatuses, ", "))
-		}
-		evs, err := w.store.events(c.Request().Context(), status, "", 200)
-		if err != nil {
-			return err
-		}
-		return w.render(c, http.StatusOK, "admin_events", page{Title: "Stripe events", Nav: "events", Notice: adminNotices[c.QueryParam("done")],
-			Data: eventsPage{Status: status, Statuses: eventStatuses, Events: evs}})
-	}
-}
-
-type eventPage struct {
-	Event     EventRow
-	CanReplay bool
-}
-
-func (w *Web) handleAdminEvent() echo.HandlerFunc {
-	return func(c echo.Context) error {
-		e, err := w.store.event(c.Request().Context(), c.Param("id"))
-		if err != nil {
-			return err
-		}
-		return w.render(c, http.StatusOK, "admin_event", page{Title: "Event " + e.ID, Nav: "events", Notice: adminNotices[c.QueryParam("done")],
-			Data: eventPage{Event: e, CanReplay: w.Replayer != nil}})
-	}
-}
-
-func (w *Web) handleAdminReplay() echo.HandlerFunc {
-	return func(c echo.Context) error {
-		if w.Replayer == nil {
-			return apperr.New(apperr.NotFound, "replay is not available")
-		}
-		ctx := c.Request().Context()
-		id := c.Param("id")
-		if _, err := w.store.event(ctx, id); err != nil {
-			return err
-		}
-		if _, err := w.Replayer.Replay(ctx, id); err != nil {
-			return err
-		}
-		return c.Redirect(http.StatusSeeOther, "/admin/events/"+url.PathEscape(id)+"?done=replayed")
 	}
 }
 

@@ -6,6 +6,8 @@ package web
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +19,7 @@ type EventRow struct {
 	Type          string
 	CustomerID    string
 	TenantID      string
+	TenantName    string // "" when the event names no tenant (or it is gone)
 	Created       time.Time
 	ReceivedAt    time.Time
 	Status        string
@@ -28,29 +31,32 @@ type EventRow struct {
 	Payload       string // pretty JSON; only filled by event()
 }
 
-const eventCols = `id, type, COALESCE(stripe_customer_id, ''), COALESCE(tenant_id::text, ''), event_created, received_at,
-	status, COALESCE(ignored_reason, ''), attempts, COALESCE(last_error, ''), processed_at, api_version`
+// eventCols are read from stripe_events e LEFT JOIN tenants t.
+const eventCols = `e.id, e.type, COALESCE(e.stripe_customer_id, ''), COALESCE(e.tenant_id::text, ''), COALESCE(t.name, ''),
+	e.event_created, e.received_at, e.status, COALESCE(e.ignored_reason, ''), e.attempts, COALESCE(e.last_error, ''),
+	e.processed_at, e.api_version`
+
+const eventFrom = ` FROM stripe_events e LEFT JOIN tenants t ON t.id = e.tenant_id `
+
+func eventDest(e *EventRow) []any {
+	return []any{&e.ID, &e.Type, &e.CustomerID, &e.TenantID, &e.TenantName, &e.Created, &e.ReceivedAt,
+		&e.Status, &e.IgnoredReason, &e.Attempts, &e.LastError, &e.ProcessedAt, &e.APIVersion}
+}
 
 func scanEvents(rows pgx.Rows) ([]EventRow, error) {
 	var out []EventRow
 	var e EventRow
-	_, err := pgx.ForEachRow(rows, []any{&e.ID, &e.Type, &e.CustomerID, &e.TenantID, &e.Created, &e.ReceivedAt,
-		&e.Status, &e.IgnoredReason, &e.Attempts, &e.LastError, &e.ProcessedAt, &e.APIVersion}, func() error {
+	_, err := pgx.ForEachRow(rows, eventDest(&e), func() error {
 		out = append(out, e)
 		return nil
 	})
 	return out, err
 }
 
-// events lists events, newest first, optionally of one status and one tenant.
-func (s *store) events(ctx context.Context, status, tenantID string, limit int) ([]EventRow, error) {
-	var tid *string
-	if tenantID != "" {
-		tid = &tenantID
-	}
-	rows, err := s.db.Query(ctx, `SELECT `+eventCols+` FROM stripe_events
-		WHERE ($1 = '' OR status = $1) AND ($2::uuid IS NULL OR tenant_id = $2::uuid)
-		ORDER BY received_at DESC LIMIT $3`, status, tid, limit)
+// events lists a tenant's last events, newest first.
+func (s *store) events(ctx context.Context, tenantID string, limit int) ([]EventRow, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+eventCols+eventFrom+`
+		WHERE e.tenant_id = $1 ORDER BY e.received_at DESC, e.id DESC LIMIT $2`, tenantID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("web: events: %w", err)
 	}
@@ -61,17 +67,100 @@ func (s *store) events(ctx context.Context, status, tenantID string, limit int) 
 	return out, nil
 }
 
-func (s *store) event(ctx context.Context, id string) (EventRow, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+eventCols+`, jsonb_pretty(payload) FROM stripe_events WHERE id = $1`, id)
-	if err != nil {
-		return EventRow{}, fmt.Errorf("web: event: %w", err)
+// eventFilter selects the console's events list; empty fields match all.
+type eventFilter struct {
+	Status   string // pending, processed, ignored or failed
+	ID       string // an event id (evt_…), exactly
+	Customer string // a Stripe customer id (cus_…), exactly
+}
+
+// where is the filter as SQL on stripe_events e, with its arguments as $1…;
+// only the conditions that apply are written, so that each form of the
+// query is planned on its index (stripe_events_pkey,
+// stripe_events_customer_idx, stripe_events_status_received_idx,
+// stripe_events_received_idx) rather than a generic plan of ORs.
+func (f eventFilter) where() (string, []any) {
+	conds, args := []string{"true"}, []any{}
+	add := func(cond string, arg any) {
+		args = append(args, arg)
+		conds = append(conds, fmt.Sprintf(cond, len(args)))
 	}
-	e, err := pgx.CollectExactlyOneRow(rows, func(r pgx.CollectableRow) (EventRow, error) {
-		var e EventRow
-		err := r.Scan(&e.ID, &e.Type, &e.CustomerID, &e.TenantID, &e.Created, &e.ReceivedAt,
-			&e.Status, &e.IgnoredReason, &e.Attempts, &e.LastError, &e.ProcessedAt, &e.APIVersion, &e.Payload)
-		return e, err
-	})
+	if f.Status != "" {
+		add("e.status = $%d", f.Status)
+	}
+	if f.ID != "" {
+		add("e.id = $%d", f.ID)
+	}
+	if f.Customer != "" {
+		add("e.stripe_customer_id = $%d", f.Customer)
+	}
+	return strings.Join(conds, " AND "), args
+}
+
+// eventPage lists the events that match f, newest first, after the row
+// (afterAt, afterID) when afterAt is set (keyset pagination).
+func (s *store) eventPage(ctx context.Context, f eventFilter, afterAt *time.Time, afterID string, limit int) ([]EventRow, error) {
+	where, args := f.where()
+	if afterAt != nil {
+		args = append(args, *afterAt, afterID)
+		where += fmt.Sprintf(" AND (e.received_at, e.id) < ($%d, $%d)", len(args)-1, len(args))
+	}
+	args = append(args, limit)
+	rows, err := s.db.Query(ctx, `SELECT `+eventCols+eventFrom+` WHERE `+where+`
+		ORDER BY e.received_at DESC, e.id DESC LIMIT $`+strconv.Itoa(len(args)), args...)
+	if err != nil {
+		return nil, fmt.Errorf("web: events: %w", err)
+	}
+	out, err := scanEvents(rows)
+	if err != nil {
+		return nil, fmt.Errorf("web: events: %w", err)
+	}
+	return out, nil
+}
+
+// failedIDs are the ids of failed events that match f, newest first, at
+// most limit, and how many match in all.
+func (s *store) failedIDs(ctx context.Context, f eventFilter, limit int) ([]string, int64, error) {
+	f.Status = "failed"
+	where, args := f.where()
+	var total int64
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM stripe_events e WHERE `+where, args...).Scan(&total); err != nil {
+		return nil, 0, fmt.Errorf("web: failed events: %w", err)
+	}
+	if limit == 0 || total == 0 {
+		return nil, total, nil
+	}
+	args = append(args, limit)
+	rows, err := s.db.Query(ctx, `SELECT e.id FROM stripe_events e WHERE `+where+`
+		ORDER BY e.received_at DESC, e.id DESC LIMIT $`+strconv.Itoa(len(args)), args...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("web: failed events: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, 0, fmt.Errorf("web: failed events: %w", err)
+	}
+	return ids, total, nil
+}
+
+// failedAmong keeps the ids of events that are failed, newest first.
+func (s *store) failedAmong(ctx context.Context, ids []string) ([]string, error) {
+	rows, err := s.db.Query(ctx, `SELECT id FROM stripe_events WHERE id = ANY($1) AND status = 'failed'
+		ORDER BY received_at DESC, id DESC`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("web: failed events: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("web: failed events: %w", err)
+	}
+	return out, nil
+}
+
+func (s *store) event(ctx context.Context, id string) (EventRow, error) {
+	var e EventRow
+	err := s.db.QueryRow(ctx, `SELECT `+eventCols+`, jsonb_pretty(e.payload)`+eventFrom+`WHERE e.id = $1`, id).
+		Scan(append(eventDest(&e), &e.Payload)...)
 	if err != nil {
 		return EventRow{}, fmt.Errorf("web: event: %w", notFound(err, "Stripe event"))
 	}

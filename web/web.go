@@ -205,6 +205,7 @@ func (w *Web) Register(e *echo.Echo) {
 	e.POST("/admin/addons/:price/delete", w.handleAdminDeleteAddon(), append(admin, w.audited("addon.delete"))...)
 	e.GET("/admin/events", w.handleAdminEvents(), admin...)
 	e.GET("/admin/events/:id", w.handleAdminEvent(), admin...)
+	e.POST("/admin/events/replay", w.handleAdminBulkReplay(), admin...)
 	e.POST("/admin/events/:id/replay", w.handleAdminReplay(), append(admin, w.audited("stripe_event.replay"))...)
 	e.GET("/admin/drift", w.handleAdminDrift(), admin...)
 	e.GET("/admin/metering", w.handleAdminMetering(), admin...)
