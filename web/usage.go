@@ -53,6 +53,9 @@ type UsageView struct {
 	Charts      []Chart // usage per day, one per meter with history or a quota
 	Refusals    Chart   // refused requests per day, stacked by policy
 	Now         time.Time
+	// Stale is set when Redis did not answer in time: the figures are
+	// Postgres's and the page says they may be behind.
+	Stale bool
 }
 
 // usageView reads the tenant's usage. The numbers are GET /v1/usage's: the
@@ -75,7 +78,7 @@ func (w *Web) usageView(ctx context.Context, tenantID string) (UsageView, error)
 	if err != nil {
 		return UsageView{}, fmt.Errorf("web: usage: %w", err)
 	}
-	v := UsageView{Tenant: t, Sub: sub, Snap: snap, Now: now,
+	v := UsageView{Tenant: t, Sub: sub, Snap: snap, Now: now, Stale: u.Stale,
 		PeriodStart: u.Period.Start, PeriodEnd: u.Period.End, Status: statusOf(snap, sub, t, w.DefaultPlan, now)}
 	if v.PeriodEnd.After(now) {
 		v.ResetIn = fmtDuration(v.PeriodEnd.Sub(now))
@@ -130,8 +133,11 @@ func (w *Web) usageView(ctx context.Context, tenantID string) (UsageView, error)
 	// Today's refusals may not have been flushed yet: the limiter's own
 	// counter for today is at least as new.
 	today := now.Truncate(24 * time.Hour)
-	live, err := w.Limits.Refusals(ctx, tenantID, now)
+	rctx, cancel := context.WithTimeout(ctx, w.RedisTimeout)
+	live, err := w.Limits.Refusals(rctx, tenantID, now)
+	cancel()
 	if err != nil {
+		v.Stale = true
 		w.log.WarnContext(ctx, "reading live refusals failed", "tenant_id", tenantID, "err", err)
 	}
 	perPolicy := map[string][]int64{}

@@ -93,6 +93,10 @@ type Deps struct {
 	// TenantTTL and AdminTTL are how long sessions last; default 12h and 8h.
 	TenantTTL time.Duration
 	AdminTTL  time.Duration
+	// RedisTimeout bounds the pages' reads of live counters; default
+	// 250ms (REDIS_TIMEOUT). Past it a page shows Postgres's figures with a
+	// notice that they may be behind.
+	RedisTimeout time.Duration
 	// Now is the clock of the pages (time until reset, projections);
 	// default time.Now.
 	Now func() time.Time
@@ -122,6 +126,9 @@ func New(d Deps) (*Web, error) {
 	}
 	if d.DefaultPlan == "" {
 		d.DefaultPlan = "free"
+	}
+	if d.RedisTimeout <= 0 {
+		d.RedisTimeout = 250 * time.Millisecond
 	}
 	if d.TenantTTL <= 0 {
 		d.TenantTTL = 12 * time.Hour

@@ -124,7 +124,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	}
 	// The limiter rebuilds a quota counter lost with Redis from metering's
 	// durable usage, so a Redis restart never hands out a fresh quota.
-	meter := metering.NewService(pool, limitstore.New(rdb, limiter.DefaultPrefix), log, metering.Options{Snapshot: ents.Current})
+	meter := metering.NewService(pool, limitstore.New(rdb, limiter.DefaultPrefix), log, metering.Options{Snapshot: ents.Current, RedisTimeout: cfg.RedisTimeout})
 	lim, closeLimiter, err := newLimiter(cfg, ents, meter.LoadUsage, reg)
 	if err != nil {
 		return err
@@ -141,7 +141,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	trail := audit.New(pool, log) // who changed what, through the API or the console
 	pages, err := web.New(web.Deps{Log: log, DB: pool, Limits: limitstore.New(rdb, limiter.DefaultPrefix),
 		Snapshots: ents, Usage: meter, AdminToken: cfg.AdminToken, AdminTokens: cfg.AdminTokens, Audit: trail,
-		DefaultPlan: cfg.DefaultPlan, PublicURL: cfg.PublicURL,
+		DefaultPlan: cfg.DefaultPlan, PublicURL: cfg.PublicURL, RedisTimeout: cfg.RedisTimeout,
 		Plans: planChanger(cfg, ents, bill), PlanAdmin: ents, Addons: ents, Keys: ents, Overrides: ents, Replayer: bill, Resyncer: resync, Guard: authLim,
 		Tenants: ents, Previews: ents})
 	if err != nil {
@@ -171,6 +171,7 @@ func newEntitlements(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg config.C
 	}
 	return entitlements.NewService(pool, store, log, entitlements.Options{
 		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Redis: rdb, Prefix: limiter.DefaultPrefix,
+		RedisTimeout: cfg.RedisTimeout,
 	})
 }
 

@@ -63,6 +63,12 @@ type Config struct {
 	MigrateOnStart bool
 	// LimiterTimeout (LIMITER_TIMEOUT), default 50ms: the longest a decision waits for Redis.
 	LimiterTimeout time.Duration
+	// RedisTimeout (REDIS_TIMEOUT), default 250ms: the longest a request
+	// waits for one Redis step outside the limiter's decisions (live usage
+	// figures, adding ingested usage to counters, publishing a change or a
+	// key revocation). Postgres holds the truth of each, so a Redis that
+	// does not answer in time costs freshness, not the answer.
+	RedisTimeout time.Duration
 	// LeaseTTL (LEASE_TTL), default 60s: how long a concurrency slot taken
 	// by POST /v1/check is held when DELETE /v1/leases/{id} never comes.
 	LeaseTTL time.Duration
@@ -207,6 +213,7 @@ func Load(getenv func(string) string) (Config, error) {
 	c.GracePeriod = dur("GRACE_PERIOD", "168h", 0)
 	c.LimiterTimeout = dur("LIMITER_TIMEOUT", "50ms", time.Millisecond)
 	c.LeaseTTL = dur("LEASE_TTL", "60s", time.Second)
+	c.RedisTimeout = dur("REDIS_TIMEOUT", "250ms", time.Millisecond)
 	c.FlushInterval = dur("FLUSH_INTERVAL", "1s", 100*time.Millisecond)
 	c.ShutdownTimeout = dur("SHUTDOWN_TIMEOUT", "15s", 0)
 	c.UsageEventsRetention = dur("USAGE_EVENTS_RETENTION", "2160h", 864*time.Hour)

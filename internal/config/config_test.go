@@ -70,6 +70,23 @@ func TestAdminTokens(t *testing.T) {
 	}
 }
 
+// REDIS_TIMEOUT defaults to 250ms, can be changed, and is a positive
+// duration.
+func TestRedisTimeout(t *testing.T) {
+	c, err := Load(envOf(nil))
+	if err != nil || c.RedisTimeout != 250*time.Millisecond {
+		t.Fatalf("default REDIS_TIMEOUT = %v (%v), want 250ms", c.RedisTimeout, err)
+	}
+	if c, err = Load(envOf(map[string]string{"REDIS_TIMEOUT": "1s"})); err != nil || c.RedisTimeout != time.Second {
+		t.Fatalf("REDIS_TIMEOUT=1s: %v (%v)", c.RedisTimeout, err)
+	}
+	for _, v := range []string{"0", "-1s", "soon"} {
+		if _, err := Load(envOf(map[string]string{"REDIS_TIMEOUT": v})); err == nil || !strings.Contains(err.Error(), "REDIS_TIMEOUT") {
+			t.Errorf("REDIS_TIMEOUT=%s: err = %v, want one naming REDIS_TIMEOUT", v, err)
+		}
+	}
+}
+
 // LEASE_TTL defaults to 60s, can be changed, and is at least a second.
 func TestLeaseTTL(t *testing.T) {
 	c, err := Load(envOf(nil))

@@ -99,7 +99,10 @@ RETURNING id::text, created_at`, tenantID, k.Prefix, hashKey(raw), name).Scan(&k
 		// Other instances learn of the key for their index; if this fails
 		// they still look it up in Postgres, except for an address that
 		// has used up its failed logins, until their next resubscription.
-		if err := s.opts.Redis.Publish(ctx, s.RevokedChannel(), "+"+hex.EncodeToString(sum)).Err(); err != nil {
+		pctx, cancel := context.WithTimeout(ctx, s.opts.RedisTimeout)
+		err := s.opts.Redis.Publish(pctx, s.RevokedChannel(), "+"+hex.EncodeToString(sum)).Err()
+		cancel()
+		if err != nil {
 			s.log.WarnContext(ctx, "publishing a new api key to the key index failed", "key_id", k.ID, "err", err)
 		}
 	}
@@ -130,7 +133,10 @@ SELECT id::text, prefix, name, created_at, last_used_at, revoked_at FROM api_key
 
 // RevokeKey revokes a key at once on every instance: the revocation is
 // committed, then the key's hash is published so that every Service drops it
-// from its cache. Revoking a revoked key is a no-op; an unknown one NotFound.
+// from its cache. A publish Redis does not take in time is retried by Run
+// until it is sent or KeyCacheTTL has passed; the revocation is in force
+// either way, so it is not an error. Revoking a revoked key is a no-op (and
+// publishes again); an unknown one NotFound.
 func (s *Service) RevokeKey(ctx context.Context, keyID string) error {
 	if !ids.IsUUID(keyID) {
 		return apperr.New(apperr.NotFound, "no API key %q", keyID)
@@ -152,14 +158,59 @@ RETURNING hash, tenant_id::text`, keyID).Scan(&hash, &tenantID)
 	s.keys.revoke(h)
 	s.index.remove(indexID(hash))
 	if s.opts.Redis != nil {
-		if err := s.opts.Redis.Publish(ctx, s.RevokedChannel(), h).Err(); err != nil {
-			// Other instances trust their cache for at most KeyCacheTTL.
-			s.log.ErrorContext(ctx, "publishing api key revocation failed", "key_id", keyID, "err", err)
-			return apperr.New(apperr.Unavailable, "the key is revoked, but other instances may accept it for up to %s: %v", s.opts.KeyCacheTTL, err)
+		// Committed means done (publishRetried's policy): answering an
+		// error would hang or fail a revocation that is in force. Other
+		// instances trust their cache for at most KeyCacheTTL; until then
+		// Run keeps publishing, so they drop the key as soon as Redis
+		// answers again.
+		err := s.retried(ctx, func(ctx context.Context) error { return s.publishRevocation(ctx, h) })
+		if err != nil {
+			s.log.ErrorContext(ctx, "publishing api key revocation failed; retried in the background", "key_id", keyID, "err", err)
+			s.unsentMu.Lock()
+			s.unsent[h] = s.opts.Now()
+			s.unsentMu.Unlock()
 		}
 	}
 	s.log.InfoContext(ctx, "api key revoked", "tenant_id", tenantID, "key_id", keyID)
 	return nil
+}
+
+func (s *Service) publishRevocation(ctx context.Context, hash string) error {
+	return s.opts.Redis.Publish(ctx, s.RevokedChannel(), hash).Err()
+}
+
+// resendRevocations publishes, every second until ctx ends, the
+// revocations whose publish failed, dropping each once sent or once
+// KeyCacheTTL has passed (every instance has re-read Postgres by then).
+func (s *Service) resendRevocations(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		s.unsentMu.Lock()
+		due := make(map[string]time.Time, len(s.unsent))
+		for h, at := range s.unsent {
+			due[h] = at
+		}
+		s.unsentMu.Unlock()
+		for h, at := range due {
+			done := s.opts.Now().Sub(at) > s.opts.KeyCacheTTL
+			if !done {
+				pctx, cancel := context.WithTimeout(ctx, s.opts.RedisTimeout)
+				done = s.publishRevocation(pctx, h) == nil
+				cancel()
+			}
+			if done {
+				s.unsentMu.Lock()
+				delete(s.unsent, h)
+				s.unsentMu.Unlock()
+			}
+		}
+	}
 }
 
 // Authenticate maps a raw API key to its tenant. Unknown, malformed and

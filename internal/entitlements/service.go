@@ -48,6 +48,12 @@ type Options struct {
 	// the system of record, so with Redis slow or dead a read falls back to
 	// it instead of waiting out go-redis's retries.
 	RedisReadTimeout time.Duration
+	// RedisTimeout bounds each attempt of a publish after a commit (a
+	// snapshot, a new or revoked API key); default 250ms. The change is
+	// committed in Postgres by then, so a Redis that does not answer costs
+	// the request at most three attempts, never go-redis's seconds of
+	// retries.
+	RedisTimeout time.Duration
 }
 
 // Service is the entitlements domain: plans, tenants, API keys, snapshots.
@@ -60,6 +66,11 @@ type Service struct {
 	index keyIndex
 	// meters caches which meters any plan defines (MeterDefined).
 	meters meterSet
+	// unsent holds revocations (key hash → revoked at) whose publish
+	// failed; Run publishes them again until they are sent or every
+	// instance's cache has expired them anyway (KeyCacheTTL).
+	unsentMu sync.Mutex
+	unsent   map[string]time.Time
 }
 
 // NewService builds the service. store may be nil in tools that never
@@ -92,10 +103,13 @@ func NewService(db *pgxpool.Pool, store *limitstore.Store, log *slog.Logger, opt
 	if opts.RedisReadTimeout == 0 {
 		opts.RedisReadTimeout = 100 * time.Millisecond
 	}
+	if opts.RedisTimeout <= 0 {
+		opts.RedisTimeout = 250 * time.Millisecond
+	}
 	if opts.LastUsedEvery == 0 {
 		opts.LastUsedEvery = time.Minute
 	}
-	return &Service{db: db, store: store, log: log, opts: opts, keys: newKeyCache()}
+	return &Service{db: db, store: store, log: log, opts: opts, keys: newKeyCache(), unsent: map[string]time.Time{}}
 }
 
 // DefaultPlan is the plan tenants fall back to.
@@ -113,6 +127,9 @@ func (s *Service) Run(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
+	resent := make(chan struct{})
+	go func() { defer close(resent); s.resendRevocations(ctx) }()
+	defer func() { <-resent }()
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		err := s.subscribeOnce(ctx)

@@ -239,8 +239,13 @@ func (s *Service) Ingest(ctx context.Context, tenantID string, evs []Event) (Ing
 	// Committed: Postgres is the truth now. A failed Redis update is only
 	// logged, because the counter is then at most behind by this batch and
 	// GET /v1/usage shows max(Redis, Postgres).
+	// One deadline for all of them (once it has passed the rest fail at
+	// once): the batch is stored, so a Redis that does not answer must not
+	// hold the answer, which a client that times out would resend.
+	rctx, cancel := context.WithTimeout(ctx, s.opts.RedisTimeout)
+	defer cancel()
 	for _, a := range adds {
-		if err := s.store.AddUsage(ctx, tenantID, a.meter, a.start, a.n); err != nil {
+		if err := s.store.AddUsage(rctx, tenantID, a.meter, a.start, a.n); err != nil {
 			s.log.WarnContext(ctx, "adding usage to redis failed", "tenant_id", tenantID, "meter", a.meter, "err", err)
 		}
 	}

@@ -62,6 +62,12 @@ type Options struct {
 	// Stripe's test-mode limit of 25 requests a second (live mode allows
 	// 1000 meter events a second).
 	ReportRate float64
+	// RedisTimeout bounds the Redis steps of a request: reading the live
+	// counters of GET /v1/usage (all meters together) and adding ingested
+	// usage to them; default 250ms. Postgres has the truth of both, so a
+	// Redis that does not answer in time makes the figures stale, never the
+	// request hang or fail.
+	RedisTimeout time.Duration
 	// ReportLease is how long a claimed report stays with its reporter
 	// before another may send it; default 2 minutes.
 	ReportLease time.Duration
@@ -103,6 +109,9 @@ func NewService(db *pgxpool.Pool, store *limitstore.Store, log *slog.Logger, opt
 	}
 	if opts.ReportRate <= 0 {
 		opts.ReportRate = 20
+	}
+	if opts.RedisTimeout <= 0 {
+		opts.RedisTimeout = 250 * time.Millisecond
 	}
 	if opts.ReportLease == 0 {
 		opts.ReportLease = 2 * time.Minute

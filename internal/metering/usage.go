@@ -62,7 +62,16 @@ func Used(durable, live int64, liveOK bool) (used int64, source string) {
 type Usage struct {
 	Period period.Period `json:"period"`
 	Meters []MeterUsage  `json:"meters"`
+	// Stale is true when Redis did not answer in time (or failed): Used
+	// is then Postgres's durable figure, behind by what the limiter
+	// counted since the last flush (FLUSH_INTERVAL). StaleReason says why
+	// in a few words.
+	Stale       bool   `json:"stale"`
+	StaleReason string `json:"stale_reason,omitempty"`
 }
+
+// StaleReason of a Usage whose live counters could not be read.
+const staleRedis = "live counters unavailable (Redis did not answer in time); figures are Postgres's, up to one flush interval behind"
 
 // currentPeriod is the snapshot's period, or the next one once the
 // snapshot's has ended (the limiter rolls the same way without waiting for
@@ -119,12 +128,23 @@ func (s *Service) Usage(ctx context.Context, tenantID string) (Usage, error) {
 	}
 	sort.Strings(names)
 	out := Usage{Period: p, Meters: make([]MeterUsage, 0, len(names))}
+	// One deadline for every live read: a Redis that does not answer costs
+	// this request RedisTimeout once, not once per meter (nor go-redis's
+	// read timeout times its retries, seconds), and after the first failure
+	// the remaining meters do not ask.
+	rctx, cancel := context.WithTimeout(ctx, s.opts.RedisTimeout)
+	defer cancel()
 	for _, m := range names {
-		live, ok, err := s.store.Used(ctx, tenantID, m, p.Start)
-		if err != nil {
-			// The durable figure is still right up to the last flush.
-			s.log.WarnContext(ctx, "reading redis usage failed", "tenant_id", tenantID, "meter", m, "err", err)
-			ok = false
+		var live int64
+		ok := false
+		if !out.Stale {
+			var err error
+			live, ok, err = s.store.Used(rctx, tenantID, m, p.Start)
+			if err != nil {
+				// The durable figure is still right up to the last flush.
+				s.log.WarnContext(ctx, "reading redis usage failed; answering postgres figures", "tenant_id", tenantID, "meter", m, "err", err)
+				out.Stale, out.StaleReason, ok = true, staleRedis, false
+			}
 		}
 		used, source := Used(durable[m], live, ok)
 		mu := MeterUsage{Meter: m, Used: used, Source: source}
