@@ -2,8 +2,11 @@ package metering
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,19 +17,31 @@ import (
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
-// commandStats returns Redis's INFO commandstats as calls and µs per
-// command name.
-func commandStats(t testing.TB, b *bundle) (calls, usec map[string]int64) {
+// redisStats is what a flush pass costs Redis, read from INFO.
+type redisStats struct {
+	calls, usec map[string]int64 // INFO commandstats per command name
+	cpu         float64          // INFO cpu: used_cpu_user + used_cpu_sys, seconds
+}
+
+func readRedisStats(t testing.TB, rdb redis.UniversalClient) redisStats {
 	t.Helper()
-	info, err := b.rdb.Info(b.ctx, "commandstats").Result()
+	info, err := rdb.Info(t.Context(), "commandstats", "cpu").Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls, usec = map[string]int64{}, map[string]int64{}
+	s := redisStats{calls: map[string]int64{}, usec: map[string]int64{}}
 	for _, line := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok {
+			continue
+		}
+		if name == "used_cpu_user" || name == "used_cpu_sys" {
+			f, _ := strconv.ParseFloat(rest, 64)
+			s.cpu += f
+			continue
+		}
 		name, found := strings.CutPrefix(name, "cmdstat_")
-		if !ok || !found {
+		if !found {
 			continue
 		}
 		for _, f := range strings.Split(rest, ",") {
@@ -34,130 +49,228 @@ func commandStats(t testing.TB, b *bundle) (calls, usec map[string]int64) {
 			n, _ := strconv.ParseFloat(v, 64)
 			switch k {
 			case "calls":
-				calls[name] = int64(n)
+				s.calls[name] = int64(n)
 			case "usec":
-				usec[name] = int64(n)
+				s.usec[name] = int64(n)
 			}
 		}
 	}
-	return calls, usec
+	return s
 }
 
-// With a million keys in Redis and a thousand active tenants, a flush pass
-// reads the dirty marks, never the keyspace: no SCAN, a few commands per
-// active counter, and every unit counted before the pass is in Postgres
-// when it ends (what Redis may lose is at most what was counted since the
-// last pass: the FLUSH_INTERVAL bound, whatever the keyspace's size).
-func TestFlushCostGrowsWithActivityNotKeyspace(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a million keys: skipped in -short mode")
+// passCost is the difference of two readings around a pass.
+type passCost struct {
+	commands int64            // commands run, those inside scripts included
+	calls    map[string]int64 // per command
+	sentUsec int64            // µs Redis spent in the commands the client sent (scripts include what they run)
+	cpu      float64          // seconds of the redis-server process's CPU
+	per      []string         // per command, for the log
+}
+
+func costOf(before, after redisStats) passCost {
+	c := passCost{calls: map[string]int64{}}
+	for name, n := range after.calls {
+		if name == "info" || name == "ping" || n == before.calls[name] {
+			continue
+		}
+		c.commands += n - before.calls[name]
+		c.calls[name] = n - before.calls[name]
+		// Redis counts a script's commands on their own and inside the
+		// script's time: what the pass costs is the time of what the
+		// client sent (scripts, the dirty-set reads).
+		switch name {
+		case "evalsha", "eval", "smembers", "spop", "sscan":
+			c.sentUsec += after.usec[name] - before.usec[name]
+		}
+		c.per = append(c.per, fmt.Sprintf("%s %d calls %d µs", name, n-before.calls[name], after.usec[name]-before.usec[name]))
 	}
+	slices.Sort(c.per)
+	c.cpu = after.cpu - before.cpu
+	return c
+}
+
+// scaleFixture is a private Redis holding a million unrelated keys, and
+// active tenants with a snapshot each and a limiter that counts their
+// requests.
+type scaleFixture struct {
+	*bundle
+	rdb     *redis.Client
+	lim     *limiter.Limiter
+	tenants []string
+	snap    limiter.Snapshot // the last tenant's; all share the period
+}
+
+func newScaleFixture(t testing.TB, keys, active int) *scaleFixture {
+	t.Helper()
 	srv := redistest.StartServer(t, "--enable-debug-command", "yes")
 	// DEBUG POPULATE of a million keys takes seconds on a loaded machine:
 	// past go-redis's 3 s read timeout, the test failed on its setup.
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 32, ReadTimeout: time.Minute})
 	t.Cleanup(func() { rdb.Close() })
-	b := newBundle(t, setup(t).db, rdb, "tg")
-	if err := rdb.Do(b.ctx, "DEBUG", "POPULATE", 1_000_000, "other").Err(); err != nil {
+	f := &scaleFixture{bundle: newBundle(t, setup(t).db, rdb, "tg"), rdb: rdb}
+	if err := rdb.Do(f.ctx, "DEBUG", "POPULATE", keys, "other").Err(); err != nil {
 		t.Fatal(err)
+	}
+	f.tenants = f.newTenants(t, active, time.Now().Add(-24*time.Hour))
+	quotas := map[string]limiter.Quota{"requests": {Limit: 1 << 40, Mode: "hard"}}
+	for _, tn := range f.tenants {
+		f.snap = f.putSnapshot(t, tn, 1, quotas)
+	}
+	f.lim = newLimiter(t, f.bundle)
+	// A first pass loads the flush scripts, as a running worker has.
+	admit(t, f.bundle, f.lim, f.tenants[0], 1)
+	if _, err := f.svc.FlushOnce(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// touchAll admits a request of cost n for every tenant, 32 at a time.
+func (f *scaleFixture) touchAll(t testing.TB, n int) {
+	t.Helper()
+	var refused atomic.Int64
+	var first atomic.Pointer[error]
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < int64(len(f.tenants)); i = next.Add(1) - 1 {
+				d, err := f.lim.Allow(f.ctx, f.tenants[i], limiter.Request{Cost: int64(n)})
+				if err != nil {
+					first.CompareAndSwap(nil, &err)
+					return
+				}
+				if !d.Allowed {
+					refused.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := first.Load(); err != nil {
+		t.Fatal(*err)
+	}
+	if r := refused.Load(); r != 0 {
+		t.Fatalf("%d tenants refused", r)
+	}
+}
+
+// durableSum is the tenants' durable usage of the period.
+func (f *scaleFixture) durableSum(t testing.TB) int64 {
+	return f.count(t, `SELECT coalesce(sum(used), 0) FROM usage_periods WHERE tenant_id = ANY($1) AND period_start = $2`, f.tenants, f.snap.PeriodStart)
+}
+
+// With a million keys in Redis and a thousand active tenants, a flush pass
+// reads the dirty marks, never the keyspace: no SCAN, a few commands per
+// active counter, and every unit counted before the pass is in Postgres
+// when it ends. The pass ends within the default FLUSH_INTERVAL (1 s), so
+// what Redis may lose is at most what was counted since the last pass,
+// whatever the keyspace's size.
+func TestFlushCostGrowsWithActivityNotKeyspace(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a million keys: skipped in -short mode")
 	}
 	const active = 1000
-	plan := "p" + randHex(6)
-	if _, err := b.db.Exec(b.ctx, `INSERT INTO plans (key, name) VALUES ($1, $1)`, plan); err != nil {
-		t.Fatal(err)
-	}
-	rows, err := b.db.Query(b.ctx, `INSERT INTO tenants (name, plan_key, period_anchor)
-SELECT 't' || g, $1, $2 FROM generate_series(1, $3) g RETURNING id`, plan, time.Now().Add(-24*time.Hour), active)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tenants []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			t.Fatal(err)
-		}
-		tenants = append(tenants, id)
-	}
-	if rows.Err() != nil || len(tenants) != active {
-		t.Fatalf("tenants %d, %v", len(tenants), rows.Err())
-	}
-	quotas := map[string]limiter.Quota{"requests": {Limit: 1000, Mode: "hard"}}
-	var snap limiter.Snapshot
-	for _, tn := range tenants {
-		snap = b.putSnapshot(t, tn, 1, quotas)
-	}
-	lim := newLimiter(t, b)
-	// A first pass loads the flush scripts, as a running worker has.
-	admit(t, b, lim, tenants[0], 1)
-	if _, err := b.svc.FlushOnce(b.ctx); err != nil {
-		t.Fatal(err)
-	}
+	f := newScaleFixture(t, 1_000_000, active)
 	// What the keyspace SCAN of the earlier flush cost on this Redis.
-	c0, u0 := commandStats(t, b)
-	if err := b.store.ScanPending(b.ctx, func(limitstore.PendingKey) error { return nil }); err != nil {
+	s0 := readRedisStats(t, f.rdb)
+	if err := f.store.ScanPending(f.ctx, func(limitstore.PendingKey) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	c1, u1 := commandStats(t, b)
-	t.Logf("for comparison, one keyspace SCAN for pending counters: %d SCAN calls, %.2f ms of Redis CPU", c1["scan"]-c0["scan"], float64(u1["scan"]-u0["scan"])/1000)
-	for _, tn := range tenants {
-		if got := admit(t, b, lim, tn, 2); got != 2 {
-			t.Fatalf("admitted %d, want 2", got)
-		}
-	}
-	if n := rdb.DBSize(b.ctx).Val(); n < 1_000_000+2*active {
+	s1 := readRedisStats(t, f.rdb)
+	t.Logf("for comparison, one keyspace SCAN for pending counters: %d SCAN calls, %.2f ms of Redis CPU",
+		s1.calls["scan"]-s0.calls["scan"], float64(s1.usec["scan"]-s0.usec["scan"])/1000)
+	if n := f.rdb.DBSize(f.ctx).Val(); n < 1_000_000+active {
 		t.Fatalf("dbsize %d", n)
 	}
 
-	calls0, usec0 := commandStats(t, b)
-	start := time.Now()
-	st, err := b.svc.FlushOnce(b.ctx)
-	wall := time.Since(start)
-	if err != nil || st.Counters != active || st.Units != 2*active {
-		t.Fatalf("flush = %+v, %v", st, err)
-	}
-	calls1, usec1 := commandStats(t, b)
-	var cmds, us int64
-	var per []string
-	for name, n := range calls1 {
-		if name == "info" || n == calls0[name] {
-			continue
+	// The best of three passes, each over fresh usage of every tenant:
+	// under a loaded machine one pass may be descheduled; a pass that does
+	// per-counter work (a Postgres commit or a Redis round trip each)
+	// takes seconds every time.
+	const interval = time.Second // FLUSH_INTERVAL's default
+	var best time.Duration
+	want := int64(1) // the fixture's first pass
+	for try := 0; try < 3; try++ {
+		f.touchAll(t, 2)
+		want += 2 * active
+		before := readRedisStats(t, f.rdb)
+		start := time.Now()
+		st, err := f.svc.FlushOnce(f.ctx)
+		wall := time.Since(start)
+		if err != nil || st.Counters != active || st.Units != 2*active {
+			t.Fatalf("flush = %+v, %v", st, err)
 		}
-		cmds += n - calls0[name]
-		// Redis counts the commands a script runs both on their own and
-		// inside the script's time: the CPU is that of the commands the
-		// client sent (scripts and SMEMBERS).
-		if name == "evalsha" || name == "eval" || name == "smembers" {
-			us += usec1[name] - usec0[name]
+		c := costOf(before, readRedisStats(t, f.rdb))
+		t.Logf("pass %d over %d active tenants, %d keys in Redis: %v wall; %d commands (incl. inside scripts), %.2f ms Redis time (commandstats), %.2f ms redis-server CPU; %s",
+			try+1, active, f.rdb.DBSize(f.ctx).Val(), wall.Round(time.Millisecond), c.commands, float64(c.sentUsec)/1000, c.cpu*1000, strings.Join(c.per, "; "))
+		if c.calls["scan"] != 0 {
+			t.Fatalf("the flush ran %d SCANs", c.calls["scan"])
 		}
-		per = append(per, fmt.Sprintf("%s %d calls %d µs", name, n-calls0[name], usec1[name]-usec0[name]))
+		// A few commands per counter (read marks; claim, ack and the
+		// commands inside them), nothing per key in Redis.
+		if c.commands > 10*active {
+			t.Fatalf("%d commands for %d active counters", c.commands, active)
+		}
+		// Everything counted before the pass is durable after it.
+		if got := f.durableSum(t); got != want {
+			t.Fatalf("durable after the pass %d, want %d", got, want)
+		}
+		if best == 0 || wall < best {
+			best = wall
+		}
 	}
-	t.Logf("by command: %s", strings.Join(per, "; "))
-	if d := calls1["scan"] - calls0["scan"]; d != 0 {
-		t.Fatalf("the flush ran %d SCANs", d)
-	}
-	t.Logf("flush pass over %d active tenants with %d keys in Redis: %d commands (incl. inside scripts), %.2f ms of Redis CPU (INFO commandstats), %v wall",
-		active, rdb.DBSize(b.ctx).Val(), cmds, float64(us)/1000, wall.Round(time.Millisecond))
-	// A few commands per counter (read marks; claim, ack and the commands
-	// inside them), nothing per key in Redis.
-	if cmds > 20*active {
-		t.Fatalf("%d commands for %d active counters", cmds, active)
-	}
-	// Everything counted before the pass is durable after it.
-	var durable int64
-	if err := b.db.QueryRow(b.ctx, `SELECT coalesce(sum(used), 0) FROM usage_periods WHERE tenant_id = ANY($1) AND period_start = $2`, tenants, snap.PeriodStart).Scan(&durable); err != nil {
-		t.Fatal(err)
-	}
-	if durable != 2*active+1 {
-		t.Fatalf("durable after the pass %d, want %d", durable, 2*active+1)
+	if best > interval {
+		t.Fatalf("the fastest of 3 passes took %v, past FLUSH_INTERVAL %v: usage counted during a pass waits longer than the loss bound says", best, interval)
 	}
 	// And the next pass, with nothing new, costs next to nothing.
-	calls0, _ = commandStats(t, b)
-	if st, err := b.svc.FlushOnce(b.ctx); err != nil || st.Counters != 0 {
+	before := readRedisStats(t, f.rdb)
+	if st, err := f.svc.FlushOnce(f.ctx); err != nil || st.Counters != 0 {
 		t.Fatalf("idle flush = %+v, %v", st, err)
 	}
-	calls1, _ = commandStats(t, b)
-	if d := calls1["smembers"] - calls0["smembers"]; d != 1 || len(calls1) > len(calls0)+1 {
-		t.Fatalf("idle pass: %d SMEMBERS, commands %v", d, calls1)
+	if c := costOf(before, readRedisStats(t, f.rdb)); c.commands > 1 {
+		t.Fatalf("idle pass ran %d commands: %v", c.commands, c.per)
 	}
+}
+
+// BenchmarkFlushPass1MKeys times one flush pass with a million unrelated
+// keys in a private Redis and 1,000 tenants with unflushed usage, and
+// reports what it cost Redis: ms/pass (wall), redis-ms/pass (INFO
+// commandstats time of the commands sent), redis-cpu-ms/pass (the
+// redis-server process's CPU, INFO cpu) and commands/pass (those inside
+// scripts included). The FLUSH_INTERVAL loss bound holds while ms/pass
+// stays under the interval (default 1 s).
+// Run: go test -run '^$' -bench FlushPass1MKeys -benchtime 20x ./internal/metering/
+func BenchmarkFlushPass1MKeys(b *testing.B) {
+	const active = 1000
+	f := newScaleFixture(b, 1_000_000, active)
+	var wall time.Duration
+	var cost passCost
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		f.touchAll(b, 1)
+		before := readRedisStats(b, f.rdb)
+		b.StartTimer()
+		start := time.Now()
+		st, err := f.svc.FlushOnce(f.ctx)
+		wall += time.Since(start)
+		b.StopTimer()
+		if err != nil || st.Counters != active || st.Units != active {
+			b.Fatalf("flush = %+v, %v", st, err)
+		}
+		c := costOf(before, readRedisStats(b, f.rdb))
+		cost.commands += c.commands
+		cost.sentUsec += c.sentUsec
+		cost.cpu += c.cpu
+		b.StartTimer()
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(wall.Microseconds())/1000/n, "ms/pass")
+	b.ReportMetric(float64(cost.sentUsec)/1000/n, "redis-ms/pass")
+	b.ReportMetric(cost.cpu*1000/n, "redis-cpu-ms/pass")
+	b.ReportMetric(float64(cost.commands)/n, "commands/pass")
+	b.ReportMetric(0, "ns/op") // the per-pass figures above say it
 }
