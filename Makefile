@@ -33,7 +33,7 @@ lint: ## go vet, gofmt check and staticcheck (pinned in go.mod as a tool)
 	$(GO) tool staticcheck ./...
 
 .PHONY: bench
-bench: services ## side-by-side benchmarks (libbench, side-by-side.sh from PERF_DIR=<folder>; see scripts/bench.sh)
+bench: services ## side-by-side benchmarks (libbench, side-by-side.sh from PERF_DIR=<folder>) and the 1M-key flush pass; see scripts/bench.sh
 	@scripts/bench.sh
 
 .PHONY: clean

@@ -4,7 +4,10 @@
 #   1. libbench (Go rate limiters on one private Redis: go-redis PING, redis_rate v10,
 #      ulule/limiter v3, a plain token-bucket script, Tollgate's full decision, rate only,
 #      natural batching), at 10,000 and at 100,000 keys;
-#   2. side-by-side.sh: POST /v1/check against envoyproxy/ratelimit's POST /json.
+#   2. side-by-side.sh: POST /v1/check against envoyproxy/ratelimit's POST /json;
+#   3. the worker's flush pass with 1M keys in a private Redis and 1,000 active tenants
+#      (BenchmarkFlushPass1MKeys: ms, Redis CPU and commands per pass), with or without
+#      PERF_DIR.
 #
 # What it needs (nothing of it is in this repository, so that no other project's code is):
 #   - PERF_DIR: a folder holding the team's perf tools (libbench/, side-by-side.sh, httpload/);
@@ -28,6 +31,10 @@ if [[ -z $PERF_DIR || ! -d $PERF_DIR/libbench || ! -f $PERF_DIR/side-by-side.sh 
   echo "bench: running the in-repository go run ./cmd/bench (limiter and POST /v1/check) instead" >&2
   go run ./cmd/bench
   go run ./cmd/bench -http
+fi
+echo "## flush pass, 1M keys in Redis, 1,000 active tenants"
+go test -count=3 -run '^$' -bench FlushPass1MKeys -benchtime 10x ./internal/metering/
+if [[ -z $PERF_DIR || ! -d $PERF_DIR/libbench || ! -f $PERF_DIR/side-by-side.sh ]]; then
   exit 0
 fi
 PERF_DIR=$(cd "$PERF_DIR" && pwd)
