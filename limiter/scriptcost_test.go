@@ -1,0 +1,125 @@
+package limiter_test
+
+import (
+	"bufio"
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	"github.com/redis/go-redis/v9"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
+	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+// BenchmarkScriptCost measures what a decision costs Redis itself, which
+// bounds the decisions one Redis core can serve: the time Redis reports
+// spending in the script (INFO commandstats usec for EVALSHA, the scripted
+// commands included) and the commands it ran, per decision. Client-side
+// noise (a loaded machine) moves ops/s a lot and these figures little.
+// Sub-benchmarks: redis_rate v10 Allow (the anchor), our full decision
+// (rate + monthly quota) from the near-cache and by reference (a near-cache
+// of one entry over 1,000 tenants), and explicit rate-only Limits.
+//
+//	go test -run '^$' -bench BenchmarkScriptCost -benchtime 20000x ./limiter/
+func BenchmarkScriptCost(b *testing.B) {
+	srv := redistest.StartServer(b)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	b.Cleanup(func() { rdb.Close() })
+	ctx := context.Background()
+	tenants := benchTenants(1000)
+	st := limitstore.New(rdb, "")
+	now := time.Now().UTC()
+	start := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
+	for _, t := range tenants {
+		if err := st.PutSnapshot(ctx, limiter.Snapshot{
+			TenantID: t, Plan: "bench", Status: "active", Version: 1,
+			Rate:        &limiter.Rate{PerSecond: 1e6, Burst: 1e6},
+			Quotas:      map[string]limiter.Quota{limiter.DefaultMeter: {Limit: 1 << 40, Mode: limiter.ModeHard}},
+			PeriodStart: start, PeriodEnd: start.AddDate(0, 1, 0), NextPeriodEnd: start.AddDate(0, 2, 0),
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ours := func(cacheSize int, req limiter.Request) func(int) error {
+		l, err := limiter.New(rdb, limiter.Options{Timeout: time.Second, CacheSize: cacheSize})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { l.Close() })
+		return func(i int) error {
+			_, err := l.Allow(ctx, tenants[i%len(tenants)], req)
+			return err
+		}
+	}
+	rl := redis_rate.NewLimiter(rdb)
+	for _, c := range []struct {
+		name string
+		op   func(int) error
+	}{
+		{"redis_rate", func(i int) error {
+			_, err := rl.Allow(ctx, tenants[i%len(tenants)], redis_rate.PerSecond(1e6))
+			return err
+		}},
+		{"tollgate", ours(0, limiter.Request{Cost: 1})},
+		{"tollgate-byref", ours(1, limiter.Request{Cost: 1})},
+		{"tollgate-rate", ours(0, limiter.Request{Cost: 1, Limits: &limiter.Limits{Rate: &limiter.Rate{PerSecond: 1e6, Burst: 1e6}}})},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			for i := 0; i < 2*len(tenants); i++ { // every key and cache entry exists
+				if err := c.op(i); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := c.op(i); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			calls, usec := scriptStats(b, rdb)
+			b.ReportMetric(float64(usec["evalsha"]+usec["eval"])/float64(b.N), "redis-µs/op")
+			var total int64
+			for name, n := range calls {
+				if name != "info" && name != "config|resetstat" {
+					total += n
+				}
+			}
+			b.ReportMetric(float64(total)/float64(b.N), "redis-cmds/op")
+		})
+	}
+}
+
+// scriptStats reads INFO commandstats: calls and usec per command.
+func scriptStats(b *testing.B, rdb *redis.Client) (calls, usec map[string]int64) {
+	s, err := rdb.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	calls, usec = map[string]int64{}, map[string]int64{}
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		name, fields, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(sc.Text()), "cmdstat_"), ":")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Split(fields, ",") {
+			k, v, _ := strings.Cut(f, "=")
+			n, _ := strconv.ParseInt(v, 10, 64)
+			switch k {
+			case "calls":
+				calls[name] = n
+			case "usec":
+				usec[name] = n
+			}
+		}
+	}
+	return calls, usec
+}
