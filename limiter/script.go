@@ -43,9 +43,10 @@ import (
 // missing, with the hash's epoch for the seed script.
 const decideBody = `
 local function decide(KEYS, ARGV)
+local tonumber, floor, ceil = tonumber, math.floor, math.ceil
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local now_ms = math.floor(now_us / 1000)
+local now_ms = floor(now_us / 1000)
 local cost = tonumber(ARGV[1])
 local peek = ARGV[2] ~= '0'
 local eff = cost
@@ -54,16 +55,21 @@ local n = tonumber(ARGV[7])
 local seed = ARGV[6] == '1'
 local h = KEYS[1]
 
--- Which fields of the hash this decision reads.
+-- Which fields of the hash this decision reads. Each policy's table is
+-- made with every field it may get, so that it is never rehashed.
 local st = {}
 local fields = {'x'}
+local nf = 1
 local o = 8
 local ki = 2
 for i = 1, n do
   local typ = ARGV[o + 1]
-  local s = {typ = typ, name = ARGV[o + 2], a = tonumber(ARGV[o + 3]), b = tonumber(ARGV[o + 4]), ok = true, rem = 0, reset = 0, retry = 0, period = 0}
+  local s = {typ = typ, name = ARGV[o + 2], a = tonumber(ARGV[o + 3]), b = tonumber(ARGV[o + 4]), ok = true,
+    rem = 0, reset = 0, retry = 0, period = 0, rem0 = 0, reset0 = false, fi = 0, key = false,
+    tat = 0, ntat = 0, clamped = false, pend = 0, qf = false, ff = false, gf = false, hasg = false, used = 0, fl = 0, fresh = false,
+    w = 0, cur = 0, prev = 0}
   if typ == 'r' then
-    fields[#fields + 1] = 'r'; s.fi = #fields
+    nf = nf + 1; fields[nf] = 'r'; s.fi = nf
     o = o + 4
   elseif typ == 'q' then
     local pend = tonumber(ARGV[o + 5])
@@ -72,8 +78,8 @@ for i = 1, n do
     else
       s.pend = pend; s.qf = ARGV[o + 7]; s.ff = ARGV[o + 8]
     end
-    fields[#fields + 1] = s.qf; s.fi = #fields
-    fields[#fields + 1] = s.ff
+    nf = nf + 1; fields[nf] = s.qf; s.fi = nf
+    nf = nf + 1; fields[nf] = s.ff
     o = o + 10
   else
     s.key = KEYS[ki]; ki = ki + 1
@@ -81,15 +87,16 @@ for i = 1, n do
   end
   st[i] = s
 end
-local hv = {}
-if #fields > 1 then hv = redis.call('HMGET', h, unpack(fields)) end
+local hv = fields
+if nf > 1 then hv = redis.call('HMGET', h, unpack(fields)) else hv[1] = false end
 local x = tonumber(hv[1]) or 0
 local w = {}    -- field, value pairs for the hash's HSET
+local nw = 0
 local need = 0  -- the expiry (ms) the written fields need at least
 
 local refuse_idx = 0
 local refuse_retry = -1
-local needs = {}
+local needs = false
 for i = 1, n do
   local s = st[i]
   local typ = s.typ
@@ -109,30 +116,34 @@ for i = 1, n do
       s.clamped = true
     end
     local diff = now_us - (tat + eff * ei - boff)
-    s.rem0 = math.floor((now_us - tat + boff) / ei)
-    s.reset0 = math.ceil((tat - now_us) / 1000)
+    s.rem0 = floor((now_us - tat + boff) / ei)
+    s.reset0 = ceil((tat - now_us) / 1000)
     s.tat = tat
     if diff < 0 then
       s.ok = false
-      s.retry = math.ceil(-diff / 1000)
+      s.retry = ceil(-diff / 1000)
       s.reset = s.retry
       s.rem = s.rem0
     else
-      s.ntat = math.floor(tat + cost * ei)
-      s.rem = math.floor((now_us - s.ntat + boff) / ei)
-      s.reset = math.ceil((s.ntat - now_us) / 1000)
+      local ntat = floor(tat + cost * ei)
+      s.ntat = ntat
+      s.rem = floor((now_us - ntat + boff) / ei)
+      s.reset = ceil((ntat - now_us) / 1000)
     end
   elseif typ == 'q' then
     local used = tonumber(hv[s.fi])
     if not used then
       s.fresh = true
       if seed then
+        needs = needs or {}
         needs[#needs + 1] = i
         needs[#needs + 1] = s.period
       end
       -- without a seed: what was counted while the counter was missing
       s.gf = 'g' .. string.sub(s.qf, 2)
-      used = tonumber(redis.call('HGET', h, s.gf)) or 0
+      used = tonumber(redis.call('HGET', h, s.gf))
+      s.hasg = used ~= nil
+      used = used or 0
     end
     s.used = used
     s.fl = tonumber(hv[s.fi + 1]) or 0
@@ -203,7 +214,7 @@ for i = 1, n do
   end
 end
 
-if #needs > 0 then
+if needs then
   local r = {2, #needs / 2, tonumber(redis.call('HGET', h, 'e')) or 0}
   for j = 1, #needs do r[#r + 1] = needs[j] end
   return r
@@ -213,8 +224,8 @@ if refuse_idx > 0 then
   for i = 1, n do
     local s = st[i]
     if s.clamped then
-      w[#w + 1] = 'r'; w[#w + 1] = s.tat
-      local e = math.ceil(s.tat / 1000)
+      w[nw + 1] = 'r'; w[nw + 2] = s.tat; nw = nw + 2
+      local e = ceil(s.tat / 1000)
       if e > need then need = e end
     end
   end
@@ -243,14 +254,14 @@ else
     for i = 1, n do
       local s = st[i]
       if s.typ == 'r' then
-        w[#w + 1] = 'r'; w[#w + 1] = s.ntat
-        local e = math.ceil(s.ntat / 1000)
+        w[nw + 1] = 'r'; w[nw + 2] = s.ntat; nw = nw + 2
+        local e = ceil(s.ntat / 1000)
         if e > need then need = e end
       elseif s.typ == 'q' then
-        w[#w + 1] = s.qf; w[#w + 1] = s.used + cost
+        w[nw + 1] = s.qf; w[nw + 2] = s.used + cost; nw = nw + 2
         if s.fresh then
-          w[#w + 1] = s.ff; w[#w + 1] = s.fl
-          redis.call('HDEL', h, s.gf)
+          w[nw + 1] = s.ff; w[nw + 2] = s.fl; nw = nw + 2
+          if s.hasg then redis.call('HDEL', h, s.gf) end
         end
         -- Kept until a week past the period's end, for the last flush.
         local e = s.pend + 604800000
@@ -271,12 +282,12 @@ else
     end
   end
 end
-if #w > 0 then
+if nw > 0 then
   if need > x then
     -- A day beyond what is needed, so that an active bucket moves its
     -- expiry about once a day, not on every decision.
     x = need + 86400000
-    w[#w + 1] = 'x'; w[#w + 1] = x
+    w[nw + 1] = 'x'; w[nw + 2] = x
     redis.call('HSET', h, unpack(w))
     redis.call('PEXPIREAT', h, x)
   else
@@ -286,6 +297,7 @@ end
 
 local r = {0, refuse_idx, refuse_retry, now_ms}
 if refuse_idx == 0 then r[1] = 1 end
+local ri = 4
 for i = 1, n do
   local s = st[i]
   local rem, reset = s.rem, s.reset
@@ -296,9 +308,8 @@ for i = 1, n do
   end
   if rem < 0 then rem = 0 end
   if reset < 0 then reset = 0 end
-  r[#r + 1] = rem
-  r[#r + 1] = reset
-  r[#r + 1] = s.period
+  r[ri + 1] = rem; r[ri + 2] = reset; r[ri + 3] = s.period
+  ri = ri + 3
 end
 if #ARGV > o then
   -- the cached snapshot is past its safety TTL: send the stored one back
