@@ -17,23 +17,23 @@ import (
 	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
-// pauseAPI is one api process (run, as main starts it) on a private Redis
-// a test can pause.
-type pauseAPI struct {
+// liveAPI is one api process (run, as main starts it) on a private Redis
+// (and, if the test says so, a private Postgres) that a test can stop.
+type liveAPI struct {
 	t     *testing.T
 	base  string
 	admin string
 	c     *http.Client
 }
 
-type pauseAnswer struct {
+type liveAnswer struct {
 	status int
 	header http.Header
 	body   []byte
 	took   time.Duration
 }
 
-func (a *pauseAPI) do(method, path, token string, body any) pauseAnswer {
+func (a *liveAPI) do(method, path, token string, body any) liveAnswer {
 	a.t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -60,10 +60,10 @@ func (a *pauseAPI) do(method, path, token string, body any) pauseAnswer {
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
-	return pauseAnswer{status: resp.StatusCode, header: resp.Header, body: raw, took: time.Since(start)}
+	return liveAnswer{status: resp.StatusCode, header: resp.Header, body: raw, took: time.Since(start)}
 }
 
-func (a *pauseAPI) must(method, path, token string, body any, want int, out any) pauseAnswer {
+func (a *liveAPI) must(method, path, token string, body any, want int, out any) liveAnswer {
 	a.t.Helper()
 	r := a.do(method, path, token, body)
 	if r.status != want {
@@ -79,7 +79,7 @@ func (a *pauseAPI) must(method, path, token string, body any, want int, out any)
 
 // dashboardLogin opens a dashboard session with a dashboard link, as a
 // browser does: the link's page, then its form (token and CSRF token).
-func (a *pauseAPI) dashboardLogin(link string) {
+func (a *liveAPI) dashboardLogin(link string) {
 	a.t.Helper()
 	if r := a.do("GET", link, "", nil); r.status != http.StatusOK {
 		a.t.Fatalf("dashboard link: %d %s", r.status, r.body)
@@ -107,8 +107,9 @@ func (a *pauseAPI) dashboardLogin(link string) {
 	}
 }
 
-// startPauseAPI runs the api with env on a private redis-server.
-func startPauseAPI(t *testing.T, rs *redistest.Server, env map[string]string) *pauseAPI {
+// startLiveAPI runs the api on a private redis-server, env overriding
+// serveEnv's variables.
+func startLiveAPI(t *testing.T, rs *redistest.Server, env map[string]string) *liveAPI {
 	t.Helper()
 	e := serveEnv(t)
 	e["REDIS_URL"] = "redis://" + rs.Addr + "/0"
@@ -128,7 +129,7 @@ func startPauseAPI(t *testing.T, rs *redistest.Server, env map[string]string) *p
 		waitExit(t, exited, stderr.String)
 	})
 	jar, _ := cookiejar.New(nil)
-	return &pauseAPI{t: t, base: "http://" + addr, admin: e["ADMIN_TOKEN"],
+	return &liveAPI{t: t, base: "http://" + addr, admin: e["ADMIN_TOKEN"],
 		c: &http.Client{Jar: jar, Timeout: 60 * time.Second}}
 }
 
@@ -138,7 +139,7 @@ func startPauseAPI(t *testing.T, rs *redistest.Server, env map[string]string) *p
 // notice, usage ingest and a key revocation commit in Postgres and answer.
 func TestRedisPauseAnswersWithinDeadlines(t *testing.T) {
 	rs := redistest.StartServer(t)
-	api := startPauseAPI(t, rs, map[string]string{"LIMITER_TIMEOUT": "50ms", "REDIS_TIMEOUT": "200ms"})
+	api := startLiveAPI(t, rs, map[string]string{"LIMITER_TIMEOUT": "50ms", "REDIS_TIMEOUT": "200ms"})
 	plan := "pause-" + strings.ToLower(randomToken()[4:16])
 	api.must("POST", "/admin/v1/plans", api.admin, map[string]any{"key": plan, "name": plan,
 		"quotas": map[string]any{"exports": map[string]any{"limit": 100, "mode": "soft"}}}, http.StatusCreated, nil)
