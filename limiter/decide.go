@@ -44,7 +44,7 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 	if peek {
 		args[0], args[1] = int64(0), req.Cost
 	}
-	args[2] = "1"
+	args[2] = boolArg(!req.leaseTake) // a refused lease take is not a refused request
 	copy(args[3:], pl.args)
 	if due != nil {
 		args[n-1] = "1" // one more ARGV: read the snapshot (the last KEY) back

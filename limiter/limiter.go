@@ -31,6 +31,7 @@ type Limiter struct {
 	tally     refusalTally // cached refusals not yet added to Redis
 
 	local   *localStates
+	leases  *leases // Options.LocalLeases
 	bgFills chan struct{} // near-cache fills in the background (byRef)
 	// touches holds, per tenant, the time ("at", ms) to write into its
 	// limits hash by its next decision by reference: the Loader confirmed
@@ -79,6 +80,9 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	if opts.Batching {
 		l.batch = newBatcher(ctx, l, opts.MaxBatch)
 	}
+	if opts.LocalLeases {
+		l.leases = newLeases(l)
+	}
 	l.pubsub = rdb.Subscribe(ctx, l.keys.invalidations())
 	l.wg.Add(1)
 	go func() { defer l.wg.Done(); l.flushRefusalsLoop(ctx) }()
@@ -87,9 +91,18 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	return l, nil
 }
 
-// Close stops the invalidation subscription (and the batcher). It does not
+// Close stops the invalidation subscription (and the batcher) and, in the
+// leased mode, gives the unused quota units of its leases back. It does not
 // close the Redis client, which belongs to the caller.
 func (l *Limiter) Close() error {
+	if l.closed.Load() {
+		return nil
+	}
+	if l.leases != nil {
+		// Before closed is set: the units go back through Cancel, which
+		// refuses a closed Limiter.
+		l.leases.close()
+	}
 	if l.closed.Swap(true) {
 		return nil
 	}
@@ -178,13 +191,29 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 	if len(pl.pol) == 0 {
 		return &Decision{Allowed: true, Plan: pl.planName}, nil
 	}
+	leased := l.leases != nil && l.leases.covers(pl, req)
+	if leased {
+		// Units held here admit before a cached refusal: Redis may have
+		// refused because this instance holds what was left.
+		if d := l.leases.fromHeld(pl, req); d != nil {
+			return d, nil
+		}
+	}
 	if d := l.cachedRefusal(pl, req); d != nil {
 		return d, nil
 	}
-	if l.redisDown() {
+	// A lease already held decides even while Redis is down; only taking
+	// more needs Redis (and falls to the fail modes without it).
+	if l.redisDown() && !leased {
 		return l.fallback(pl, req)
 	}
-	d, err := l.decide(ctx, pl, req, due)
+	var d *Decision
+	var err error
+	if leased {
+		d, err = l.leases.allow(ctx, pl, req, due)
+	} else {
+		d, err = l.decide(ctx, pl, req, due)
+	}
 	if errors.Is(err, errRedisDown) {
 		return l.fallback(pl, req)
 	}

@@ -55,6 +55,9 @@ func (l *Limiter) subscribe(ctx context.Context) {
 			tenant, version := parseInvalidation(m.Payload)
 			l.cache.invalidate(tenant, version)
 			l.dropRefusals(tenant)
+			if l.leases != nil {
+				l.leases.revoke(tenant)
+			}
 			if h := l.opts.Hooks.OnInvalidation; h != nil {
 				h(tenant, false)
 			}

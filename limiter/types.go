@@ -93,6 +93,10 @@ type Request struct {
 	// estimate. A decision made by the fail modes (Redis down) carries no
 	// Reservation.
 	Reserve bool
+
+	// leaseTake marks the leased mode's take of a chunk (leased.go): its
+	// refusal is not counted as a refused request.
+	leaseTake bool
 }
 
 // Policy names and units used in decisions.
