@@ -31,7 +31,7 @@ type Limiter struct {
 	tally     refusalTally // cached refusals not yet added to Redis
 
 	local   *localStates
-	leases  *leases // Options.LocalLeases
+	leases  *leases       // Options.LocalLeases
 	bgFills chan struct{} // near-cache fills in the background (byRef)
 	// touches holds, per tenant, the time ("at", ms) to write into its
 	// limits hash by its next decision by reference: the Loader confirmed
