@@ -243,7 +243,14 @@ func (ls *leases) fromHeld(pl *plan, req *Request) *Decision {
 // (a lease already held is used until it expires, Redis or not).
 func (ls *leases) allow(ctx context.Context, pl *plan, req *Request, due *prepared) (*Decision, error) {
 	l := ls.l
-	for {
+	for waited := false; ; {
+		if waited {
+			// The caller before us may have been refused; its refusal is
+			// cached, as in exact mode.
+			if d := l.cachedRefusal(pl, req); d != nil {
+				return d, nil
+			}
+		}
 		p := ls.pool(pl)
 		now := time.Now()
 		p.mu.Lock()
@@ -261,28 +268,51 @@ func (ls *leases) allow(ctx context.Context, pl *plan, req *Request, due *prepar
 			p.mu.Unlock()
 			select {
 			case <-w:
+				waited = true
 				continue
 			case <-ctx.Done():
 				return nil, ctx.Err()
 			}
-		case now.Before(p.dryUntil):
-			p.mu.Unlock()
-			return l.decide(ctx, pl, req, due)
 		}
-		// This caller takes for the pool; whatever the expired lease left
-		// goes back first (by the sweeper, off this request's path).
+		// This caller goes to Redis for the pool, the others wait for it:
+		// one call at a time per pool, even while it is dry.
+		p.taking = make(chan struct{})
+		if now.Before(p.dryUntil) {
+			p.mu.Unlock()
+			defer p.endTake()
+			return ls.exact(ctx, pl, req, due)
+		}
+		// Whatever the expired lease left goes back (by the sweeper, off
+		// this request's path).
 		if !now.Before(p.expires) && p.held > 0 {
 			ls.queue(p.key.tenant, p.detachLocked())
 		}
 		n := p.chunkLocked(req.Cost, now, l.opts.ExpectedInstances)
-		p.taking = make(chan struct{})
 		p.mu.Unlock()
+		defer p.endTake()
 		d, err := ls.take(ctx, p, req, due, n)
 		if errors.Is(err, errNoLease) {
-			return l.decide(ctx, pl, req, due)
+			return ls.exact(ctx, pl, req, due)
 		}
 		return d, err
 	}
+}
+
+// exact decides req as exact mode does, caching a refusal before the
+// callers waiting on the pool look for it.
+func (ls *leases) exact(ctx context.Context, pl *plan, req *Request, due *prepared) (*Decision, error) {
+	d, err := ls.l.decide(ctx, pl, req, due)
+	if err == nil && !d.Allowed && d.Fallback == FallbackNone {
+		ls.l.cacheRefusal(pl, req, d)
+	}
+	return d, err
+}
+
+func (p *leasePool) endTake() {
+	p.mu.Lock()
+	close(p.taking)
+	p.taking = nil
+	p.mu.Unlock()
 }
 
 // take takes a chunk of n units (or, refused, what Redis says is left if
@@ -292,12 +322,6 @@ func (ls *leases) take(ctx context.Context, p *leasePool, req *Request, due *pre
 	l := ls.l
 	var d *Decision
 	var err error
-	defer func() {
-		p.mu.Lock()
-		close(p.taking)
-		p.taking = nil
-		p.mu.Unlock()
-	}()
 	ls.mu.Lock()
 	if ls.closed {
 		ls.mu.Unlock()
