@@ -42,8 +42,10 @@ const (
 	// least leasePlentiful × ExpectedInstances times the chunk left after
 	// the take.
 	leasePlentiful = 16
-	// leaseFirst is the first chunk, before any rate is observed.
-	leaseFirst = 8
+	// leaseFirst is the first chunk, before any rate is observed: one
+	// unit, as exact mode takes, so that a tenant seen once costs one trip
+	// and leaves nothing to give back.
+	leaseFirst = 1
 	// leaseSweepEvery is how often expired leases give their units back.
 	leaseSweepEvery = 50 * time.Millisecond
 	// leaseDryMax bounds how long a refused take keeps a pool from taking
