@@ -3,7 +3,7 @@
 #
 #   1. libbench (Go rate limiters on one private Redis: go-redis PING, redis_rate v10,
 #      ulule/limiter v3, a plain token-bucket script, Tollgate's full decision, rate only,
-#      natural batching), at 10,000 and at 100,000 keys;
+#      natural batching, the leased mode), at 10,000 and at 100,000 keys;
 #   2. side-by-side.sh: POST /v1/check against envoyproxy/ratelimit's POST /json;
 #   3. the worker's flush pass with 1M keys in a private Redis and 1,000 active tenants
 #      (BenchmarkFlushPass1MKeys: ms, Redis CPU and commands per pass), with or without
@@ -25,7 +25,7 @@ set -euo pipefail
 repo=$PWD
 PERF_DIR=${PERF_DIR:-}
 RUNS=${RUNS:-3}; D=${D:-5s}
-CONTENDERS=${CONTENDERS:-ping,redis_rate,ulule,evalsha-tb,tollgate,tollgate-rate,tollgate-batch}
+CONTENDERS=${CONTENDERS:-ping,redis_rate,ulule,evalsha-tb,tollgate,tollgate-rate,tollgate-batch,tollgate-lease}
 if [[ -z $PERF_DIR || ! -d $PERF_DIR/libbench || ! -f $PERF_DIR/side-by-side.sh ]]; then
   echo "bench: no perf tools at PERF_DIR=$PERF_DIR (libbench/, side-by-side.sh, httpload/);" >&2
   echo "bench: running the in-repository go run ./cmd/bench (limiter and POST /v1/check) instead" >&2
@@ -51,7 +51,8 @@ chmod -R u+w "$work/libbench"
   # The shared contender predates Options.Batching becoming a bool.
   sed -i 's/Batching: time.Millisecond/Batching: true/' tollgate.go
   go mod tidy >/dev/null 2>&1
-  go build -tags tollgate -o "$work/libbench-bin" .
+  # tollgate_lease.go (contender tollgate-lease, Options.LocalLeases) builds as it is.
+  go build -tags tollgate,tollgatelease -o "$work/libbench-bin" .
 )
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" >"$work/redis.log" 2>&1 &

@@ -17,7 +17,8 @@ import (
 // without a goroutine per call), snapshots missing from Redis loaded from
 // Postgres by the entitlements service, quota counters missing from Redis
 // rebuilt from durable usage (usage may be nil), the fail mode of
-// LIMITER_FAIL_MODE for every policy, and Prometheus metrics on reg. The
+// LIMITER_FAIL_MODE for every policy, leases with LIMITER_LOCAL_LEASES, and
+// Prometheus metrics on reg. The
 // returned close func closes the limiter and its client.
 func newLimiter(cfg config.Config, ents *entitlements.Service, usage limiter.UsageLoader, reg prometheus.Registerer) (*limiter.Limiter, func(), error) {
 	rdb, err := limiterRedis(cfg)
@@ -38,6 +39,7 @@ func newLimiter(cfg config.Config, ents *entitlements.Service, usage limiter.Usa
 		FailMode:          limiter.FailModes{Rate: mode, Quota: mode, Concurrency: mode, Window: mode},
 		ExpectedInstances: cfg.ExpectedInstances,
 		MaxInFlight:       cfg.MaxInFlight,
+		LocalLeases:       cfg.LimiterLocalLeases,
 		LeaseTTL:          cfg.LeaseTTL,
 		Hooks:             m.Hooks(),
 	})

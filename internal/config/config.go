@@ -89,6 +89,11 @@ type Config struct {
 	// MaxInFlight (MAX_IN_FLIGHT), default 0 (no cap): the most limiter
 	// decisions in progress in one api process; over it, 503.
 	MaxInFlight int
+	// LimiterLocalLeases (LIMITER_LOCAL_LEASES), default false: the api's
+	// limiter decides rate and quota from leases of units taken from Redis
+	// in chunks (limiter.Options.LocalLeases) instead of one Redis call per
+	// decision.
+	LimiterLocalLeases bool
 	// WorkerMetricsAddr (WORKER_METRICS_ADDR), default 127.0.0.1:9091: where
 	// the worker serves /metrics (its job counters live only in its process);
 	// "off" disables it.
@@ -248,6 +253,9 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.MaxInFlight, err = strconv.Atoi(get("MAX_IN_FLIGHT", "0")); err != nil || c.MaxInFlight < 0 {
 		bad("MAX_IN_FLIGHT", errors.New("want a whole number, 0 for no cap"))
+	}
+	if c.LimiterLocalLeases, err = strconv.ParseBool(get("LIMITER_LOCAL_LEASES", "false")); err != nil {
+		bad("LIMITER_LOCAL_LEASES", errors.New("want true or false"))
 	}
 	if len(errs) > 0 {
 		return Config{}, errs[0] // one line, naming the first bad variable

@@ -102,3 +102,18 @@ func TestLeaseTTL(t *testing.T) {
 		}
 	}
 }
+
+// LIMITER_LOCAL_LEASES is off unless asked for, and anything but a boolean
+// is refused naming it.
+func TestLimiterLocalLeases(t *testing.T) {
+	c, err := Load(envOf(nil))
+	if err != nil || c.LimiterLocalLeases {
+		t.Fatalf("default LIMITER_LOCAL_LEASES = %v (%v), want false", c.LimiterLocalLeases, err)
+	}
+	if c, err = Load(envOf(map[string]string{"LIMITER_LOCAL_LEASES": "true"})); err != nil || !c.LimiterLocalLeases {
+		t.Fatalf("LIMITER_LOCAL_LEASES=true: %v (%v)", c.LimiterLocalLeases, err)
+	}
+	if _, err := Load(envOf(map[string]string{"LIMITER_LOCAL_LEASES": "sometimes"})); err == nil || !strings.Contains(err.Error(), "LIMITER_LOCAL_LEASES") {
+		t.Fatalf("LIMITER_LOCAL_LEASES=sometimes: err = %v, want one naming LIMITER_LOCAL_LEASES", err)
+	}
+}
