@@ -529,7 +529,7 @@ func (ls *leases) sweepLoop() {
 			return
 		case <-t.C:
 			ls.sweep(time.Now())
-			ls.giveBack(context.Background(), 1)
+			ls.giveBack(context.Background(), 4)
 		}
 	}
 }
