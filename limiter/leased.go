@@ -208,14 +208,21 @@ func (ls *leases) usableLocked(p *leasePool, pl *plan) bool {
 }
 
 // sameLimits compares two plans' policies by what the script is told of
-// them (limits, rates, modes, period ends) and their keys' periods.
+// them (limits, rates, modes, period ends), their state hash and the
+// counters' fields (the period).
 func sameLimits(a, b *plan) bool {
 	if len(a.pol) != len(b.pol) {
 		return false
 	}
+	if a.hash != b.hash {
+		return false
+	}
 	for i := range a.pol {
 		x, y := &a.pol[i], &b.pol[i]
-		if x.typ != y.typ || x.name != y.name || x.a != y.a || x.b != y.b || x.c != y.c || x.d != y.d || x.keys[0] != y.keys[0] {
+		if x.typ != y.typ || x.name != y.name || x.a != y.a || x.b != y.b || x.c != y.c || x.d != y.d {
+			return false
+		}
+		if x.quota != nil && (y.quota == nil || x.quota.fields != y.quota.fields) {
 			return false
 		}
 	}

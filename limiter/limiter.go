@@ -181,6 +181,13 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 		}
 		pl = l.snapshotPlan(p, req)
 		if err != nil {
+			// Units leased before Redis went away are still ours to spend
+			// (until the lease expires), on the limits they were taken under.
+			if l.leases != nil && l.leases.covers(pl, req) {
+				if d := l.leases.fromHeld(pl, req); d != nil {
+					return d, nil
+				}
+			}
 			// A refusal cached before Redis went away still holds.
 			if d := l.cachedRefusal(pl, req); d != nil {
 				return d, nil
