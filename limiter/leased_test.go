@@ -341,3 +341,27 @@ func TestLeasedRedisLoss(t *testing.T) {
 		})
 	}
 }
+
+// A holder that dies without Close strands at most its chunk, a quarter of
+// the limit (ExpectedInstances 1): charged in Redis, never admitted. Its
+// client is closed here, so nothing it holds can go back.
+func TestLeasedCrashStrandsAtMostAChunk(t *testing.T) {
+	b := singleRedis(t)
+	var fallbacks atomic.Int64
+	const quota = 1000
+	opts := leaseOpts(b, &fallbacks, leaseSnap(limiter.Rate{PerSecond: 1e6, Burst: 1e6}, quota))
+	rdb := b.client()
+	l := newLimiter(t, rdb, opts)
+	ctx := context.Background()
+	for i := 0; i < 100; i++ {
+		if d, err := l.Allow(ctx, "crash", limiter.Request{Cost: 1}); err != nil || !d.Allowed {
+			t.Fatalf("%+v %v", d, err)
+		}
+	}
+	rdb.Close()
+	exact := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Loader: opts.Loader, DisableRefusalCache: true})
+	u := used(t, exact, "crash", quota)
+	if u <= 100 || u-100 > quota/4 {
+		t.Fatalf("Redis counts %d used after 100 admitted: %d stranded, want 1 to %d", u, u-100, quota/4)
+	}
+}
