@@ -67,8 +67,8 @@ func leaseSnap(rate limiter.Rate, quota int64) func(string) limiter.Snapshot {
 func used(t *testing.T, l *limiter.Limiter, tenant string, limit int64) int64 {
 	t.Helper()
 	d, err := l.Allow(context.Background(), tenant, limiter.Request{Cost: 1, Peek: true})
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || d.Fallback != "" {
+		t.Fatalf("peek: %+v %v", d, err)
 	}
 	for _, p := range d.Policies {
 		if p.Name == "requests" {
@@ -111,7 +111,7 @@ func TestLeasedQuotaExactAcrossInstances(t *testing.T) {
 		if adm+rest != quota {
 			t.Fatalf("admitted %d, then %d after the leases went back: %d, want exactly %d", adm, rest, adm+rest, quota)
 		}
-		exact := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Loader: opts.Loader, DisableRefusalCache: true})
+		exact := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, Loader: opts.Loader, DisableRefusalCache: true})
 		if u := used(t, exact, "q", quota); u != quota {
 			t.Fatalf("Redis counts %d used, want %d", u, quota)
 		}
@@ -190,7 +190,7 @@ func TestLeasedExpiryGivesUnitsBack(t *testing.T) {
 	var fallbacks atomic.Int64
 	opts := leaseOpts(b, &fallbacks, leaseSnap(limiter.Rate{PerSecond: 1e6, Burst: 1e6}, 100000))
 	l := newLimiter(t, b.client(), opts)
-	exact := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Loader: opts.Loader, DisableRefusalCache: true})
+	exact := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, Loader: opts.Loader, DisableRefusalCache: true})
 	ctx := context.Background()
 	for i := 0; i < 200; i++ {
 		if d, err := l.Allow(ctx, "idle", limiter.Request{Cost: 1}); err != nil || !d.Allowed {
@@ -220,7 +220,7 @@ func TestLeasedRevokedOnPlanChange(t *testing.T) {
 		Hooks: limiter.Hooks{OnFallback: func(string, limiter.FailMode) { fallbacks.Add(1) }}}
 	l := newLimiter(t, b.client(), opts)
 	// The reader's refusal cache would keep answering a refused peek.
-	exact := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, DisableRefusalCache: true})
+	exact := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, DisableRefusalCache: true})
 	ctx := context.Background()
 	for i := 0; i < 41; i++ {
 		if d, err := l.Allow(ctx, "plan", limiter.Request{Cost: 1}); err != nil || !d.Allowed {
@@ -359,7 +359,7 @@ func TestLeasedCrashStrandsAtMostAChunk(t *testing.T) {
 		}
 	}
 	rdb.Close()
-	exact := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Loader: opts.Loader, DisableRefusalCache: true})
+	exact := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, Loader: opts.Loader, DisableRefusalCache: true})
 	u := used(t, exact, "crash", quota)
 	if u <= 100 || u-100 > quota/4 {
 		t.Fatalf("Redis counts %d used after 100 admitted: %d stranded, want 1 to %d", u, u-100, quota/4)
