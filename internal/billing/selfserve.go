@@ -1,0 +1,243 @@
+package billing
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stripe/stripe-go/v79"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/ids"
+)
+
+// Self-serve plan changes (issue 14): a tenant picks a public plan on its
+// dashboard and is sent to Stripe, which takes the payment and confirms.
+// Nothing is granted here: the plan follows from Stripe's webhooks
+// (checkout.session.completed links the customer, the subscription events
+// carry the plan), exactly as for a subscription made anywhere else.
+//
+//   - Without a live subscription: a Checkout Session (mode subscription,
+//     the plan's price, client_reference_id = the tenant), on the tenant's
+//     Stripe customer, created first when the tenant has none.
+//   - With one: a customer-portal session on the subscription_update_confirm
+//     flow for the plan item's new price. The tenant sees on Stripe what the
+//     change costs (the proration) and confirms it with its own payment
+//     method, 3-D Secure included; the admin's ChangePlan instead updates
+//     the subscription at once and bills without asking anyone, which is
+//     right for an admin and wrong for a customer clicking a button.
+
+// Kinds of Upgrade.
+const (
+	UpgradeCheckout = "checkout"
+	UpgradePortal   = "portal"
+)
+
+// UpgradeURLs are the dashboard's pages Stripe sends the tenant back to.
+type UpgradeURLs struct {
+	Success string // after a completed Checkout or a confirmed change
+	Cancel  string // Checkout abandoned; the portal's "return" link
+}
+
+// Upgrade is where to send the tenant to finish a plan change.
+type Upgrade struct {
+	Kind      string // UpgradeCheckout or UpgradePortal
+	URL       string // Stripe's hosted page; a bearer credential, never logged
+	SessionID string
+}
+
+// liveSub is the subscription a portal change goes through.
+type liveSub struct {
+	ID, Customer, ItemID, PriceID, Status string
+}
+
+// StartUpgrade starts a tenant's own move to a public plan with a Stripe
+// price and returns the Stripe page to send it to. An unknown, internal or
+// unpriced plan, or the plan the tenant has, is Invalid (field "plan") and
+// nothing reaches Stripe; a Stripe error is Upstream with Stripe's message.
+func (s *Service) StartUpgrade(ctx context.Context, tenantID, planKey string, urls UpgradeURLs) (Upgrade, error) {
+	if s.stripe == nil {
+		return Upgrade{}, apperr.New(apperr.NotFound, "self-serve plan changes need STRIPE_SECRET_KEY")
+	}
+	if !ids.IsUUID(tenantID) {
+		return Upgrade{}, apperr.New(apperr.NotFound, "tenant not found")
+	}
+	plan, err := s.ents.GetPlan(ctx, planKey)
+	// An internal plan answers like an unknown one: a tenant learns nothing
+	// of plans it is not offered.
+	if apperr.CodeOf(err) == apperr.NotFound || (err == nil && (!plan.Public || plan.StripePriceID == "")) {
+		return Upgrade{}, apperr.Invalidf("plan", "%q is not a plan you can choose", planKey)
+	}
+	if err != nil {
+		return Upgrade{}, err
+	}
+	tenant, err := s.ents.GetTenantRow(ctx, tenantID)
+	if err != nil {
+		return Upgrade{}, err
+	}
+	sub, err := s.currentSub(ctx, tenantID)
+	if err != nil {
+		return Upgrade{}, err
+	}
+	if sub != nil && !terminal(sub.Status) {
+		if sub.PriceID == plan.StripePriceID {
+			return Upgrade{}, apperr.Invalidf("plan", "your subscription is on %s already", plan.Name)
+		}
+		return s.portalUpgrade(ctx, tenantID, *sub, plan, urls)
+	}
+	customer := tenant.StripeCustomerID
+	if customer == "" {
+		if customer, err = s.createCustomer(ctx, tenant); err != nil {
+			return Upgrade{}, err
+		}
+	}
+	return s.checkoutUpgrade(ctx, tenantID, customer, plan, urls)
+}
+
+// currentSub is the tenant's current subscription (the one the limiter
+// enforces), or nil.
+func (s *Service) currentSub(ctx context.Context, tenantID string) (*liveSub, error) {
+	var sub liveSub
+	err := s.db.QueryRow(ctx, `SELECT id, stripe_customer_id, COALESCE(stripe_item_id, ''), COALESCE(stripe_price_id, ''), status
+		FROM (`+entitlements.CurrentSubscriptionOf("$1")+`) s`, tenantID).Scan(&sub.ID, &sub.Customer, &sub.ItemID, &sub.PriceID, &sub.Status)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("billing: load subscription: %w", err)
+	}
+	return &sub, nil
+}
+
+// createCustomer creates the tenant's Stripe customer and links it through
+// entitlements (the tenants table's owner). The idempotency key is the
+// tenant at its entitlement version, so a double click or a retry gets the
+// same customer, while a tenant unlinked since (a new version) gets a new one.
+func (s *Service) createCustomer(ctx context.Context, tenant entitlements.Tenant) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, s.opts.StripeTimeout)
+	defer cancel()
+	params := &stripe.CustomerParams{Name: stripe.String(tenant.Name)}
+	params.AddMetadata("tenant_id", tenant.ID)
+	params.Context = cctx
+	sum := sha256.Sum256(fmt.Appendf(nil, "customer|%s|%d", tenant.ID, tenant.EntitlementVersion))
+	params.SetIdempotencyKey("tollgate-" + hex.EncodeToString(sum[:16]))
+	cus, err := s.stripe.Customers.New(params)
+	if err != nil {
+		s.log.WarnContext(ctx, "stripe customer not created", "tenant_id", tenant.ID, "err", err)
+		return "", stripeError("create your customer", err)
+	}
+	linked := cus.ID
+	_, err = s.ents.Update(ctx, func(ctx context.Context, w *entitlements.Writes) error {
+		cur, ok, err := w.LockTenant(ctx, tenant.ID)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return apperr.New(apperr.NotFound, "tenant not found")
+		}
+		if cur != "" {
+			// Linked meanwhile (another click, a Checkout webhook): keep it.
+			linked = cur
+			return nil
+		}
+		done, err := w.LinkCustomer(ctx, tenant.ID, cus.ID)
+		if err != nil {
+			return err
+		}
+		if !done {
+			return apperr.New(apperr.Conflict, "Stripe customer %s is linked to another tenant", cus.ID)
+		}
+		w.Reason("Stripe customer created for a self-serve upgrade")
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("billing: link customer: %w", err)
+	}
+	s.log.InfoContext(ctx, "stripe customer created for self-serve upgrade", "tenant_id", tenant.ID, "customer", linked)
+	return linked, nil
+}
+
+func (s *Service) checkoutUpgrade(ctx context.Context, tenantID, customer string, plan entitlements.Plan, urls UpgradeURLs) (Upgrade, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.StripeTimeout)
+	defer cancel()
+	params := &stripe.CheckoutSessionParams{
+		Mode:              stripe.String(string(stripe.CheckoutSessionModeSubscription)),
+		Customer:          stripe.String(customer),
+		ClientReferenceID: stripe.String(tenantID),
+		LineItems:         []*stripe.CheckoutSessionLineItemParams{{Price: stripe.String(plan.StripePriceID), Quantity: stripe.Int64(1)}},
+		SuccessURL:        stripe.String(urls.Success),
+		CancelURL:         stripe.String(urls.Cancel),
+		// The subscription names its tenant too, so that its events link
+		// even when they arrive before the completed session.
+		SubscriptionData: &stripe.CheckoutSessionSubscriptionDataParams{
+			Metadata: map[string]string{"tenant_id": tenantID, "plan": plan.Key},
+		},
+	}
+	params.AddMetadata("tenant_id", tenantID)
+	params.AddMetadata("plan", plan.Key)
+	params.Context = ctx
+	cs, err := s.stripe.CheckoutSessions.New(params)
+	if err != nil {
+		s.log.WarnContext(ctx, "stripe checkout session not created", "tenant_id", tenantID, "plan", plan.Key, "err", err)
+		return Upgrade{}, stripeError("start a Checkout", err)
+	}
+	if cs.URL == "" {
+		return Upgrade{}, apperr.New(apperr.Upstream, "Stripe answered a Checkout Session without a URL")
+	}
+	s.log.InfoContext(ctx, "self-serve checkout started", "tenant_id", tenantID, "plan", plan.Key, "session_id", cs.ID)
+	return Upgrade{Kind: UpgradeCheckout, URL: cs.URL, SessionID: cs.ID}, nil
+}
+
+func (s *Service) portalUpgrade(ctx context.Context, tenantID string, sub liveSub, plan entitlements.Plan, urls UpgradeURLs) (Upgrade, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.StripeTimeout)
+	defer cancel()
+	itemID := sub.ItemID
+	if itemID == "" {
+		// Rows written before the item was known: ask Stripe for it.
+		v, err := s.fetchSubscription(ctx, sub.ID)
+		if err != nil {
+			return Upgrade{}, stripeError("read your subscription", err)
+		}
+		if v == nil || len(v.Items) == 0 {
+			return Upgrade{}, apperr.New(apperr.Upstream, "Stripe subscription %s has no items", sub.ID)
+		}
+		itemID = v.Items[0].ID
+		for _, it := range v.Items {
+			if it.PriceID == sub.PriceID {
+				itemID = it.ID
+			}
+		}
+	}
+	params := &stripe.BillingPortalSessionParams{
+		Customer:  stripe.String(sub.Customer),
+		ReturnURL: stripe.String(urls.Cancel),
+		FlowData: &stripe.BillingPortalSessionFlowDataParams{
+			Type: stripe.String(string(stripe.BillingPortalSessionFlowTypeSubscriptionUpdateConfirm)),
+			SubscriptionUpdateConfirm: &stripe.BillingPortalSessionFlowDataSubscriptionUpdateConfirmParams{
+				Subscription: stripe.String(sub.ID),
+				Items: []*stripe.BillingPortalSessionFlowDataSubscriptionUpdateConfirmItemParams{
+					{ID: stripe.String(itemID), Price: stripe.String(plan.StripePriceID)},
+				},
+			},
+			AfterCompletion: &stripe.BillingPortalSessionFlowDataAfterCompletionParams{
+				Type:     stripe.String(string(stripe.BillingPortalSessionFlowAfterCompletionTypeRedirect)),
+				Redirect: &stripe.BillingPortalSessionFlowDataAfterCompletionRedirectParams{ReturnURL: stripe.String(urls.Success)},
+			},
+		},
+	}
+	params.Context = ctx
+	ps, err := s.stripe.BillingPortalSessions.New(params)
+	if err != nil {
+		s.log.WarnContext(ctx, "stripe portal session not created", "tenant_id", tenantID, "plan", plan.Key, "err", err)
+		return Upgrade{}, stripeError("open the plan change", err)
+	}
+	if ps.URL == "" {
+		return Upgrade{}, apperr.New(apperr.Upstream, "Stripe answered a portal session without a URL")
+	}
+	s.log.InfoContext(ctx, "self-serve plan change started in the portal", "tenant_id", tenantID, "plan", plan.Key, "subscription_id", sub.ID)
+	return Upgrade{Kind: UpgradePortal, URL: ps.URL, SessionID: ps.ID}, nil
+}
