@@ -92,3 +92,18 @@ type LoginGuard interface {
 type Resyncer interface {
 	ResyncTenant(ctx context.Context, tenantID string) ([]billing.DriftRepair, error)
 }
+
+// Upgrader sends a tenant to Stripe to move to a public plan (billing):
+// Checkout without a live subscription, the customer portal's update
+// confirmation with one. nil (no STRIPE_SECRET_KEY) leaves the dashboard
+// saying whom to ask instead.
+type Upgrader interface {
+	StartUpgrade(ctx context.Context, tenantID, planKey string, urls billing.UpgradeURLs) (billing.Upgrade, error)
+}
+
+// AttemptLimiter decides one attempt against explicit limits
+// (*limiter.Limiter, shared by every instance through Redis); it bounds how
+// often a tenant may start a plan change, each of which costs Stripe calls.
+type AttemptLimiter interface {
+	Allow(ctx context.Context, key string, req limiter.Request) (*limiter.Decision, error)
+}

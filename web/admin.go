@@ -379,15 +379,7 @@ func (w *Web) handleAdminMintLink() echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		base := strings.TrimRight(w.PublicURL, "/")
-		if base == "" {
-			scheme := "http"
-			if secureRequest(c.Request()) {
-				scheme = "https"
-			}
-			base = scheme + "://" + c.Request().Host
-		}
-		d.NewLink = &newLink{URL: base + u, ExpiresAt: exp}
+		d.NewLink = &newLink{URL: w.publicBase(c) + u, ExpiresAt: exp}
 		p.Notice, p.Data = "Dashboard link made. It works once, until "+fmtTime(exp)+".", d
 		return w.render(c, http.StatusCreated, "admin_tenant", p)
 	}

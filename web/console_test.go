@@ -231,7 +231,7 @@ func TestDashboardShowsStatusAndUsage(t *testing.T) {
 	br.loginKey(k.Key)
 	page := br.get("/dashboard")
 	wantStatus(t, page, http.StatusOK, "dashboard")
-	for _, want := range []string{"grace period", "falls back to " + b.free, "resets in", "How to upgrade", "hard limit", "soft limit"} {
+	for _, want := range []string{"grace period", "falls back to " + b.free, "resets in", "Change plan", "hard limit", "soft limit"} {
 		if !strings.Contains(page.body, want) {
 			t.Fatalf("dashboard lacks %q", want)
 		}

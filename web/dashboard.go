@@ -98,11 +98,11 @@ func (w *Web) handleDashboardLogin() echo.HandlerFunc {
 // dashboardPage is the data of the dashboard.
 type dashboardPage struct {
 	UsageView
-	Keys     []KeyRow
-	Plans    []PlanRow
-	NewKey   *newKey
-	CanKeys  bool
-	Upgrades []PlanRow
+	Keys    []KeyRow
+	Plans   []PlanRow
+	NewKey  *newKey
+	CanKeys bool
+	Choice  planChoice
 }
 
 type newKey struct {
@@ -128,7 +128,7 @@ func (w *Web) dashboard(c echo.Context, nk *newKey) (page, error) {
 	if err != nil {
 		return page{}, err
 	}
-	d := dashboardPage{UsageView: u, Keys: keys, Plans: plans, NewKey: nk, CanKeys: w.Keys != nil, Upgrades: upgrades(plans, u.Snap.Plan)}
+	d := dashboardPage{UsageView: u, Keys: keys, Plans: plans, NewKey: nk, CanKeys: w.Keys != nil, Choice: w.planChoiceOf(plans, u)}
 	return page{Title: u.Tenant.Name + " · usage", Nav: "usage", Data: d}, nil
 }
 
@@ -141,6 +141,9 @@ func (w *Web) handleDashboard() echo.HandlerFunc {
 		switch c.QueryParam("done") {
 		case "revoked":
 			p.Notice = "The API key was revoked; requests with it are refused from now on."
+		}
+		if n, ok := planNotices[c.QueryParam("plan")]; ok {
+			p.Notice = n
 		}
 		return w.render(c, http.StatusOK, "dashboard", p)
 	}
@@ -190,7 +193,7 @@ func (w *Web) handleDashboardRevokeKey() echo.HandlerFunc {
 }
 
 // upgrades are the plans that give at least as much of every meter the
-// current plan limits, and more of one: what "how to upgrade" offers.
+// current plan limits, and more of one: the offers marked as upgrades.
 func upgrades(plans []PlanRow, current string) []PlanRow {
 	var cur *PlanRow
 	for i := range plans {

@@ -74,6 +74,8 @@ type setupOpts struct {
 	// makes billing the console's plan changer (as cmd/api does with
 	// STRIPE_SECRET_KEY).
 	stripeBase string
+	// contact is BILLING_CONTACT.
+	contact string
 }
 
 func setup(t testing.TB, opts ...setupOpts) *bundle {
@@ -121,13 +123,14 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 		t.Fatal(err)
 	}
 	var plans entitlements.PlanChanger = b.ents
+	var upgrades Upgrader // as cmd/api: self-serve plan changes need Stripe
 	if o.stripeBase != "" {
-		plans = bill
+		plans, upgrades = bill, bill
 	}
 	b.trail = audit.New(pool, log)
 	named := map[string]string{"alice": b.alice}
 	w, err := New(Deps{Log: log, DB: pool, Limits: b.store, Snapshots: b.ents, Usage: b.meter, AdminToken: b.admin, DefaultPlan: b.free,
-		AdminTokens: named, Audit: b.trail,
+		AdminTokens: named, Audit: b.trail, Upgrades: upgrades, Attempts: lim, BillingContact: o.contact,
 		Plans: plans, PlanAdmin: b.ents, Addons: b.ents, Keys: b.ents, Overrides: b.ents, Replayer: bill, Resyncer: bill, Guard: guard,
 		Tenants: b.ents, Previews: b.ents})
 	if err != nil {

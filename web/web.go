@@ -81,6 +81,16 @@ type Deps struct {
 	// Previews shows the effect of a change on its confirmation page; nil
 	// still asks for the confirmation, without the figures.
 	Previews Previewer
+	// Upgrades lets tenants change plan through Stripe from the dashboard;
+	// nil (no STRIPE_SECRET_KEY) shows the plans and whom to ask.
+	Upgrades Upgrader
+	// Attempts bounds self-serve plan change attempts per tenant
+	// (upgradeLimits); nil = unbounded.
+	Attempts AttemptLimiter
+	// BillingContact (BILLING_CONTACT) is the email address or URL tenants
+	// are told to ask about plan changes when they cannot make them
+	// themselves; empty = "your account manager".
+	BillingContact string
 	// Guard limits failed logins (API key, admin token, used links) per
 	// client IP; nil means no limit beyond the secrets' strength.
 	Guard LoginGuard
@@ -188,6 +198,7 @@ func (w *Web) Register(e *echo.Echo) {
 	e.GET("/dashboard/usage.csv", w.handleDashboardUsageCSV(), tenant...)
 	e.POST("/dashboard/keys", w.handleDashboardIssueKey(), tenant...)
 	e.POST("/dashboard/keys/:id/revoke", w.handleDashboardRevokeKey(), tenant...)
+	e.POST("/dashboard/plan", w.handleDashboardChangePlan(), tenant...)
 	e.RouteNotFound("/dashboard/*", w.handleNotFound(), w.html)
 
 	e.GET("/admin/login", w.handleAdminLoginPage(), open...)
@@ -280,7 +291,13 @@ func backLink(c echo.Context) string {
 func (w *Web) html(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		h := c.Response().Header()
-		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+		formAction := "'self'"
+		if strings.HasPrefix(c.Request().URL.Path, "/dashboard") {
+			// The plan form's answer redirects to Stripe's hosted Checkout or
+			// customer portal, and form-action also governs that redirect.
+			formAction += " " + stripeHostedPages
+		}
+		h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action "+formAction+"; frame-ancestors 'none'; base-uri 'none'")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("X-Frame-Options", "DENY")
 		// Login links carry a token in the URL: never send it on as a Referer.

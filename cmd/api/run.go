@@ -134,14 +134,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	// counters, and act through the same services as the admin API.
 	// One failed-login window per client IP for the API and the pages.
 	authLim := httpapi.NewAuthLimiter(lim, httpapi.AuthLimitOptions{TrustedProxies: cfg.TrustedProxies})
-	var resync web.Resyncer // the console's "resync now" needs Stripe
+	var resync web.Resyncer   // the console's "resync now" needs Stripe
+	var upgrades web.Upgrader // so do the dashboard's plan changes
 	if cfg.StripeSecretKey != "" {
-		resync = bill
+		resync, upgrades = bill, bill
 	}
 	trail := audit.New(pool, log) // who changed what, through the API or the console
 	pages, err := web.New(web.Deps{Log: log, DB: pool, Limits: limitstore.New(rdb, limiter.DefaultPrefix),
 		Snapshots: ents, Usage: meter, AdminToken: cfg.AdminToken, AdminTokens: cfg.AdminTokens, Audit: trail,
 		DefaultPlan: cfg.DefaultPlan, PublicURL: cfg.PublicURL, RedisTimeout: cfg.RedisTimeout,
+		BillingContact: cfg.BillingContact, Upgrades: upgrades, Attempts: lim,
 		Plans: planChanger(cfg, ents, bill), PlanAdmin: ents, Addons: ents, Keys: ents, Overrides: ents, Replayer: bill, Resyncer: resync, Guard: authLim,
 		Tenants: ents, Previews: ents})
 	if err != nil {

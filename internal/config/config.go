@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/mail"
 	"net/netip"
 	"net/url"
 	"regexp"
@@ -49,6 +50,10 @@ type Config struct {
 	StripeSecretKey string
 	// StripeAPIBase (STRIPE_API_BASE) overrides Stripe's API URL (stripe-mock in tests).
 	StripeAPIBase string
+	// BillingContact (BILLING_CONTACT), empty by default: an email address
+	// or an http(s) URL that the dashboard tells tenants to ask about plan
+	// changes when they cannot change plan themselves (no STRIPE_SECRET_KEY).
+	BillingContact string
 	// DefaultPlan (DEFAULT_PLAN), default free: the plan of tenants whose subscription ended.
 	DefaultPlan string
 	// StripeProration (STRIPE_PRORATION), default create_prorations: how plan
@@ -147,6 +152,7 @@ func Load(getenv func(string) string) (Config, error) {
 		StripeWebhookSecretPrevious: get("STRIPE_WEBHOOK_SECRET_PREVIOUS", ""),
 		StripeSecretKey:             get("STRIPE_SECRET_KEY", ""),
 		StripeAPIBase:               get("STRIPE_API_BASE", ""),
+		BillingContact:              get("BILLING_CONTACT", ""),
 		StripeProration:             get("STRIPE_PRORATION", "create_prorations"),
 		DefaultPlan:                 get("DEFAULT_PLAN", "free"),
 		LimiterFailMode:             get("LIMITER_FAIL_MODE", "local"),
@@ -197,6 +203,9 @@ func Load(getenv func(string) string) (Config, error) {
 		if u, err := url.Parse(c.StripeAPIBase); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			bad("STRIPE_API_BASE", errors.New("want an http(s) URL"))
 		}
+	}
+	if c.BillingContact != "" && !ValidContact(c.BillingContact) {
+		bad("BILLING_CONTACT", errors.New("want an email address (billing@example.com) or an http(s) URL"))
 	}
 	if !planKey(c.DefaultPlan) {
 		bad("DEFAULT_PLAN", errors.New("want a plan key [a-z0-9_-]{1,64}"))
@@ -261,6 +270,19 @@ func Load(getenv func(string) string) (Config, error) {
 		return Config{}, errs[0] // one line, naming the first bad variable
 	}
 	return c, nil
+}
+
+// ValidContact reports whether s is an email address or an http(s) URL
+// (BILLING_CONTACT), the two things a page can link to.
+func ValidContact(s string) bool {
+	if strings.ContainsFunc(s, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return false
+	}
+	if u, err := url.Parse(s); err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		return true
+	}
+	a, err := mail.ParseAddress(s)
+	return err == nil && a.Address == s
 }
 
 func planKey(s string) bool {

@@ -117,3 +117,22 @@ func TestLimiterLocalLeases(t *testing.T) {
 		t.Fatalf("LIMITER_LOCAL_LEASES=sometimes: err = %v, want one naming LIMITER_LOCAL_LEASES", err)
 	}
 }
+
+// BILLING_CONTACT is optional, and when set an email address or an http(s)
+// URL, the two things the dashboard can link to.
+func TestBillingContact(t *testing.T) {
+	c, err := Load(envOf(nil))
+	if err != nil || c.BillingContact != "" {
+		t.Fatalf("default BILLING_CONTACT = %q (%v), want empty", c.BillingContact, err)
+	}
+	for _, v := range []string{"billing@example.com", "https://example.com/contact", "http://intranet/billing"} {
+		if c, err := Load(envOf(map[string]string{"BILLING_CONTACT": v})); err != nil || c.BillingContact != v {
+			t.Errorf("BILLING_CONTACT=%s: %q (%v)", v, c.BillingContact, err)
+		}
+	}
+	for _, v := range []string{"Alice", "javascript:alert(1)", "ftp://example.com", "Alice <alice@example.com>", "mailto:a@b.c", "a@b.c\x00"} {
+		if _, err := Load(envOf(map[string]string{"BILLING_CONTACT": v})); err == nil || !strings.Contains(err.Error(), "BILLING_CONTACT") {
+			t.Errorf("BILLING_CONTACT=%q: err = %v, want one naming BILLING_CONTACT", v, err)
+		}
+	}
+}

@@ -25,11 +25,12 @@ type Recorder struct {
 	refused map[string]string // path → Stripe's error message
 }
 
-// Post is one POST that reached the recorder.
+// Post is one POST that reached the recorder, and what was answered.
 type Post struct {
 	Path           string
 	Form           url.Values
 	IdempotencyKey string
+	Answer         map[string]any // the JSON answer (stripe-mock's object, or the error)
 }
 
 // NewRecorder starts a recorder in front of the stripe-mock at base
@@ -43,22 +44,38 @@ func NewRecorder(t testing.TB, base string) *Recorder {
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	r := &Recorder{refused: map[string]string{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.Method == http.MethodPost {
-			body, _ := io.ReadAll(req.Body)
-			req.Body = io.NopCloser(bytes.NewReader(body))
-			form, _ := url.ParseQuery(string(body))
-			r.mu.Lock()
-			r.posts = append(r.posts, Post{Path: req.URL.Path, Form: form, IdempotencyKey: req.Header.Get("Idempotency-Key")})
-			msg, refuse := r.refused[req.URL.Path]
-			r.mu.Unlock()
-			if refuse {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusBadRequest)
-				_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"type": "invalid_request_error", "message": msg}})
-				return
-			}
+		if req.Method != http.MethodPost {
+			proxy.ServeHTTP(w, req)
+			return
 		}
-		proxy.ServeHTTP(w, req)
+		body, _ := io.ReadAll(req.Body)
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		form, _ := url.ParseQuery(string(body))
+		r.mu.Lock()
+		i := len(r.posts)
+		r.posts = append(r.posts, Post{Path: req.URL.Path, Form: form, IdempotencyKey: req.Header.Get("Idempotency-Key")})
+		msg, refuse := r.refused[req.URL.Path]
+		r.mu.Unlock()
+		// The answer is recorded before the client gets it, so a test
+		// sees it as soon as its call returns.
+		rr := httptest.NewRecorder()
+		if refuse {
+			rr.Header().Set("Content-Type", "application/json")
+			rr.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(rr).Encode(map[string]any{"error": map[string]any{"type": "invalid_request_error", "message": msg}})
+		} else {
+			proxy.ServeHTTP(rr, req)
+		}
+		var answer map[string]any
+		_ = json.Unmarshal(rr.Body.Bytes(), &answer)
+		r.mu.Lock()
+		r.posts[i].Answer = answer
+		r.mu.Unlock()
+		for k, v := range rr.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rr.Code)
+		_, _ = w.Write(rr.Body.Bytes())
 	}))
 	t.Cleanup(srv.Close)
 	r.URL = srv.URL

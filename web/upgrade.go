@@ -1,0 +1,160 @@
+package web
+
+// The dashboard's "Change plan" section (issue 14): the plans a tenant may
+// pick, their limits next to its own, and the POST that sends it to Stripe.
+// The plan itself changes only when Stripe's webhooks confirm (billing).
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+// stripeHostedPages are the origins of Stripe Checkout and the customer
+// portal, where the plan form's answer redirects.
+const stripeHostedPages = "https://checkout.stripe.com https://billing.stripe.com"
+
+// upgradeLimits bound how many plan changes one tenant may start: each
+// costs up to two Stripe calls, and someone comparing plans and coming back
+// from an abandoned Checkout stays far below it.
+var upgradeLimits = limiter.Limits{Windows: []limiter.Window{{Name: "plan-changes", Limit: 10, Length: 10 * time.Minute}}}
+
+// PlanOffer is a plan the dashboard offers.
+type PlanOffer struct {
+	PlanRow
+	Bigger bool // at least as much of every meter as the current plan, and more of one
+}
+
+// planChoice is the data of the "Change plan" section.
+type planChoice struct {
+	Current    *PlanRow // the plan the tenant has now (nil when unknown)
+	Offers     []PlanOffer
+	SelfServe  bool // Stripe is configured: each offer has a button
+	Subscribed bool // a subscription that Stripe changes in its portal
+	Contact    contact
+	Error      string // why the last attempt did not start
+}
+
+// contact is whom a tenant asks when it cannot change plan itself.
+type contact struct {
+	Text string
+	Href string // mailto: or http(s); "" = plain text
+}
+
+func contactOf(s string) contact {
+	switch {
+	case s == "":
+		return contact{Text: "your account manager, or the team that gave you this dashboard"}
+	case strings.Contains(s, "://"):
+		return contact{Text: s, Href: s}
+	default:
+		return contact{Text: s, Href: "mailto:" + s}
+	}
+}
+
+// planChoiceOf picks the plans to offer: public ones other than the
+// current, and, when the tenant can pay through Stripe, only those with a
+// Stripe price (the others cannot be bought).
+func (w *Web) planChoiceOf(plans []PlanRow, u UsageView) planChoice {
+	pc := planChoice{SelfServe: w.Upgrades != nil, Contact: contactOf(w.BillingContact),
+		Subscribed: u.Sub != nil && u.Sub.Status != "canceled" && u.Sub.Status != "incomplete_expired"}
+	bigger := map[string]bool{}
+	for _, p := range upgrades(plans, u.Snap.Plan) {
+		bigger[p.Key] = true
+	}
+	for i, p := range plans {
+		switch {
+		case p.Key == u.Snap.Plan:
+			pc.Current = &plans[i]
+		case p.Public && (p.StripePriceID != "" || !pc.SelfServe):
+			pc.Offers = append(pc.Offers, PlanOffer{PlanRow: p, Bigger: bigger[p.Key]})
+		}
+	}
+	return pc
+}
+
+// handleDashboardChangePlan sends the session's tenant to Stripe for the
+// plan it picked. The tenant is the session's, never the form's; a plan it
+// is not offered is a 400 naming "plan", and Stripe's refusal or silence is
+// shown on the dashboard with nothing changed.
+func (w *Web) handleDashboardChangePlan() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if w.Upgrades == nil {
+			return apperr.New(apperr.NotFound, "Plans cannot be changed here; ask %s.", contactOf(w.BillingContact).Text)
+		}
+		ctx := c.Request().Context()
+		tid := sessionFrom(c).TenantID
+		if w.Attempts != nil {
+			d, err := w.Attempts.Allow(ctx, "plan-change:"+tid, limiter.Request{Limits: &upgradeLimits})
+			switch {
+			case err != nil:
+				// Redis trouble: Stripe calls are not free, but refusing a
+				// paying customer for our outage is worse.
+				w.log.WarnContext(ctx, "plan change attempts not counted", "tenant_id", tid, "err", err)
+			case !d.Allowed:
+				c.Response().Header().Set("Retry-After", strconv.Itoa(int(math.Max(1, math.Ceil(d.RetryAfter.Seconds())))))
+				return w.renderPlanError(c, http.StatusTooManyRequests,
+					"Too many plan changes were started from this account lately. Try again in "+fmtDuration(d.RetryAfter)+".")
+			}
+		}
+		base := w.publicBase(c)
+		up, err := w.Upgrades.StartUpgrade(ctx, tid, strings.TrimSpace(c.FormValue("plan")), billing.UpgradeURLs{
+			Success: base + "/dashboard?plan=changed#plan",
+			Cancel:  base + "/dashboard?plan=kept#plan",
+		})
+		if e, ok := apperr.As(err); ok && (e.Code == apperr.Invalid || e.Code == apperr.Upstream || e.Code == apperr.Conflict) {
+			msg := e.Message
+			for _, f := range e.Fields {
+				msg = f.Field + ": " + f.Message
+			}
+			if e.Code != apperr.Invalid {
+				msg += " Nothing was changed; try again in a moment."
+			}
+			return w.renderPlanError(c, apperr.HTTPOf(e.Code).Status, msg)
+		}
+		if err != nil {
+			return err
+		}
+		return c.Redirect(http.StatusSeeOther, up.URL)
+	}
+}
+
+// renderPlanError shows the dashboard with msg in the plan section.
+func (w *Web) renderPlanError(c echo.Context, status int, msg string) error {
+	p, err := w.dashboard(c, nil)
+	if err != nil {
+		return err
+	}
+	d := p.Data.(dashboardPage)
+	d.Choice.Error = msg
+	p.Data = d
+	return w.render(c, status, "dashboard", p)
+}
+
+// planNotices confirm the return from Stripe (?plan=…).
+var planNotices = map[string]string{
+	"changed": "Stripe has your plan change. Your new limits apply as soon as Stripe confirms the payment, usually within seconds: reload this page to see them.",
+	"kept":    "You left Stripe without changing anything; your plan is as it was.",
+}
+
+// publicBase is how people reach this server: PUBLIC_URL, else the
+// request's own scheme and host.
+func (w *Web) publicBase(c echo.Context) string {
+	if base := strings.TrimRight(w.PublicURL, "/"); base != "" {
+		return base
+	}
+	scheme := "http"
+	if secureRequest(c.Request()) {
+		scheme = "https"
+	}
+	return fmt.Sprintf("%s://%s", scheme, c.Request().Host)
+}
