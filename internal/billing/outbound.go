@@ -216,22 +216,9 @@ func (s *Service) failedPlanChange(ctx context.Context, base string, err error) 
 func (s *Service) updateSubscriptionPrice(ctx context.Context, tenantID, planKey string, sub planSub, priceID string) (string, bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.StripeTimeout)
 	defer cancel()
-	itemID := sub.ItemID
-	if itemID == "" {
-		// Rows written before the item was known: ask Stripe for it.
-		v, err := s.fetchSubscription(ctx, sub.ID)
-		if err != nil {
-			return "", false, stripeError("read the subscription", err)
-		}
-		if v == nil || len(v.Items) == 0 {
-			return "", false, apperr.New(apperr.Upstream, "Stripe subscription %s has no items", sub.ID)
-		}
-		itemID = v.Items[0].ID
-		for _, it := range v.Items {
-			if it.PriceID == sub.PriceID {
-				itemID = it.ID
-			}
-		}
+	itemID, err := s.planItemID(ctx, sub.ID, sub.ItemID, sub.PriceID)
+	if err != nil {
+		return "", false, err
 	}
 	proration := s.opts.Proration
 	params := &stripe.SubscriptionParams{
@@ -257,4 +244,27 @@ func (s *Service) updateSubscriptionPrice(ctx context.Context, tenantID, planKey
 		return "", false, stripeError("change the subscription's price", err)
 	}
 	return itemID, got.PendingUpdate != nil, nil
+}
+
+// planItemID is the id of the subscription item that carries the plan:
+// itemID when we know it, else (rows written before the item was known)
+// read from Stripe, the item with the price we have on record.
+func (s *Service) planItemID(ctx context.Context, subID, itemID, priceID string) (string, error) {
+	if itemID != "" {
+		return itemID, nil
+	}
+	v, err := s.fetchSubscription(ctx, subID)
+	if err != nil {
+		return "", stripeError("read the subscription", err)
+	}
+	if v == nil || len(v.Items) == 0 {
+		return "", apperr.New(apperr.Upstream, "Stripe subscription %s has no items", subID)
+	}
+	itemID = v.Items[0].ID
+	for _, it := range v.Items {
+		if it.PriceID == priceID {
+			itemID = it.ID
+		}
+	}
+	return itemID, nil
 }

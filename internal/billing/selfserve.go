@@ -195,22 +195,9 @@ func (s *Service) checkoutUpgrade(ctx context.Context, tenantID, customer string
 func (s *Service) portalUpgrade(ctx context.Context, tenantID string, sub liveSub, plan entitlements.Plan, urls UpgradeURLs) (Upgrade, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.StripeTimeout)
 	defer cancel()
-	itemID := sub.ItemID
-	if itemID == "" {
-		// Rows written before the item was known: ask Stripe for it.
-		v, err := s.fetchSubscription(ctx, sub.ID)
-		if err != nil {
-			return Upgrade{}, stripeError("read your subscription", err)
-		}
-		if v == nil || len(v.Items) == 0 {
-			return Upgrade{}, apperr.New(apperr.Upstream, "Stripe subscription %s has no items", sub.ID)
-		}
-		itemID = v.Items[0].ID
-		for _, it := range v.Items {
-			if it.PriceID == sub.PriceID {
-				itemID = it.ID
-			}
-		}
+	itemID, err := s.planItemID(ctx, sub.ID, sub.ItemID, sub.PriceID)
+	if err != nil {
+		return Upgrade{}, err
 	}
 	params := &stripe.BillingPortalSessionParams{
 		Customer:  stripe.String(sub.Customer),

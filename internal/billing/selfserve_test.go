@@ -2,7 +2,6 @@ package billing_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -212,17 +211,11 @@ func TestSelfServeStripeErrorsChangeNothing(t *testing.T) {
 		}
 	})
 	t.Run("stripe unreachable", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		closed := "http://" + ln.Addr().String()
-		ln.Close()
-		e := newEnv(t, envOpts{stripeBase: closed, noWorker: true})
+		e := newEnv(t, envOpts{stripeBase: stripemock.Unreachable(t), noWorker: true})
 		e.plans()
 		tenant := e.tenant("free", "")
 		v0 := e.version(tenant)
-		_, err = e.svc.StartUpgrade(context.Background(), tenant, "pro", upgradeURLs)
+		_, err := e.svc.StartUpgrade(context.Background(), tenant, "pro", upgradeURLs)
 		if apperr.CodeOf(err) != apperr.Upstream || !strings.Contains(err.Error(), "could not be reached") {
 			t.Fatalf("err %v, want Upstream saying Stripe could not be reached", err)
 		}

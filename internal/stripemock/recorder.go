@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -108,4 +109,17 @@ func (r *Recorder) Count() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.posts)
+}
+
+// Unreachable returns the URL of a loopback port nothing listens on: a
+// Stripe that is down (connections refused).
+func Unreachable(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("stripemock: %v", err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return "http://" + addr
 }
