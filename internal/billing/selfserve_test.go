@@ -71,12 +71,13 @@ func TestSelfServeCheckoutCreatesTheCustomerAndGrantsNothingBeforeStripe(t *test
 		t.Fatalf("second session %+v", s)
 	}
 
-	// Stripe confirms: the completed session (Stripe's event shape) and the
-	// subscription it made, processed by a worker as Stripe sends them.
+	// Stripe confirms: the completed session (the checkout.session of
+	// Stripe's OpenAPI fixtures, as completed) and the subscription it
+	// made, processed by a worker as Stripe sends them.
 	hooks := newEnvOn(t, e.pool, e.rdb, e.prefix, envOpts{})
 	sub := "sub_ss_" + newCustomer()
 	co := newEventID(t)
-	hooks.post(fixture(t, "derived/checkout.session.completed.subscription-mode.json", co, time.Now(), func(o map[string]any) {
+	hooks.post(fixture(t, "spec/checkout.session.completed.json", co, time.Now(), func(o map[string]any) {
 		o["id"], o["customer"], o["subscription"], o["client_reference_id"] = up.SessionID, cus, sub, tenant
 		o["metadata"] = map[string]any{"tenant_id": tenant, "plan": "pro"}
 	}))
