@@ -79,6 +79,7 @@ func (w *Web) handleAdminHome() echo.HandlerFunc {
 const tenantsPerPage = 25
 
 type tenantsPage struct {
+	CanCreate  bool
 	Q          string
 	Page       int
 	Pages      int
@@ -120,7 +121,7 @@ func (w *Web) handleAdminTenants() echo.HandlerFunc {
 				}
 			}
 		}
-		d := tenantsPage{Q: q, Page: pg, Total: total, Tenants: rows,
+		d := tenantsPage{CanCreate: w.Tenants != nil, Q: q, Page: pg, Total: total, Tenants: rows,
 			Pages: max(int((total+tenantsPerPage-1)/tenantsPerPage), 1)}
 		link := func(n int) string {
 			v := url.Values{}
@@ -206,6 +207,7 @@ func (w *Web) adminTenant(c echo.Context) (page, tenantPage, error) {
 
 var adminNotices = map[string]string{
 	"plan":     "Plan changed. The tenant's new limits are in force.",
+	"tenant":   "Tenant created.",
 	"revoked":  "API key revoked.",
 	"override": "Override saved; it applies through a new entitlement version.",
 	"deleted":  "Override removed.",

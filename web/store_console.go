@@ -236,3 +236,13 @@ func (s *store) tenantNames(ctx context.Context, ids []string, limit int) ([]ten
 	}
 	return out, nil
 }
+
+// tenantByCustomer is the tenant linked to a Stripe customer.
+func (s *store) tenantByCustomer(ctx context.Context, customer string) (tenantLink, error) {
+	var t tenantLink
+	err := s.db.QueryRow(ctx, `SELECT id::text, name FROM tenants WHERE stripe_customer_id = $1`, customer).Scan(&t.ID, &t.Name)
+	if err != nil {
+		return tenantLink{}, fmt.Errorf("web: tenant by customer: %w", notFound(err, "tenant"))
+	}
+	return t, nil
+}

@@ -206,6 +206,8 @@ func (w *Web) Register(e *echo.Echo) {
 	e.POST("/admin/logout", w.handleLogout(kindAdmin), admin...)
 	e.GET("/admin", w.handleAdminHome(), admin...)
 	e.GET("/admin/tenants", w.handleAdminTenants(), admin...)
+	e.GET("/admin/tenants/new", w.handleAdminNewTenant(), admin...)
+	e.POST("/admin/tenants", w.handleAdminCreateTenant(), append(admin, w.audited("tenant.create"))...)
 	e.GET("/admin/tenants/:id", w.handleAdminTenant(), admin...)
 	e.POST("/admin/tenants/:id/plan", w.handleAdminChangePlan(), append(admin, w.audited("tenant.plan_change"))...)
 	e.POST("/admin/tenants/:id/keys", w.handleAdminIssueKey(), append(admin, w.audited("api_key.issue"))...)
