@@ -162,6 +162,7 @@ type tenantPage struct {
 	OverForm  overrideForm
 	OverErrs  []apperr.FieldError
 	Audit     []AuditRow // the tenant's own trail, newest first
+	Why       *whyPanel  // "Why these limits"; nil without an Explainer
 }
 
 type newLink struct {
@@ -193,6 +194,9 @@ func (w *Web) adminTenant(c echo.Context) (page, tenantPage, error) {
 		return page{}, d, err
 	}
 	if d.Drift, err = w.store.drift(ctx, id, 10); err != nil {
+		return page{}, d, err
+	}
+	if d.Why, err = w.explainTenant(ctx, id); err != nil {
 		return page{}, d, err
 	}
 	if w.Audit != nil {

@@ -69,7 +69,10 @@ func (w *Web) handleAdminAddOverride() echo.HandlerFunc {
 		}
 		in, err := f.input(w.Now())
 		if err == nil {
-			_, err = w.Overrides.CreateOverride(ctx, id, in)
+			var o entitlements.Override
+			if o, err = w.Overrides.CreateOverride(ctx, id, in); err == nil {
+				c.Set(ctxTarget, o.ID) // the audit entry names the override it created
+			}
 		}
 		if fields, status, ok := formError(err); ok {
 			p, d, err := w.adminTenant(c)

@@ -19,6 +19,10 @@ const ctxNoChange = "web.nochange"
 
 var errNoChange = errors.New("web: nothing changed")
 
+// ctxTarget is the id of what a console POST created (an override), for
+// its audit entry: "Why these limits" names who created each override.
+const ctxTarget = "web.target"
+
 // audited records a console action in the audit trail, with its subject's
 // state before and after; the actor is the session's credential name.
 func (w *Web) audited(action string) echo.MiddlewareFunc {
@@ -54,6 +58,7 @@ func (w *Web) audited(action string) echo.MiddlewareFunc {
 					return audit.Subject{}, errNoChange
 				}
 				var got audit.Subject
+				got.Target, _ = c.Get(ctxTarget).(string)
 				switch path {
 				case "/admin/plans":
 					got.PlanKey = strings.TrimSpace(c.FormValue("key"))

@@ -74,6 +74,8 @@ type Deps struct {
 	Addons    AddonAdmin
 	Keys      KeyManager
 	Overrides OverrideManager
+	// Explainer fills the tenant page's "Why these limits" panel; nil hides it.
+	Explainer Explainer
 	Replayer  EventReplayer
 	Resyncer  Resyncer
 	// Tenants creates tenants; nil hides the create-tenant form.

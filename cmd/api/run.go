@@ -144,7 +144,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 		Snapshots: ents, Usage: meter, AdminToken: cfg.AdminToken, AdminTokens: cfg.AdminTokens, Audit: trail,
 		DefaultPlan: cfg.DefaultPlan, PublicURL: cfg.PublicURL, RedisTimeout: cfg.RedisTimeout,
 		BillingContact: cfg.BillingContact, Upgrades: upgrades, Attempts: lim,
-		Plans: planChanger(cfg, ents, bill), PlanAdmin: ents, Addons: ents, Keys: ents, Overrides: ents, Replayer: bill, Resyncer: resync, Guard: authLim,
+		Plans: planChanger(cfg, ents, bill), PlanAdmin: ents, Addons: ents, Keys: ents, Overrides: ents, Explainer: ents, Replayer: bill, Resyncer: resync, Guard: authLim,
 		Tenants: ents, Previews: ents})
 	if err != nil {
 		return err
