@@ -188,8 +188,11 @@ func TestUnbuiltCounterIsNoFreeReset(t *testing.T) {
 			put(t, st, s)
 			var durable atomic.Int64
 			var failing atomic.Bool
+			// Redis answers throughout (only the UsageLoader fails): a
+			// generous timeout, so that a loaded CI machine does not turn
+			// a slow answer into a fail-mode decision.
 			l := newLimiter(t, rdb, limiter.Options{
-				Prefix: b.prefix, DisableRefusalCache: true,
+				Prefix: b.prefix, DisableRefusalCache: true, Timeout: 5 * time.Second,
 				FailMode: limiter.FailModes{Quota: mode},
 				UsageLoader: func(ctx context.Context, tenant, meter string, start time.Time) (int64, error) {
 					if failing.Load() {
