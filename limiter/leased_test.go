@@ -15,7 +15,7 @@ import (
 )
 
 // The leased mode (Options.LocalLeases): units taken from Redis in chunks,
-// decided locally. These tests mirror ../shared/perf/leasecheck (built with
+// decided locally. These tests mirror the team perf kit's leasecheck tool (built with
 // -tags tollgatelease against the same API) at a size fit for a test run.
 
 // leaseOpts are leased options whose Redis calls survive a loaded test
