@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -116,8 +115,7 @@ type Source struct {
 }
 
 // Explain explains the tenant's enforced limits, read in one consistent
-// view of Postgres. A malformed id is Invalid (field "id"); an unknown
-// tenant NotFound.
+// view of Postgres. An unknown tenant, or a malformed id, is NotFound.
 func (s *Service) Explain(ctx context.Context, tenantID string) (Explanation, error) {
 	return s.explain(ctx, tenantID, nil)
 }
@@ -132,7 +130,8 @@ func (s *Service) ExplainWithPlan(ctx context.Context, tenantID string, plan Pla
 
 func (s *Service) explain(ctx context.Context, tenantID string, plan *Plan) (Explanation, error) {
 	if !ids.IsUUID(tenantID) {
-		return Explanation{}, apperr.Invalidf("id", "must be a tenant id (a UUID), got %q", tenantID)
+		// As every admin route of a tenant answers it: no such tenant.
+		return Explanation{}, tenantNotFound(tenantID)
 	}
 	var (
 		in   inputs
