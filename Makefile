@@ -42,4 +42,5 @@ clean: ## remove built binaries and throwaway service data
 
 .PHONY: screenshots
 screenshots: services ## refresh docs/screenshots/ from the browser tests
+	@command -v chromium >/dev/null || { echo "screenshots: needs Chromium (apt-get install chromium); without it the browser tests skip"; exit 1; }
 	UPDATE_SCREENSHOTS=1 $(GO) test -count=1 -run TestBrowser ./web/

@@ -12,6 +12,8 @@
 //     tenant's plan; past_due keeps it until the grace period ends; unpaid,
 //     canceled, incomplete, incomplete_expired and paused fall back to the
 //     default plan. A tenant without a subscription has its plan, "active".
+//   - A fallback never lifts a limit: what the default plan leaves unlimited
+//     keeps the tenant's own plan's limit.
 //   - A raw API key exists only in the response that issued it: the database
 //     keeps its SHA-256 hash, logs and later responses its prefix.
 //   - Authenticate answers from an in-process cache in steady state; a

@@ -265,6 +265,17 @@ func (e *explainer) plan(policy, what string, result *int64) {
 	e.set[policy] = &src
 }
 
+// kept records a limit of the tenant's own plan that stays after a
+// fallback because the default plan leaves the policy unlimited.
+func (e *explainer) kept(policy string, own Plan, what string, result *int64) {
+	if e == nil {
+		return
+	}
+	e.add(policy, Source{Kind: SourcePlan, PlanKey: own.Key, PlanVersion: own.Version, Result: copyInt(result),
+		Detail: "plan " + own.Key + " (version " + strconv.FormatInt(own.Version, 10) + ") sets " + what +
+			", which stays: the default plan leaves it unlimited, and losing paid access never lifts a limit"})
+}
+
 func (e *explainer) add(policy string, src Source) {
 	if e == nil {
 		return

@@ -223,19 +223,18 @@ func TestExplainSubscriptionStatuses(t *testing.T) {
 		Concurrency: ptr[int64](3), Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](1000)}, "exports": {Limit: ptr[int64](9)}}})
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	cases := []struct {
-		name, status  string
-		since, grace  *time.Time
-		wantPlan      string
-		wantGrace     *time.Time
-		wantFallback  bool
-		reasonHas     string
-		exportsLimits bool
+		name, status string
+		since, grace *time.Time
+		wantPlan     string
+		wantGrace    *time.Time
+		wantFallback bool
+		reasonHas    string
 	}{
-		{name: "active", status: "active", wantPlan: paid, exportsLimits: true},
+		{name: "active", status: "active", wantPlan: paid},
 		{name: "past_due_in_grace", status: "past_due", since: ptr(now.Add(-time.Minute)), wantPlan: paid,
-			wantGrace: ptr(now.Add(-time.Minute).Add(time.Hour)), exportsLimits: true},
+			wantGrace: ptr(now.Add(-time.Minute).Add(time.Hour))},
 		{name: "past_due_grace_column", status: "past_due", since: ptr(now.Add(-48 * time.Hour)), grace: ptr(now.Add(time.Hour)), wantPlan: paid,
-			wantGrace: ptr(now.Add(time.Hour)), exportsLimits: true},
+			wantGrace: ptr(now.Add(time.Hour))},
 		{name: "past_due_after_grace", status: "past_due", since: ptr(now.Add(-2 * time.Hour)), wantPlan: b.free,
 			wantGrace: ptr(now.Add(-2 * time.Hour).Add(time.Hour)), wantFallback: true, reasonHas: "grace period ended"},
 		{name: "canceled", status: "canceled", wantPlan: b.free, wantFallback: true, reasonHas: "is canceled"},
@@ -264,9 +263,28 @@ func TestExplainSubscriptionStatuses(t *testing.T) {
 					t.Fatalf("%s: fallback reason = %q / %q", l.Policy, basis.Reason, basis.Detail)
 				}
 			}
-			// The default plan leaves exports unlimited: a fallback says so.
-			if ex := limitOf(t, e, "quota:exports"); ex.Unlimited == tc.exportsLimits {
+			// The default plan leaves exports, the rate and concurrency
+			// unlimited: after a fallback the paid plan's limits stay, and
+			// the explanation says so after the fallback source.
+			ex := limitOf(t, e, "quota:exports")
+			if ex.Unlimited || *ex.Limit != 9 {
 				t.Fatalf("exports = %s", dump(ex))
+			}
+			if !tc.wantFallback {
+				return
+			}
+			for _, policy := range []string{"rate", "concurrency", "quota:exports"} {
+				l := limitOf(t, e, policy)
+				if !slices.Equal(kinds(l), []string{"subscription", "default_plan_fallback", "plan"}) || l.Unlimited {
+					t.Fatalf("%s after a fallback = %s", policy, dump(l))
+				}
+				if kept := l.Sources[2]; kept.PlanKey != paid || kept.PlanVersion != 1 || !strings.Contains(l.Sources[1].Detail, "leaves") ||
+					!strings.Contains(kept.Detail, "which stays: the default plan leaves it unlimited") {
+					t.Fatalf("%s: kept source = %s", policy, dump(l.Sources))
+				}
+			}
+			if req := limitOf(t, e, "quota:requests"); *req.Limit != 100 || len(req.Sources) != 2 {
+				t.Fatalf("requests (the default plan names it) = %s", dump(req))
 			}
 		})
 	}
@@ -345,5 +363,36 @@ func TestExplainBadTenant(t *testing.T) {
 	}
 	if _, err := b.svc.Explain(b.ctx, "00000000-0000-0000-0000-000000000000"); apperr.CodeOf(err) != apperr.NotFound {
 		t.Fatalf("unknown tenant: %v", err)
+	}
+}
+
+// With DEFAULT_PLAN naming no stored plan, a tenant that stopped paying is
+// refused metered use on every meter of its plan, not only the default
+// meter (its other meters would otherwise turn unlimited).
+func TestFallbackToAMissingDefaultPlanRefusesEveryMeter(t *testing.T) {
+	b := setup(t)
+	paid := uniq("paid")
+	b.mustPlan(t, entitlements.PlanInput{Key: paid, Quotas: map[string]*entitlements.QuotaInput{
+		"requests": {Limit: ptr[int64](1000)}, "exports": {Limit: ptr[int64](9), Mode: "soft"}}})
+	tn := b.mustTenant(t, paid)
+	b.subscribe(t, tn.ID, "canceled", 1, nil, nil, nil)
+	gone := uniq("gone")
+	svc := entitlements.NewService(b.pool, b.store, nil, entitlements.Options{DefaultPlan: gone, Redis: b.rdb, Prefix: b.prefix})
+	snap, err := svc.Snapshot(b.ctx, tn.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"requests", "exports"} {
+		if q, ok := snap.Quotas[m]; !ok || q.Limit != 0 || q.Mode != "hard" {
+			t.Fatalf("%s after a fallback to a missing default plan: %+v (%v)", m, q, ok)
+		}
+	}
+	e, err := svc.Explain(b.ctx, tn.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := limitOf(t, e, "quota:exports")
+	if ex.Unlimited || *ex.Limit != 0 || !strings.Contains(ex.Sources[1].Detail, "default plan "+gone+" (not stored: metered use is refused) sets 0") {
+		t.Fatalf("exports explained %s", dump(ex))
 	}
 }

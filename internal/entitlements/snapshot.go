@@ -158,6 +158,9 @@ func (s *Service) compute(in inputs, why *explainer) limiter.Snapshot {
 		}
 		snap.Quotas[m] = limiter.Quota{Limit: l, Mode: limiter.QuotaMode(q.Mode)}
 	}
+	if !own {
+		keepOwnLimits(&snap, in.plan, why)
+	}
 	features := append([]string(nil), plan.Features...)
 	if own {
 		// Stripe Entitlements features and add-ons come with the paid
@@ -224,9 +227,43 @@ func (s *Service) fallback(in inputs) Plan {
 	if in.defaultPlan != nil {
 		return *in.defaultPlan
 	}
-	// No default plan stored: refuse metered use rather than keep paid
-	// limits for a tenant that stopped paying. (Version 0 tells Explain.)
-	return Plan{Key: s.opts.DefaultPlan, Quotas: map[string]Quota{limiter.DefaultMeter: {Limit: 0, Mode: string(limiter.ModeHard)}}}
+	// No default plan stored: refuse metered use (the default meter and
+	// every meter of the tenant's own plan) rather than keep paid limits
+	// for a tenant that stopped paying. (Version 0 tells Explain.)
+	refused := map[string]Quota{limiter.DefaultMeter: {Limit: 0, Mode: string(limiter.ModeHard)}}
+	for m := range in.plan.Quotas {
+		refused[m] = Quota{Limit: 0, Mode: string(limiter.ModeHard)}
+	}
+	return Plan{Key: s.opts.DefaultPlan, Quotas: refused}
+}
+
+// keepOwnLimits runs after a fallback: a limit of the tenant's own plan that
+// the default plan leaves unlimited (no rate, no concurrency, a meter it
+// does not name) stays, at one seat. Otherwise a tenant whose subscription
+// ended would get more than it had while paying: a paid plan's 50 exports
+// would become unlimited on a default plan that never names exports.
+func keepOwnLimits(snap *limiter.Snapshot, own Plan, why *explainer) {
+	if snap.Rate == nil && own.Rate != nil {
+		r := *own.Rate
+		snap.Rate = &r
+		why.kept(PolicyRate, own, fmt.Sprintf("%s per second, burst %s", fmtFloat(r.PerSecond), fmtInt(r.Burst)), nil)
+	}
+	if snap.Concurrency == 0 && own.Concurrency != nil {
+		snap.Concurrency = *own.Concurrency
+		why.kept(PolicyConcurrency, own, fmtInt(snap.Concurrency)+" requests at once", &snap.Concurrency)
+	}
+	for _, m := range sortedKeys(own.Quotas) {
+		if _, ok := snap.Quotas[m]; ok {
+			continue
+		}
+		q := own.Quotas[m]
+		what := fmtInt(q.Limit) + " a period, " + q.Mode
+		if q.PerSeat {
+			what = fmtInt(q.Limit) + " per seat a period (one seat), " + q.Mode
+		}
+		snap.Quotas[m] = limiter.Quota{Limit: q.Limit, Mode: limiter.QuotaMode(q.Mode)}
+		why.kept(QuotaPolicy(m), own, what, &q.Limit)
+	}
 }
 
 // readAddons reads the add-on items of in.sub with their grants.

@@ -65,8 +65,12 @@ VALUES ($1, $2, 'cus_x', $3, $4, $5, $6, $7)`, uniq("sub"), tn.ID, tc.status, st
 				if !slices.Equal(snap.Features, []string{"analytics", "exports"}) || snap.Concurrency != 3 || snap.Rate == nil || snap.Rate.Burst != 20 {
 					t.Fatalf("paid snapshot = %+v", snap)
 				}
-			} else if len(snap.Features) != 0 || snap.Rate != nil || snap.Quotas["requests"].Limit != 100 {
+			} else if len(snap.Features) != 0 || snap.Quotas["requests"].Limit != 100 {
 				t.Fatalf("fallback snapshot kept paid access: %+v", snap)
+			} else if snap.Rate == nil || *snap.Rate != (limiter.Rate{PerSecond: 10, Burst: 20}) || snap.Concurrency != 3 {
+				// The default plan sets neither: the paid plan's limits stay
+				// rather than become unlimited.
+				t.Fatalf("fallback snapshot lifted the paid plan's rate or concurrency: %+v", snap)
 			}
 		})
 	}
