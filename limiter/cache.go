@@ -40,6 +40,7 @@ type planKey struct {
 type preparedRate struct {
 	key    string // the hash holding the bucket (field r)
 	ei     string // emission interval, µs
+	eiF    float64
 	burst  string
 	rate   Rate
 	window time.Duration
@@ -56,6 +57,8 @@ type preparedQuota struct {
 	marks   [2]string // keyNames.mark of the current period, of the next
 	endS    string    // period end, ms
 	nextS   string    // next period end, ms
+	endMs   int64
+	nextMs  int64
 	starts  [2]time.Time
 	endsT   [2]time.Time
 	windows [2]time.Duration
@@ -75,6 +78,7 @@ func prepareRate(key string, r *Rate) *preparedRate {
 	return &preparedRate{
 		key:    key,
 		ei:     strconv.FormatFloat(ei, 'f', -1, 64),
+		eiF:    ei,
 		burst:  strconv.FormatInt(burst, 10),
 		rate:   Rate{PerSecond: ps, Burst: burst},
 		window: window,
@@ -110,6 +114,8 @@ func (k keyNames) prepare(s Snapshot) *prepared {
 				marks:   [2]string{k.mark(t, m, s.PeriodStart), k.mark(t, m, s.PeriodEnd)},
 				endS:    strconv.FormatInt(s.PeriodEnd.UnixMilli(), 10),
 				nextS:   strconv.FormatInt(next.UnixMilli(), 10),
+				endMs:   s.PeriodEnd.UnixMilli(),
+				nextMs:  next.UnixMilli(),
 				starts:  [2]time.Time{s.PeriodStart, s.PeriodEnd},
 				endsT:   [2]time.Time{s.PeriodEnd, next},
 				windows: [2]time.Duration{s.PeriodEnd.Sub(s.PeriodStart), next.Sub(s.PeriodEnd)},

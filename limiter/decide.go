@@ -32,29 +32,50 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 		}
 	}
 	keys := pl.keys
-	n := 3 + len(pl.args)
 	if due != nil {
 		keys = append(keys[:len(keys):len(keys)], due.entKey) // a copy: pl.keys is shared
-		n++
 	}
-	args := make([]any, n)
-	// A peek takes nothing (cost 0 to the script) and asks about req.Cost.
-	args[0] = req.Cost
-	args[1] = "0"
-	if peek {
-		args[0], args[1] = int64(0), req.Cost
+	script := decideScript
+	var args []any
+	if pl.fast != nil && !peek {
+		// the common plan, in fastBody's flat form
+		script = fastScript
+		n := 3 + len(pl.fast)
+		if due != nil {
+			n++
+		}
+		args = make([]any, n)
+		args[0] = req.Cost
+		args[1] = boolArg(!req.leaseTake)
+		args[2] = boolArg(l.opts.UsageLoader != nil)
+		copy(args[3:], pl.fast)
+		if due != nil {
+			args[n-1] = "1"
+		}
+	} else {
+		n := 3 + len(pl.args)
+		if due != nil {
+			n++
+		}
+		args = make([]any, n)
+		// A peek takes nothing (cost 0 to the script) and asks about req.Cost.
+		args[0] = req.Cost
+		args[1] = "0"
+		if peek {
+			args[0], args[1] = int64(0), req.Cost
+		}
+		args[2] = boolArg(!req.leaseTake) // a refused lease take is not a refused request
+		copy(args[3:], pl.args)
+		if due != nil {
+			args[n-1] = "1" // one more ARGV: read the snapshot (the last KEY) back
+		}
+		if leaseID != "" {
+			args[4] = leaseID
+		}
+		args[5] = boolArg(l.opts.UsageLoader != nil)
 	}
-	args[2] = boolArg(!req.leaseTake) // a refused lease take is not a refused request
-	copy(args[3:], pl.args)
-	if due != nil {
-		args[n-1] = "1" // one more ARGV: read the snapshot (the last KEY) back
-	}
-	if leaseID != "" {
-		args[4] = leaseID
-	}
-	args[5] = boolArg(l.opts.UsageLoader != nil)
 	for attempt := 0; ; attempt++ {
-		res, err := l.runDecide(ctx, keys, args)
+		res, err := l.runScript(ctx, script, keys, args)
 		if err != nil {
 			return nil, err
 		}
@@ -95,7 +116,12 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 			return l.decision(pl, req, res, leaseID)
 		}
 		if attempt >= 2 {
-			args[5] = "0" // someone keeps deleting the counter: count from what Redis has
+			// someone keeps deleting the counter: count from what Redis has
+			if script == fastScript {
+				args[2] = "0"
+			} else {
+				args[5] = "0"
+			}
 			continue
 		}
 		if err := l.seed(ctx, pl, res); err != nil {
@@ -113,10 +139,6 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 // without a write to Redis, so the next decision tries the rebuild again.
 func (l *Limiter) unbuilt(pl *plan, req *Request) (*Decision, error) {
 	return l.fallback(pl, req)
-}
-
-func (l *Limiter) runDecide(ctx context.Context, keys []string, args []any) ([]any, error) {
-	return l.runScript(ctx, decideScript, keys, args)
 }
 
 func (l *Limiter) runScript(ctx context.Context, script *redis.Script, keys []string, args []any) ([]any, error) {

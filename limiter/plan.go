@@ -1,6 +1,8 @@
 package limiter
 
 import (
+	"encoding/binary"
+	"math"
 	"strconv"
 	"time"
 )
@@ -19,6 +21,7 @@ type policy struct {
 	rate   Rate
 	a, b   string
 	c, d   string
+	ei     float64  // r: emission interval, µs
 	keys   []string // c and w: their own key (r and q live in plan.hash)
 	fail   FailMode
 }
@@ -42,6 +45,9 @@ type plan struct {
 	// first three.
 	keys []string
 	args []any
+	// fast is fastBody's ARGV from the 4th on, for the plan of a token
+	// bucket and one quota (nil for other plans).
+	fast []any
 }
 
 // snapshotPlan returns the plan of a request on a cached snapshot. Plans
@@ -58,7 +64,7 @@ func (l *Limiter) snapshotPlan(p *prepared, req *Request) *plan {
 	pl := &plan{tenant: p.snap.TenantID, planName: p.snap.Plan, refKey: p.snap.TenantID, hash: p.state, base: p.base, rfBase: p.rfBase, dirty: p.dirty}
 	pl.pol = make([]policy, 0, 3)
 	if r := p.rate; r != nil {
-		pl.add(policy{typ: 'r', name: PolicyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, fail: l.opts.FailMode.Rate})
+		pl.add(policy{typ: 'r', name: PolicyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, ei: r.eiF, fail: l.opts.FailMode.Rate})
 	}
 	if k.meter != "" {
 		q := p.quotas[k.meter]
@@ -86,6 +92,19 @@ func (pl *plan) finish() {
 			pl.args = append(pl.args, p.c, p.d, f[0], f[1], f[2], f[3])
 		}
 	}
+	if len(pl.pol) == 2 && pl.pol[0].typ == 'r' && pl.pol[1].typ == 'q' && pl.nkeys == 0 {
+		r, q := pl.pol[0], pl.pol[1].quota
+		hard := 0.0
+		if q.hard {
+			hard = 1
+		}
+		var b [6 * 8]byte
+		for i, v := range []float64{r.ei, float64(r.rate.Burst), float64(q.limit), hard, float64(q.endMs), float64(q.nextMs)} {
+			binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
+		}
+		f := q.fields
+		pl.fast = []any{string(b[:]), pl.base, pl.dirty, q.meter, f[0], f[1], f[2], f[3]}
+	}
 }
 
 func (l *Limiter) explicitPlan(tenant string, req *Request) *plan {
@@ -93,7 +112,7 @@ func (l *Limiter) explicitPlan(tenant string, req *Request) *plan {
 	pl := &plan{tenant: tenant, refKey: "\x00" + tenant, hash: l.keys.explicitRate(tenant), base: l.keys.tenantBase(tenant), rfBase: l.keys.refusalBase(tenant), dirty: l.keys.dirtyBase(tenant), explicit: true}
 	if x.Rate != nil {
 		r := prepareRate(pl.hash, x.Rate)
-		pl.add(policy{typ: 'r', name: PolicyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, fail: l.opts.FailMode.Rate})
+		pl.add(policy{typ: 'r', name: PolicyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, ei: r.eiF, fail: l.opts.FailMode.Rate})
 	}
 	for _, w := range x.Windows {
 		pl.add(policy{typ: 'w', name: w.Name, limit: w.Limit, window: w.Length, a: strconv.FormatInt(w.Limit, 10), b: strconv.FormatInt(w.Length.Milliseconds(), 10), keys: []string{l.keys.window(tenant, w.Name, w.Length)}, fail: l.opts.FailMode.Window})

@@ -42,6 +42,30 @@ import (
 // {2, n, epoch, idx1, period1, ...} naming the quotas whose counter is
 // missing, with the hash's epoch for the seed script.
 const decideBody = `
+-- count_refusal adds one to the day's refusal count of policy name (the
+-- refusal counts' hash <base>rf:<yyyymmdd>) and notes that hash for the
+-- worker.
+local function count_refusal(now_ms, base, dirty, name)
+  local floor = math.floor
+  local z = floor(now_ms / 86400000) + 719468
+  local era = floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
+  local mp = floor((5 * doy + 2) / 153)
+  local d = doy - floor((153 * mp + 2) / 5) + 1
+  local m = mp + 3
+  if mp >= 10 then m = mp - 9 end
+  if m <= 2 then y = y + 1 end
+  local rk = base .. 'rf:' .. (y * 10000 + m * 100 + d)
+  if redis.call('HINCRBY', rk, name, 1) == 1 then
+    redis.call('EXPIRE', rk, 3456000)
+  end
+  redis.call('ZINCRBY', dirty .. 'rf', 1, rk)
+  redis.call('EXPIRE', dirty .. 'rf', 3456000)
+end
+
 local function decide(KEYS, ARGV)
 local tonumber, floor, ceil = tonumber, math.floor, math.ceil
 local t = redis.call('TIME')
@@ -230,23 +254,7 @@ if refuse_idx > 0 then
     end
   end
   if ARGV[3] == '1' and not peek then
-    local z = math.floor(now_ms / 86400000) + 719468
-    local era = math.floor(z / 146097)
-    local doe = z - era * 146097
-    local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
-    local y = yoe + era * 400
-    local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
-    local mp = math.floor((5 * doy + 2) / 153)
-    local d = doy - math.floor((153 * mp + 2) / 5) + 1
-    local m = mp + 3
-    if mp >= 10 then m = mp - 9 end
-    if m <= 2 then y = y + 1 end
-    local rk = ARGV[4] .. 'rf:' .. (y * 10000 + m * 100 + d)
-    if redis.call('HINCRBY', rk, st[refuse_idx].name, 1) == 1 then
-      redis.call('EXPIRE', rk, 3456000)
-    end
-    redis.call('ZINCRBY', ARGV[8] .. 'rf', 1, rk)
-    redis.call('EXPIRE', ARGV[8] .. 'rf', 3456000)
+    count_refusal(now_ms, ARGV[4], ARGV[8], st[refuse_idx].name)
   end
 else
   refuse_retry = 0
@@ -319,6 +327,133 @@ return r
 end
 `
 
+// fastBody is decideBody's decision for the common plan, a token bucket
+// and one quota, checked and taken at cost (no peek, no concurrency slot),
+// in flat locals: per-policy tables, string work and number parsing are
+// most of what the general decision costs Redis. It decides exactly as
+// decide() does and hands the rare cases to it (a counter missing: seeds
+// and the counting while it is missing stay in one place).
+//
+// ARGV: 1 cost, 2 count refusals (0|1), 3 seed required (0|1), 4 the
+// plan's numbers packed as six little-endian doubles (emission interval
+// µs, burst, quota limit, hard 1|0, period end ms, next period end ms:
+// struct.unpack reads them in one call, where tonumber on each would run
+// strtod), 5 the tenant's key base, 6 dirty marks' prefix, 7 the quota's
+// name, 8-11 the q and f fields of the current period, of the next; one
+// more ARGV reads the stored snapshot (KEYS[2]) back, as in decideLua.
+// KEYS[1] the state hash. Reply: decideLua's, for the policies rate and
+// quota.
+const fastBody = `
+local function fast(KEYS, ARGV)
+local floor, ceil = math.floor, math.ceil
+local ei, burst, lim, hard, pend, nxt = struct.unpack('<dddddd', ARGV[4])
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = floor(now_us / 1000)
+local pend0 = pend
+local period, qf, ff = 0, ARGV[8], ARGV[9]
+if now_ms >= pend then
+  period, pend, qf, ff = 1, nxt, ARGV[10], ARGV[11]
+end
+local h = KEYS[1]
+local hv = redis.call('HMGET', h, 'x', 'r', qf, ff)
+local usedS = hv[3]
+if not usedS then
+  -- the counter is missing: the general decision seeds or counts in g
+  local A = {ARGV[1], '0', ARGV[2], ARGV[5], '', ARGV[3], 2, ARGV[6],
+    'r', 'rate', ei, burst, 'q', ARGV[7], lim, hard, pend0, nxt, ARGV[8], ARGV[9], ARGV[10], ARGV[11]}
+  if ARGV[12] then A[23] = '1' end
+  return decide(KEYS, A)
+end
+local cost = tonumber(ARGV[1])
+local used = tonumber(usedS)
+local boff = ei * burst
+local tat = tonumber(hv[2])
+if tat == nil or tat < now_us then tat = now_us end
+local clamped = false
+if tat > now_us + boff then
+  -- see decide(): a plan upgrade applies at once
+  tat = now_us + boff
+  clamped = true
+end
+local diff = now_us - (tat + cost * ei - boff)
+local left = pend - now_ms
+if left < 1000 then left = 1000 end
+local x = tonumber(hv[1]) or 0
+local r
+if diff >= 0 and not (hard == 1 and used + cost > lim) then
+  local ntat = floor(tat + cost * ei)
+  local need = ceil(ntat / 1000)
+  local e = pend + 604800000
+  if e > need then need = e end
+  if need > x then
+    x = need + 86400000
+    redis.call('HSET', h, 'r', ntat, qf, used + cost, 'x', x)
+    redis.call('PEXPIREAT', h, x)
+  else
+    redis.call('HSET', h, 'r', ntat, qf, used + cost)
+  end
+  if cost ~= 0 then
+    local fS = hv[4]
+    -- the counter turns unflushed (q = f before): mark it for the flush.
+    -- Equal strings are equal numbers; other forms are compared as numbers.
+    if usedS == fS or ((not fS or #fS ~= #usedS) and used == (tonumber(fS) or 0)) then
+      local dq = ARGV[6] .. 'q'
+      redis.call('SADD', dq, ARGV[5] .. 'qp:' .. string.sub(qf, 3))
+      redis.call('EXPIRE', dq, 3456000)
+    end
+  end
+  local rrem = floor((now_us - ntat + boff) / ei)
+  if rrem < 0 then rrem = 0 end
+  local rreset = ceil((ntat - now_us) / 1000)
+  if rreset < 0 then rreset = 0 end
+  local qrem = lim - used - cost
+  if qrem < 0 then qrem = 0 end
+  r = {1, 0, 0, now_ms, rrem, rreset, 0, qrem, left, period}
+else
+  -- refused: nothing is taken; the rate's repair is still written
+  local rrem = floor((now_us - tat + boff) / ei)
+  local rreset = ceil((tat - now_us) / 1000)
+  local idx, retry = 0, -1
+  if diff < 0 then
+    idx, retry = 1, ceil(-diff / 1000)
+    rreset = retry
+  end
+  if hard == 1 and used + cost > lim and left > retry then
+    idx, retry = 2, left
+  end
+  if clamped then
+    local need = ceil(tat / 1000)
+    if need > x then
+      x = need + 86400000
+      redis.call('HSET', h, 'r', tat, 'x', x)
+      redis.call('PEXPIREAT', h, x)
+    else
+      redis.call('HSET', h, 'r', tat)
+    end
+  end
+  if ARGV[2] == '1' then
+    local name = 'rate'
+    if idx == 2 then name = ARGV[7] end
+    count_refusal(now_ms, ARGV[5], ARGV[6], name)
+  end
+  if rrem < 0 then rrem = 0 end
+  if rreset < 0 then rreset = 0 end
+  local qrem = lim - used
+  if qrem < 0 then qrem = 0 end
+  r = {0, idx, retry, now_ms, rrem, rreset, 0, qrem, left, period}
+end
+if ARGV[12] then
+  r[11] = redis.call('GET', KEYS[2])
+end
+return r
+end
+`
+
+const fastLua = decideBody + fastBody + `
+return fast(KEYS, ARGV)
+`
+
 const decideLua = decideBody + `
 return decide(KEYS, ARGV)
 `
@@ -364,6 +499,7 @@ return 1
 
 var (
 	decideScript = redis.NewScript(decideLua)
+	fastScript   = redis.NewScript(fastLua)
 	refScript    = redis.NewScript(refLua)
 	putLimScript = redis.NewScript(putLimLua)
 	seedScript   = redis.NewScript(seedLua)
