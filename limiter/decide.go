@@ -35,45 +35,7 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 	if due != nil {
 		keys = append(keys[:len(keys):len(keys)], due.entKey) // a copy: pl.keys is shared
 	}
-	script := decideScript
-	var args []any
-	if pl.fast != nil && !peek {
-		// the common plan, in fastBody's flat form
-		script = fastScript
-		n := 3 + len(pl.fast)
-		if due != nil {
-			n++
-		}
-		args = make([]any, n)
-		args[0] = req.Cost
-		args[1] = boolArg(!req.leaseTake)
-		args[2] = boolArg(l.opts.UsageLoader != nil)
-		copy(args[3:], pl.fast)
-		if due != nil {
-			args[n-1] = "1"
-		}
-	} else {
-		n := 3 + len(pl.args)
-		if due != nil {
-			n++
-		}
-		args = make([]any, n)
-		// A peek takes nothing (cost 0 to the script) and asks about req.Cost.
-		args[0] = req.Cost
-		args[1] = "0"
-		if peek {
-			args[0], args[1] = int64(0), req.Cost
-		}
-		args[2] = boolArg(!req.leaseTake) // a refused lease take is not a refused request
-		copy(args[3:], pl.args)
-		if due != nil {
-			args[n-1] = "1" // one more ARGV: read the snapshot (the last KEY) back
-		}
-		if leaseID != "" {
-			args[4] = leaseID
-		}
-		args[5] = boolArg(l.opts.UsageLoader != nil)
-	}
+	script, args := l.decideArgs(pl, req, due != nil, leaseID, l.opts.UsageLoader != nil)
 	for attempt := 0; ; attempt++ {
 		res, err := l.runScript(ctx, script, keys, args)
 		if err != nil {
@@ -117,11 +79,7 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 		}
 		if attempt >= 2 {
 			// someone keeps deleting the counter: count from what Redis has
-			if script == fastScript {
-				args[2] = "0"
-			} else {
-				args[5] = "0"
-			}
+			script, args = l.decideArgs(pl, req, due != nil, leaseID, false)
 			continue
 		}
 		if err := l.seed(ctx, pl, res); err != nil {
@@ -131,6 +89,47 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 			return l.unbuilt(pl, req)
 		}
 	}
+}
+
+// decideArgs returns the script and ARGV of a decision: fastBody's for
+// the common plan when the plan's prepared form fits (seed as the limiter
+// has it, refusals counted, no peek), decideBody's otherwise. With readBack
+// the script also returns the stored snapshot (the last KEY).
+func (l *Limiter) decideArgs(pl *plan, req *Request, readBack bool, leaseID string, seed bool) (*redis.Script, []any) {
+	if pl.fast != nil && !req.Peek && !req.leaseTake && seed == (l.opts.UsageLoader != nil) && !l.opts.generalScript {
+		n := 1 + len(pl.fast)
+		if readBack {
+			n++
+		}
+		args := make([]any, n)
+		args[0] = req.Cost
+		copy(args[1:], pl.fast)
+		if readBack {
+			args[n-1] = "1"
+		}
+		return fastScript, args
+	}
+	n := 3 + len(pl.args)
+	if readBack {
+		n++
+	}
+	args := make([]any, n)
+	// A peek takes nothing (cost 0 to the script) and asks about req.Cost.
+	args[0] = req.Cost
+	args[1] = "0"
+	if req.Peek {
+		args[0], args[1] = int64(0), req.Cost
+	}
+	args[2] = boolArg(!req.leaseTake) // a refused lease take is not a refused request
+	copy(args[3:], pl.args)
+	if readBack {
+		args[n-1] = "1" // one more ARGV: read the snapshot (the last KEY) back
+	}
+	if leaseID != "" {
+		args[4] = leaseID
+	}
+	args[5] = boolArg(seed)
+	return decideScript, args
 }
 
 // unbuilt decides when a quota counter is missing and cannot be rebuilt

@@ -123,6 +123,10 @@ type Options struct {
 	// DisableRefusalCache turns off the local cache of refusals (by default
 	// a refusal is answered locally until its retry time, at no Redis cost).
 	DisableRefusalCache bool
+
+	// generalScript sends every decision through decideBody, never the
+	// common plan's fastBody (tests compare the two).
+	generalScript bool
 	// Batching opts into natural batching (group commit): a decision
 	// finding no pipeline in flight is sent at once; decisions arriving
 	// while one is in flight are sent together, as one pipeline, as soon as

@@ -45,8 +45,9 @@ type plan struct {
 	// first three.
 	keys []string
 	args []any
-	// fast is fastBody's ARGV from the 4th on, for the plan of a token
-	// bucket and one quota (nil for other plans).
+	// fast is fastBody's ARGV from the 2nd on, for the plan of a token
+	// bucket and one quota (nil for other plans); seed is whether the
+	// limiter has a UsageLoader.
 	fast []any
 }
 
@@ -73,13 +74,14 @@ func (l *Limiter) snapshotPlan(p *prepared, req *Request) *plan {
 	if k.concurrent {
 		pl.add(policy{typ: 'c', name: PolicyConcurrency, limit: p.conc, a: strconv.FormatInt(p.conc, 10), b: strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10), keys: []string{p.concKey}, fail: l.opts.FailMode.Concurrency})
 	}
-	pl.finish()
+	pl.finish(l.opts.UsageLoader != nil)
 	v, _ := p.plans.LoadOrStore(k, pl)
 	return v.(*plan)
 }
 
-// finish builds the script's keys and fixed arguments (see decideBody).
-func (pl *plan) finish() {
+// finish builds the script's keys and fixed arguments (see decideBody and
+// fastBody).
+func (pl *plan) finish(seed bool) {
 	pl.keys = make([]string, 0, 1+pl.nkeys)
 	pl.keys = append(pl.keys, pl.hash)
 	pl.args = make([]any, 0, 5+10*len(pl.pol))
@@ -94,16 +96,20 @@ func (pl *plan) finish() {
 	}
 	if len(pl.pol) == 2 && pl.pol[0].typ == 'r' && pl.pol[1].typ == 'q' && pl.nkeys == 0 {
 		r, q := pl.pol[0], pl.pol[1].quota
-		hard := 0.0
+		f := q.fields
+		nums := []float64{r.ei, float64(r.rate.Burst), float64(q.limit), 0, float64(q.endMs), float64(q.nextMs), 0,
+			float64(len(pl.base)), float64(len(pl.dirty)), float64(len(q.meter)), float64(len(f[2]))}
 		if q.hard {
-			hard = 1
+			nums[3] = 1
 		}
-		var b [6 * 8]byte
-		for i, v := range []float64{r.ei, float64(r.rate.Burst), float64(q.limit), hard, float64(q.endMs), float64(q.nextMs)} {
+		if seed {
+			nums[6] = 1
+		}
+		b := make([]byte, 8*len(nums))
+		for i, v := range nums {
 			binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
 		}
-		f := q.fields
-		pl.fast = []any{string(b[:]), pl.base, pl.dirty, q.meter, f[0], f[1], f[2], f[3]}
+		pl.fast = []any{string(b), pl.base + pl.dirty + q.meter + f[2] + f[3], f[0], f[1]}
 	}
 }
 
@@ -120,7 +126,7 @@ func (l *Limiter) explicitPlan(tenant string, req *Request) *plan {
 	if req.Concurrency && x.Concurrency > 0 {
 		pl.add(policy{typ: 'c', name: PolicyConcurrency, limit: x.Concurrency, a: strconv.FormatInt(x.Concurrency, 10), b: strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10), keys: []string{l.keys.explicitConcurrency(tenant)}, fail: l.opts.FailMode.Concurrency})
 	}
-	pl.finish()
+	pl.finish(l.opts.UsageLoader != nil)
 	return pl
 }
 

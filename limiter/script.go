@@ -6,6 +6,34 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// countRefusalBody defines count_refusal, shared by decideBody and fastBody.
+const countRefusalBody = `
+-- count_refusal adds one to the day's refusal count of policy name (the
+-- refusal counts' hash <base>rf:<yyyymmdd>) and notes that hash for the
+-- worker.
+local function count_refusal(now_ms, base, dirty, name)
+  local floor = math.floor
+  local z = floor(now_ms / 86400000) + 719468
+  local era = floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
+  local mp = floor((5 * doy + 2) / 153)
+  local d = doy - floor((153 * mp + 2) / 5) + 1
+  local m = mp + 3
+  if mp >= 10 then m = mp - 9 end
+  if m <= 2 then y = y + 1 end
+  local rk = base .. 'rf:' .. (y * 10000 + m * 100 + d)
+  if redis.call('HINCRBY', rk, name, 1) == 1 then
+    redis.call('EXPIRE', rk, 3456000)
+  end
+  redis.call('ZINCRBY', dirty .. 'rf', 1, rk)
+  redis.call('EXPIRE', dirty .. 'rf', 3456000)
+end
+
+`
+
 // decideBody checks and takes every policy of one decision, all or
 // nothing. The only clock is Redis TIME.
 //
@@ -41,31 +69,7 @@ import (
 // status 1 allowed, 0 refused, 2 needs seed: then the reply is
 // {2, n, epoch, idx1, period1, ...} naming the quotas whose counter is
 // missing, with the hash's epoch for the seed script.
-const decideBody = `
--- count_refusal adds one to the day's refusal count of policy name (the
--- refusal counts' hash <base>rf:<yyyymmdd>) and notes that hash for the
--- worker.
-local function count_refusal(now_ms, base, dirty, name)
-  local floor = math.floor
-  local z = floor(now_ms / 86400000) + 719468
-  local era = floor(z / 146097)
-  local doe = z - era * 146097
-  local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
-  local y = yoe + era * 400
-  local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
-  local mp = floor((5 * doy + 2) / 153)
-  local d = doy - floor((153 * mp + 2) / 5) + 1
-  local m = mp + 3
-  if mp >= 10 then m = mp - 9 end
-  if m <= 2 then y = y + 1 end
-  local rk = base .. 'rf:' .. (y * 10000 + m * 100 + d)
-  if redis.call('HINCRBY', rk, name, 1) == 1 then
-    redis.call('EXPIRE', rk, 3456000)
-  end
-  redis.call('ZINCRBY', dirty .. 'rf', 1, rk)
-  redis.call('EXPIRE', dirty .. 'rf', 3456000)
-end
-
+const decideBody = countRefusalBody + `
 local function decide(KEYS, ARGV)
 local tonumber, floor, ceil = tonumber, math.floor, math.ceil
 local t = redis.call('TIME')
@@ -328,41 +332,49 @@ end
 `
 
 // fastBody is decideBody's decision for the common plan, a token bucket
-// and one quota, checked and taken at cost (no peek, no concurrency slot),
-// in flat locals: per-policy tables, string work and number parsing are
-// most of what the general decision costs Redis. It decides exactly as
-// decide() does and hands the rare cases to it (a counter missing: seeds
-// and the counting while it is missing stay in one place).
+// and one quota, checked and taken at cost (no peek, no concurrency slot,
+// not a lease take), in flat locals: per-policy tables, string work,
+// number parsing and each ARGV (Redis makes an object of it and Lua
+// interns it) are most of what the general decision costs Redis. It
+// decides exactly as decide() does and hands the rare case to it (a
+// counter missing: seeds and the counting while it is missing stay in one
+// place).
 //
-// ARGV: 1 cost, 2 count refusals (0|1), 3 seed required (0|1), 4 the
-// plan's numbers packed as six little-endian doubles (emission interval
-// µs, burst, quota limit, hard 1|0, period end ms, next period end ms:
-// struct.unpack reads them in one call, where tonumber on each would run
-// strtod), 5 the tenant's key base, 6 dirty marks' prefix, 7 the quota's
-// name, 8-11 the q and f fields of the current period, of the next; one
-// more ARGV reads the stored snapshot (KEYS[2]) back, as in decideLua.
-// KEYS[1] the state hash. Reply: decideLua's, for the policies rate and
-// quota.
+// ARGV: 1 cost; 2 the plan's numbers, packed as little-endian doubles that
+// one struct.unpack reads (tonumber on each would run strtod): emission
+// interval µs, burst, quota limit, hard 1|0, period end ms, next period
+// end ms, seed required 1|0, then the lengths of the first four strings of
+// ARGV[3]; 3 what only rare paths need, concatenated: the tenant's key
+// base, the dirty marks' prefix, the quota's name, the q and f fields of
+// the next period; 4, 5 the q and f fields of the current period. One more
+// ARGV reads the stored snapshot (KEYS[2]) back, as in decideLua. KEYS[1]
+// the state hash. Reply: decideLua's, for the policies rate and quota.
 const fastBody = `
-local function fast(KEYS, ARGV)
-local floor, ceil = math.floor, math.ceil
-local ei, burst, lim, hard, pend, nxt = struct.unpack('<dddddd', ARGV[4])
+local KEYS, ARGV = KEYS, ARGV
+local floor, ceil, sub = math.floor, math.ceil, string.sub
+local ei, burst, lim, hard, pend, nxt, seed, lb, ld, lm, lq = struct.unpack('<ddddddddddd', ARGV[2])
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = floor(now_us / 1000)
+local rare = ARGV[3]
 local pend0 = pend
-local period, qf, ff = 0, ARGV[8], ARGV[9]
+local period, qf, ff = 0, ARGV[4], ARGV[5]
 if now_ms >= pend then
-  period, pend, qf, ff = 1, nxt, ARGV[10], ARGV[11]
+  local o = lb + ld + lm
+  period, pend, qf, ff = 1, nxt, sub(rare, o + 1, o + lq), sub(rare, o + lq + 1)
 end
 local h = KEYS[1]
 local hv = redis.call('HMGET', h, 'x', 'r', qf, ff)
 local usedS = hv[3]
 if not usedS then
   -- the counter is missing: the general decision seeds or counts in g
-  local A = {ARGV[1], '0', ARGV[2], ARGV[5], '', ARGV[3], 2, ARGV[6],
-    'r', 'rate', ei, burst, 'q', ARGV[7], lim, hard, pend0, nxt, ARGV[8], ARGV[9], ARGV[10], ARGV[11]}
-  if ARGV[12] then A[23] = '1' end
+  local o = lb + ld + lm
+  local A = {ARGV[1], '0', '1', sub(rare, 1, lb), '', '0', 2, sub(rare, lb + 1, lb + ld),
+    'r', 'rate', ei, burst, 'q', sub(rare, lb + ld + 1, o), lim, hard, pend0, nxt,
+    ARGV[4], ARGV[5], sub(rare, o + 1, o + lq), sub(rare, o + lq + 1)}
+  if seed == 1 then A[6] = '1' end
+  if ARGV[6] then A[23] = '1' end
+` + decideBody + `
   return decide(KEYS, A)
 end
 local cost = tonumber(ARGV[1])
@@ -398,8 +410,8 @@ if diff >= 0 and not (hard == 1 and used + cost > lim) then
     -- the counter turns unflushed (q = f before): mark it for the flush.
     -- Equal strings are equal numbers; other forms are compared as numbers.
     if usedS == fS or ((not fS or #fS ~= #usedS) and used == (tonumber(fS) or 0)) then
-      local dq = ARGV[6] .. 'q'
-      redis.call('SADD', dq, ARGV[5] .. 'qp:' .. string.sub(qf, 3))
+      local dq = sub(rare, lb + 1, lb + ld) .. 'q'
+      redis.call('SADD', dq, sub(rare, 1, lb) .. 'qp:' .. sub(qf, 3))
       redis.call('EXPIRE', dq, 3456000)
     end
   end
@@ -432,27 +444,25 @@ else
       redis.call('HSET', h, 'r', tat)
     end
   end
-  if ARGV[2] == '1' then
-    local name = 'rate'
-    if idx == 2 then name = ARGV[7] end
-    count_refusal(now_ms, ARGV[5], ARGV[6], name)
-  end
+  local name = 'rate'
+  if idx == 2 then name = sub(rare, lb + ld + 1, lb + ld + lm) end
+` + countRefusalBody + `
+  count_refusal(now_ms, sub(rare, 1, lb), sub(rare, lb + 1, lb + ld), name)
   if rrem < 0 then rrem = 0 end
   if rreset < 0 then rreset = 0 end
   local qrem = lim - used
   if qrem < 0 then qrem = 0 end
   r = {0, idx, retry, now_ms, rrem, rreset, 0, qrem, left, period}
 end
-if ARGV[12] then
+if ARGV[6] then
   r[11] = redis.call('GET', KEYS[2])
 end
 return r
-end
 `
 
-const fastLua = decideBody + fastBody + `
-return fast(KEYS, ARGV)
-`
+// fastLua defines decide() and count_refusal only on the paths that call
+// them: a closure made on every call is a cost too.
+const fastLua = fastBody
 
 const decideLua = decideBody + `
 return decide(KEYS, ARGV)

@@ -1,0 +1,9 @@
+package limiter
+
+// GeneralScript makes a limiter decide every plan with the general
+// decision script (decideBody), so that tests can compare it with the
+// common plan's flat one (fastBody).
+func GeneralScript(o Options) Options {
+	o.generalScript = true
+	return o
+}
