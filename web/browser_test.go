@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -117,13 +118,34 @@ func screenshot(t *testing.T, ctx context.Context, name string, width int64) {
 	if sw := run(t, ctx, "scroll width", chromedp.Evaluate[int64](`document.documentElement.scrollWidth`)); sw > width {
 		t.Errorf("%s: the page is %d px wide in a %d px viewport", name, sw, width)
 	}
+	// No button sits past the right edge, hidden in a box that scrolls
+	// sideways (a wide table may scroll; its actions must not need it).
+	if cut := run(t, ctx, "buttons in view", chromedp.Evaluate[string](`[...document.querySelectorAll('button')]
+		.filter(e => {
+			const r = e.getBoundingClientRect();
+			let right = window.innerWidth;
+			for (let a = e.parentElement; a; a = a.parentElement) {
+				if (getComputedStyle(a).overflowX !== 'visible') right = Math.min(right, a.getBoundingClientRect().right);
+			}
+			return r.width > 0 && r.right > right + 1;
+		})
+		.map(e => e.outerHTML.slice(0, 80)).join('\n')`)); cut != "" {
+		t.Errorf("%s: buttons past the right edge at %d px:\n%s", name, width, cut)
+	}
 	// Every control has a name people and screen readers can see.
 	if bad := run(t, ctx, "labels", chromedp.Evaluate[string](`[...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
 		.filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label') && !e.textContent.trim())
 		.map(e => e.outerHTML.slice(0, 80)).join('\n')`)); bad != "" {
 		t.Errorf("%s: controls without a label:\n%s", name, bad)
 	}
-	png := run(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100))
+	savePNG(t, name, run(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100)))
+	do(t, ctx, "viewport back", chromedp.EmulateViewport(1280, 900))
+}
+
+// savePNG writes a picture to a temporary folder, or with
+// UPDATE_SCREENSHOTS=1 to docs/screenshots/name.png.
+func savePNG(t *testing.T, name string, png []byte) {
+	t.Helper()
 	dir := t.TempDir()
 	if os.Getenv("UPDATE_SCREENSHOTS") != "" {
 		dir = filepath.Join("..", "docs", "screenshots")
@@ -137,7 +159,16 @@ func screenshot(t *testing.T, ctx context.Context, name string, width int64) {
 	if len(png) > 400<<10 {
 		t.Errorf("screenshot %s is %d KiB; keep it small", name, len(png)>>10)
 	}
-	do(t, ctx, "viewport back", chromedp.EmulateViewport(1280, 900))
+}
+
+// ownPlansOnly makes internal the plans that other tests of the package
+// left in the shared database, so that the dashboard's plan offer pictures
+// this test's plans alone.
+func (b *bundle) ownPlansOnly(t testing.TB, keys ...string) {
+	t.Helper()
+	if _, err := b.pool.Exec(b.ctx, `UPDATE plans SET public = false WHERE key <> ALL($1)`, keys); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // pageMeter is one meter as the dashboard shows it.
@@ -229,6 +260,7 @@ func TestBrowser(t *testing.T) {
 	b.plan(t, entitlements.PlanInput{Key: team, Name: "Team",
 		Rate:   &entitlements.RateInput{PerSecond: ptr(100.0), Burst: ptr[int64](1000)},
 		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](1000000)}, "exports": {Limit: ptr[int64](500), Mode: "soft"}}})
+	b.ownPlansOnly(t, b.free, b.pro, team)
 	acme := b.tenant(t, "Acme Analytics", b.pro)
 	other := b.tenant(t, "Globex", b.free)
 	acmeKey, otherKey := b.key(t, acme.ID), b.key(t, other.ID)
@@ -411,6 +443,4 @@ func TestBrowser(t *testing.T) {
 	})
 }
 
-func itoa(n int64) string { return fmtIntPlain(n) }
-
-func fmtIntPlain(n int64) string { return strings.ReplaceAll(fmtInt(n), ",", "") }
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

@@ -148,7 +148,7 @@ func TestConsoleOverrideRemovalIsConfirmed(t *testing.T) {
 
 	r := br.post(path, url.Values{"csrf": {tok}})
 	wantStatus(t, r, http.StatusOK, "removal without confirmation")
-	wantIn(t, r.body, `data-limit="Quota requests" data-before="100,500 hard" data-after="100,000 hard" data-over="1"`, `class="num">100,200 <strong class="over-text">`)
+	wantIn(t, r.body, `data-limit="Quota requests" data-before="100,500 hard" data-after="100,000 hard" data-over="1"`, `class="num" data-label="Used this period">100,200 <strong class="over-text">`)
 	if strings.Contains(r.body, `data-limit="Quota exports"`) {
 		t.Fatal("only the override's meter is shown")
 	}

@@ -28,6 +28,7 @@ func TestBrowserSaferConsole(t *testing.T) {
 		do(t, admin, "fill", chromedp.SetValue(chromedp.CSS("#tn-name"), "Browser Co"),
 			chromedp.SetValue(chromedp.CSS("#tn-plan"), b.free), chromedp.SetValue(chromedp.CSS("#tn-cus"), cus))
 		screenshot(t, admin, "admin-tenant-new-1280", 1280)
+		screenshot(t, admin, "admin-tenant-new-375", 375)
 		if st := step(t, admin, "create", chromedp.Click(chromedp.CSS("#create-tenant"))); st != http.StatusOK {
 			t.Fatalf("create: %d", st)
 		}
@@ -62,6 +63,7 @@ func TestBrowserSaferConsole(t *testing.T) {
 			t.Fatalf("the plan changed before the confirmation: %s", d.Plan)
 		}
 		screenshot(t, admin, "admin-confirm-plan-1280", 1280)
+		screenshot(t, admin, "admin-confirm-plan-375", 375)
 		step(t, admin, "confirm", chromedp.Click(chromedp.CSS("#confirm-button")))
 		if p := run(t, admin, "plan", chromedp.AttributeValue(chromedp.CSS("#plan"), "data-plan")); p.Value != b.pro {
 			t.Fatalf("console shows plan %q after confirming", p.Value)
@@ -92,6 +94,7 @@ func TestBrowserSaferConsole(t *testing.T) {
 			t.Fatalf("saved quotas %+v", p.Quotas)
 		}
 		screenshot(t, admin, "admin-plan-1280", 1280)
+		screenshot(t, admin, "admin-plan-375", 375)
 	})
 
 	t.Run("bulk replay of failed events", func(t *testing.T) {
@@ -104,6 +107,7 @@ func TestBrowserSaferConsole(t *testing.T) {
 			t.Fatalf("tenant column shows %q", name)
 		}
 		screenshot(t, admin, "admin-events-1280", 1280)
+		screenshot(t, admin, "admin-events-375", 375)
 		step(t, admin, "replay all", chromedp.Click(chromedp.CSS("#replay-all")))
 		if n := run(t, admin, "listed", chromedp.Evaluate[int64](`document.querySelectorAll('#confirm-events li').length`)); n != 2 {
 			t.Fatalf("the confirmation lists %d events, want 2", n)

@@ -3,8 +3,6 @@ package web
 import (
 	"encoding/json"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -155,13 +153,6 @@ func TestBrowserWhyTheseLimits(t *testing.T) {
 		if sw := run(t, admin, "scroll width", chromedp.Evaluate[int64](`document.documentElement.scrollWidth`)); sw > width {
 			t.Errorf("the page is %d px wide in a %d px viewport", sw, width)
 		}
-		png := run(t, admin, "panel picture", chromedp.Screenshot("#why"))
-		dir := os.Getenv("WHY_SCREENSHOTS") // set to look at the panel; default a temp dir
-		if dir == "" {
-			dir = t.TempDir()
-		}
-		if err := os.WriteFile(filepath.Join(dir, "admin-tenant-why-"+strconv.FormatInt(width, 10)+".png"), png, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		savePNG(t, "admin-tenant-why-"+strconv.FormatInt(width, 10), run(t, admin, "panel picture", chromedp.Screenshot("#why")))
 	}
 }
