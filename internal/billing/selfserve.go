@@ -182,14 +182,9 @@ func (s *Service) checkoutUpgrade(ctx context.Context, tenantID, customer string
 	params.Context = ctx
 	cs, err := s.stripe.CheckoutSessions.New(params)
 	if err != nil {
-		s.log.WarnContext(ctx, "stripe checkout session not created", "tenant_id", tenantID, "plan", plan.Key, "err", err)
-		return Upgrade{}, stripeError("start a Checkout", err)
+		return Upgrade{}, s.notSent(ctx, "start a Checkout", tenantID, plan.Key, err)
 	}
-	if cs.URL == "" {
-		return Upgrade{}, apperr.New(apperr.Upstream, "Stripe answered a Checkout Session without a URL")
-	}
-	s.log.InfoContext(ctx, "self-serve checkout started", "tenant_id", tenantID, "plan", plan.Key, "session_id", cs.ID)
-	return Upgrade{Kind: UpgradeCheckout, URL: cs.URL, SessionID: cs.ID}, nil
+	return s.sent(ctx, Upgrade{Kind: UpgradeCheckout, URL: cs.URL, SessionID: cs.ID}, tenantID, plan.Key)
 }
 
 func (s *Service) portalUpgrade(ctx context.Context, tenantID string, sub liveSub, plan entitlements.Plan, urls UpgradeURLs) (Upgrade, error) {
@@ -219,12 +214,27 @@ func (s *Service) portalUpgrade(ctx context.Context, tenantID string, sub liveSu
 	params.Context = ctx
 	ps, err := s.stripe.BillingPortalSessions.New(params)
 	if err != nil {
-		s.log.WarnContext(ctx, "stripe portal session not created", "tenant_id", tenantID, "plan", plan.Key, "err", err)
-		return Upgrade{}, stripeError("open the plan change", err)
+		return Upgrade{}, s.notSent(ctx, "open the plan change", tenantID, plan.Key, err)
 	}
-	if ps.URL == "" {
-		return Upgrade{}, apperr.New(apperr.Upstream, "Stripe answered a portal session without a URL")
+	return s.sent(ctx, Upgrade{Kind: UpgradePortal, URL: ps.URL, SessionID: ps.ID}, tenantID, plan.Key)
+}
+
+// Checkout and the portal end alike: Stripe's session is where the tenant
+// goes, or nothing started.
+
+// notSent logs Stripe's refusal of a session (what: "start a Checkout") and
+// words it for the tenant as Upstream.
+func (s *Service) notSent(ctx context.Context, what, tenantID, planKey string, err error) error {
+	s.log.WarnContext(ctx, "stripe session not created", "to", what, "tenant_id", tenantID, "plan", planKey, "err", err)
+	return stripeError(what, err)
+}
+
+// sent checks that Stripe's session has a page to send the tenant to (its
+// URL, a bearer credential, is never logged).
+func (s *Service) sent(ctx context.Context, u Upgrade, tenantID, planKey string) (Upgrade, error) {
+	if u.URL == "" {
+		return Upgrade{}, apperr.New(apperr.Upstream, "Stripe answered a %s session without a URL", u.Kind)
 	}
-	s.log.InfoContext(ctx, "self-serve plan change started in the portal", "tenant_id", tenantID, "plan", plan.Key, "subscription_id", sub.ID)
-	return Upgrade{Kind: UpgradePortal, URL: ps.URL, SessionID: ps.ID}, nil
+	s.log.InfoContext(ctx, "self-serve plan change sent to Stripe", "kind", u.Kind, "tenant_id", tenantID, "plan", planKey, "session_id", u.SessionID)
+	return u, nil
 }
