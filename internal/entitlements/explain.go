@@ -59,10 +59,7 @@ type Explanation struct {
 	Version     int64     `json:"version"`
 	PeriodStart time.Time `json:"period_start"`
 	PeriodEnd   time.Time `json:"period_end"`
-	// Hypothetical is set by ExplainWithPlan: these limits are what the
-	// tenant would get, not what is enforced.
-	Hypothetical bool      `json:"hypothetical,omitempty"`
-	ComputedAt   time.Time `json:"computed_at"`
+	ComputedAt  time.Time `json:"computed_at"`
 	// Limits: rate, concurrency, then one quota per meter by name.
 	Limits []Limit `json:"limits"`
 	// Snapshot is what the figures were read from (the one compute call).
@@ -116,19 +113,9 @@ type Source struct {
 
 // Explain explains the tenant's enforced limits, read in one consistent
 // view of Postgres. An unknown tenant, or a malformed id, is NotFound.
+// (What a plan change would do is PreviewPlanChange's: the change itself,
+// rolled back.)
 func (s *Service) Explain(ctx context.Context, tenantID string) (Explanation, error) {
-	return s.explain(ctx, tenantID, nil)
-}
-
-// ExplainWithPlan is Explain as if the tenant were on plan (stored or not:
-// a plan a pending edit would produce works too), for showing the effect of
-// a plan change before it is made. The subscription, its status, add-ons
-// and overrides stay the tenant's own.
-func (s *Service) ExplainWithPlan(ctx context.Context, tenantID string, plan Plan) (Explanation, error) {
-	return s.explain(ctx, tenantID, &plan)
-}
-
-func (s *Service) explain(ctx context.Context, tenantID string, plan *Plan) (Explanation, error) {
 	if !ids.IsUUID(tenantID) {
 		// As every admin route of a tenant answers it: no such tenant.
 		return Explanation{}, tenantNotFound(tenantID)
@@ -143,17 +130,8 @@ func (s *Service) explain(ctx context.Context, tenantID string, plan *Plan) (Exp
 		if in, err = loadInputs(ctx, tx, tenantID); err != nil {
 			return err
 		}
-		if plan != nil {
-			in.tenant.Plan = plan.Key
-		}
 		if err := s.fill(ctx, tx, &in); err != nil {
 			return err
-		}
-		if plan != nil {
-			in.plan = *plan
-			if plan.Key == s.opts.DefaultPlan {
-				in.defaultPlan = plan
-			}
 		}
 		snap = s.compute(in, why)
 		return nil
@@ -165,7 +143,7 @@ func (s *Service) explain(ctx context.Context, tenantID string, plan *Plan) (Exp
 		TenantID: in.tenant.ID, TenantName: in.tenant.Name, TenantPlan: in.tenant.Plan,
 		Plan: snap.Plan, Status: snap.Status, Version: snap.Version,
 		PeriodStart: snap.PeriodStart, PeriodEnd: snap.PeriodEnd,
-		Hypothetical: plan != nil, ComputedAt: in.now, Snapshot: snap,
+		ComputedAt: in.now, Snapshot: snap,
 	}
 	e.Limits = why.limits(snap, in)
 	return e, nil

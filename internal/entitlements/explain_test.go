@@ -131,7 +131,7 @@ func TestExplainPlainPlanAndItsVersion(t *testing.T) {
 	tn := b.mustTenant(t, pro)
 
 	e := b.mustExplain(t, tn.ID)
-	if e.TenantPlan != pro || e.Plan != pro || e.Status != "active" || e.Hypothetical {
+	if e.TenantPlan != pro || e.Plan != pro || e.Status != "active" {
 		t.Fatalf("explanation head = %+v", e)
 	}
 	var policies []string
@@ -332,27 +332,6 @@ func TestExplainSeatsAndAddons(t *testing.T) {
 			t.Fatalf("requests after cancel = %s", dump(req))
 		}
 	})
-}
-
-func TestExplainWithPlanIsHypothetical(t *testing.T) {
-	b := setup(t)
-	big := uniq("big")
-	p := b.mustPlan(t, entitlements.PlanInput{Key: big, Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](5000)}}})
-	tn := b.mustTenant(t, b.free)
-	if _, err := b.svc.CreateOverride(b.ctx, tn.ID, entitlements.OverrideInput{Meter: "requests", Extra: ptr[int64](7)}); err != nil {
-		t.Fatal(err)
-	}
-	e, err := b.svc.ExplainWithPlan(b.ctx, tn.ID, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !e.Hypothetical || e.Plan != big || *limitOf(t, e, "quota:requests").Limit != 5007 {
-		t.Fatalf("what-if = %s", dump(e))
-	}
-	// Nothing changed: the enforced limits are still the default plan's.
-	if now := b.mustExplain(t, tn.ID); now.Plan != b.free || *limitOf(t, now, "quota:requests").Limit != 107 {
-		t.Fatalf("after a what-if: %s", dump(now))
-	}
 }
 
 func TestExplainBadTenant(t *testing.T) {
