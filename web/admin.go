@@ -12,6 +12,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/ids"
+	"github.com/tollgatehq/tollgate/internal/numfmt"
 )
 
 func (w *Web) handleAdminLoginPage() echo.HandlerFunc {
@@ -365,7 +366,7 @@ func (w *Web) confirmRevoke(c echo.Context, tenantID string, k KeyRow, sessions 
 		Button:  "Revoke key " + k.Prefix + "…",
 		Cancel:  "/admin/tenants/" + tenantID + "#keys",
 		Facts: []fact{{"Key", k.Prefix + "…"}, {"Name", name}, {"Created", fmtTime(k.CreatedAt)}, {"Last used", last},
-			{"Dashboard sessions it ends", fmtInt(sessions)}},
+			{"Dashboard sessions it ends", numfmt.Int(sessions)}},
 	}
 	if k.RevokedAt != nil {
 		d.Warning = "This key was already revoked on " + fmtTime(*k.RevokedAt) + "; confirming changes nothing."

@@ -15,6 +15,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/cursor"
+	"github.com/tollgatehq/tollgate/internal/numfmt"
 )
 
 const (
@@ -145,7 +146,7 @@ func plural(n int, one, many string) string {
 	if n == 1 {
 		return "1 " + one
 	}
-	return fmtInt(int64(n)) + " " + many
+	return numfmt.Int(int64(n)) + " " + many
 }
 
 // cursorAt is a decoded page cursor; nil is the first page.

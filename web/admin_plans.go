@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/numfmt"
 )
 
 // planForm is the plan form's fields as typed, so that a refused form comes
@@ -402,7 +403,7 @@ func (w *Web) confirmPlanEdit(c echo.Context, e entitlements.PlanEffect) error {
 	case 1:
 		d.Lead = "Saving changes the limits of 1 tenant at once."
 	default:
-		d.Lead = "Saving changes the limits of " + fmtInt(int64(n)) + " tenants at once."
+		d.Lead = "Saving changes the limits of " + numfmt.Int(int64(n)) + " tenants at once."
 	}
 	for _, r := range diffLimits(planLimits(e.Before), planLimits(e.After), nil) {
 		if r.Name != "Plan" {

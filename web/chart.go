@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tollgatehq/tollgate/internal/numfmt"
 )
 
 // Series is one stacked layer of a bar chart: one value per day.
@@ -113,7 +115,7 @@ func drawBars(c Chart, totals []int64, today time.Time) template.HTML {
 			}
 			y -= h
 			b.WriteString(`<rect class="s` + strconv.Itoa(si%5) + `" x="` + f1(x) + `" y="` + f1(y) + `" width="` + f1(barW) + `" height="` + f1(h) + `"><title>`)
-			b.WriteString(html.EscapeString(d.Format("2 Jan") + " · " + s.Name + ": " + fmtInt(v)))
+			b.WriteString(html.EscapeString(d.Format("2 Jan") + " · " + s.Name + ": " + numfmt.Int(v)))
 			b.WriteString(`</title></rect>`)
 		}
 		if d.Equal(todayDay) {

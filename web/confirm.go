@@ -17,6 +17,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/numfmt"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -146,21 +147,21 @@ func rateText(r *limiter.Rate) string {
 	if r == nil {
 		return "unlimited"
 	}
-	return strconv.FormatFloat(r.PerSecond, 'f', -1, 64) + "/s, burst " + fmtInt(r.Burst)
+	return strconv.FormatFloat(r.PerSecond, 'f', -1, 64) + "/s, burst " + numfmt.Int(r.Burst)
 }
 
 func concurrencyText(n int64) string {
 	if n <= 0 {
 		return "unlimited"
 	}
-	return fmtInt(n)
+	return numfmt.Int(n)
 }
 
 func quotaText(q quotaLimit, ok bool) string {
 	if !ok {
 		return "unlimited"
 	}
-	s := fmtInt(q.Limit)
+	s := numfmt.Int(q.Limit)
 	if q.PerSeat {
 		s += " per seat"
 	}

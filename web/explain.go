@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/numfmt"
 )
 
 // Explainer says where each of a tenant's enforced limits comes from
@@ -100,9 +101,9 @@ func limitValue(l entitlements.Limit) string {
 	case l.Unlimited:
 		return "unlimited"
 	case l.Rate != nil:
-		return strconv.FormatFloat(l.Rate.PerSecond, 'f', -1, 64) + "/s, burst " + fmtInt(l.Rate.Burst)
+		return strconv.FormatFloat(l.Rate.PerSecond, 'f', -1, 64) + "/s, burst " + numfmt.Int(l.Rate.Burst)
 	case l.Policy == entitlements.PolicyConcurrency:
-		return fmtInt(*l.Limit) + " at once"
+		return numfmt.Int(*l.Limit) + " at once"
 	}
-	return strings.TrimSpace(fmtInt(*l.Limit) + " a period, " + l.Mode)
+	return strings.TrimSpace(numfmt.Int(*l.Limit) + " a period, " + l.Mode)
 }

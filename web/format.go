@@ -5,11 +5,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tollgatehq/tollgate/internal/numfmt"
 )
 
 // funcs are the templates' helpers: formatting only, no logic.
 var funcs = template.FuncMap{
-	"int":      fmtInt,
+	"int":      numfmt.Int,
 	"intp":     func(p *int64) string { return fmtIntPtr(p, "—") },
 	"date":     func(t time.Time) string { return t.UTC().Format("2 Jan 2006") },
 	"datetime": fmtTime,
@@ -49,31 +51,11 @@ func fmtTime(t time.Time) string {
 	return t.UTC().Format("2 Jan 2006 15:04 UTC")
 }
 
-// fmtInt writes n with thousands separators.
-func fmtInt(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	if neg {
-		s = s[1:]
-	}
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
-}
-
 func fmtIntPtr(p *int64, none string) string {
 	if p == nil {
 		return none
 	}
-	return fmtInt(*p)
+	return numfmt.Int(*p)
 }
 
 func fmtFloatPtr(p *float64) string {

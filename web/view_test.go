@@ -9,14 +9,6 @@ import (
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
-func TestFmtInt(t *testing.T) {
-	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 1234567: "1,234,567", -1234: "-1,234"} {
-		if got := fmtInt(n); got != want {
-			t.Errorf("fmtInt(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 func TestFmtDuration(t *testing.T) {
 	for d, want := range map[time.Duration]string{
 		30 * time.Second:              "under a minute",

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/ids"
+	"github.com/tollgatehq/tollgate/internal/numfmt"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -266,7 +267,7 @@ func (e *explainer) seats(meter string, sub *Subscription, own bool, seats, per,
 		return
 	}
 	src := Source{Kind: SourceSeats, Quantity: &seats, Result: &result,
-		Detail: fmt.Sprintf("quantity %s seats × %s = %s", fmtInt(seats), fmtInt(per), fmtInt(result))}
+		Detail: fmt.Sprintf("quantity %s seats × %s = %s", numfmt.Int(seats), numfmt.Int(per), numfmt.Int(result))}
 	switch {
 	case sub == nil:
 		src.Detail += " (no subscription: one seat)"
@@ -284,10 +285,10 @@ func (e *explainer) addon(meter string, it addonItem, per int64, applied bool, r
 	}
 	qty := it.qty
 	src := Source{Kind: SourceAddon, StripePriceID: it.price, Name: it.name, Quantity: &qty}
-	grant := fmt.Sprintf("add-on %s (%s) × %s: +%s", it.name, it.price, fmtInt(it.qty), fmtInt(saturatingMul(per, it.qty)))
+	grant := fmt.Sprintf("add-on %s (%s) × %s: +%s", it.name, it.price, numfmt.Int(it.qty), numfmt.Int(saturatingMul(per, it.qty)))
 	if applied {
 		src.Result = &result
-		src.Detail = grant + " = " + fmtInt(result)
+		src.Detail = grant + " = " + numfmt.Int(result)
 	} else {
 		src.Ignored = true
 		src.Detail = grant + " not applied: the plan leaves " + meter + " unlimited"
@@ -304,7 +305,7 @@ func (e *explainer) lostAddons(items []addonItem) {
 		for _, m := range sortedKeys(it.quotas) {
 			qty := it.qty
 			e.add(QuotaPolicy(m), Source{Kind: SourceAddon, StripePriceID: it.price, Name: it.name, Quantity: &qty, Ignored: true,
-				Detail: fmt.Sprintf("add-on %s (%s) × %s not applied: add-ons come with paid access only", it.name, it.price, fmtInt(it.qty))})
+				Detail: fmt.Sprintf("add-on %s (%s) × %s not applied: add-ons come with paid access only", it.name, it.price, numfmt.Int(it.qty))})
 		}
 	}
 }
@@ -316,10 +317,10 @@ func (e *explainer) override(o override, applied bool, q limiter.Quota) {
 	src := Source{Kind: SourceOverride, OverrideID: o.id, Reason: o.reason, ExpiresAt: o.expiresAt}
 	var did []string
 	if o.quotaLimit != nil {
-		did = append(did, "limit set to "+fmtInt(*o.quotaLimit))
+		did = append(did, "limit set to "+numfmt.Int(*o.quotaLimit))
 	}
 	if o.extra != nil {
-		did = append(did, "+"+fmtInt(*o.extra)+" extra")
+		did = append(did, "+"+numfmt.Int(*o.extra)+" extra")
 	}
 	if o.mode != nil {
 		did = append(did, "mode "+*o.mode)
@@ -328,7 +329,7 @@ func (e *explainer) override(o override, applied bool, q limiter.Quota) {
 	if applied {
 		l := q.Limit
 		src.Result = &l
-		d += " = " + fmtInt(l) + " " + string(q.Mode)
+		d += " = " + numfmt.Int(l) + " " + string(q.Mode)
 	} else {
 		src.Ignored = true
 		d += " not applied: the meter is unlimited and the override sets no limit"
@@ -409,24 +410,6 @@ func copyInt(p *int64) *int64 {
 	}
 	v := *p
 	return &v
-}
-
-// fmtInt writes n with thousands separators: 100,000.
-func fmtInt(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
 }
 
 func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }

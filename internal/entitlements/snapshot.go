@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/ids"
+	"github.com/tollgatehq/tollgate/internal/numfmt"
 	"github.com/tollgatehq/tollgate/internal/period"
 	"github.com/tollgatehq/tollgate/internal/postgres"
 	"github.com/tollgatehq/tollgate/limiter"
@@ -137,11 +138,11 @@ func (s *Service) compute(in inputs, why *explainer) limiter.Snapshot {
 	if plan.Rate != nil {
 		r := *plan.Rate
 		snap.Rate = &r
-		why.plan(PolicyRate, fmt.Sprintf("%s per second, burst %s", fmtFloat(r.PerSecond), fmtInt(r.Burst)), nil)
+		why.plan(PolicyRate, fmt.Sprintf("%s per second, burst %s", fmtFloat(r.PerSecond), numfmt.Int(r.Burst)), nil)
 	}
 	if plan.Concurrency != nil {
 		snap.Concurrency = *plan.Concurrency
-		why.plan(PolicyConcurrency, fmtInt(snap.Concurrency)+" requests at once", &snap.Concurrency)
+		why.plan(PolicyConcurrency, numfmt.Int(snap.Concurrency)+" requests at once", &snap.Concurrency)
 	}
 	seats := int64(1)
 	if own && in.sub != nil {
@@ -150,11 +151,11 @@ func (s *Service) compute(in inputs, why *explainer) limiter.Snapshot {
 	for m, q := range plan.Quotas {
 		l := q.Limit
 		if q.PerSeat {
-			why.plan(QuotaPolicy(m), fmtInt(l)+" per seat a period, "+q.Mode, &q.Limit)
+			why.plan(QuotaPolicy(m), numfmt.Int(l)+" per seat a period, "+q.Mode, &q.Limit)
 			l = saturatingMul(l, seats)
 			why.seats(m, in.sub, own, seats, q.Limit, l)
 		} else {
-			why.plan(QuotaPolicy(m), fmtInt(l)+" a period, "+q.Mode, &l)
+			why.plan(QuotaPolicy(m), numfmt.Int(l)+" a period, "+q.Mode, &l)
 		}
 		snap.Quotas[m] = limiter.Quota{Limit: l, Mode: limiter.QuotaMode(q.Mode)}
 	}
@@ -246,20 +247,20 @@ func keepOwnLimits(snap *limiter.Snapshot, own Plan, why *explainer) {
 	if snap.Rate == nil && own.Rate != nil {
 		r := *own.Rate
 		snap.Rate = &r
-		why.kept(PolicyRate, own, fmt.Sprintf("%s per second, burst %s", fmtFloat(r.PerSecond), fmtInt(r.Burst)), nil)
+		why.kept(PolicyRate, own, fmt.Sprintf("%s per second, burst %s", fmtFloat(r.PerSecond), numfmt.Int(r.Burst)), nil)
 	}
 	if snap.Concurrency == 0 && own.Concurrency != nil {
 		snap.Concurrency = *own.Concurrency
-		why.kept(PolicyConcurrency, own, fmtInt(snap.Concurrency)+" requests at once", &snap.Concurrency)
+		why.kept(PolicyConcurrency, own, numfmt.Int(snap.Concurrency)+" requests at once", &snap.Concurrency)
 	}
 	for _, m := range sortedKeys(own.Quotas) {
 		if _, ok := snap.Quotas[m]; ok {
 			continue
 		}
 		q := own.Quotas[m]
-		what := fmtInt(q.Limit) + " a period, " + q.Mode
+		what := numfmt.Int(q.Limit) + " a period, " + q.Mode
 		if q.PerSeat {
-			what = fmtInt(q.Limit) + " per seat a period (one seat), " + q.Mode
+			what = numfmt.Int(q.Limit) + " per seat a period (one seat), " + q.Mode
 		}
 		snap.Quotas[m] = limiter.Quota{Limit: q.Limit, Mode: limiter.QuotaMode(q.Mode)}
 		why.kept(QuotaPolicy(m), own, what, &q.Limit)
