@@ -83,6 +83,11 @@ func (k keyNames) explicitConcurrency(tenant string) string { return k.tenantBas
 // and the state hash, counter field, mark and dirty set it adjusts).
 func (k keyNames) reservation(tenant, id string) string { return k.tenantBase(tenant) + "rsv:" + id }
 
+// leaseReturn is the key that marks a leased remainder given back (a
+// string, kept leaseReturnTTL), so that a return retried after a lost
+// reply is not refunded twice.
+func (k keyNames) leaseReturn(tenant, id string) string { return k.tenantBase(tenant) + "lr:" + id }
+
 func (k keyNames) refusalBase(tenant string) string { return k.tenantBase(tenant) + "rf:" }
 
 // invalidations is the pub/sub channel on which snapshot changes are

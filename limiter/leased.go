@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // This file is the leased mode (Options.LocalLeases): a Limiter takes
@@ -15,11 +19,19 @@ import (
 // A take is an exact-mode decision whose cost is the chunk, run through the
 // same decision script (all policies, all or nothing, Redis TIME), so what
 // all instances admit together never exceeds a limit: every unit admitted
-// locally was first taken in Redis. Unused quota units go back through the
-// reservation path (a reservation of the remainder, cancelled), the same
-// refund Settle and Cancel make, so the counters and the pending usage the
-// worker flushes stay right. Unused tokens are not returned: they refill
-// with time, and the chunk is sized so that little is left over.
+// locally was first taken in Redis. Unused quota units go back with one
+// script call each (pipelined, leaseReturnScript): the refund Settle and
+// Cancel make, marked so that a retry never refunds twice, so the counters
+// and the pending usage the worker flushes stay right. Unused tokens are
+// not returned: they refill with time, and the chunk is sized so that
+// little is left over.
+//
+// Plentiful limits (every hard policy had leasePlentiful × instances times
+// the chunk left) get chunks sized on a longer horizon and leases that live
+// until leaseIdle after their last use: holding them costs nobody
+// anything, and a tenant seen every few seconds keeps its lease instead of
+// taking and giving back each time. Near a limit a lease lives leaseShort
+// from its take, with chunks of about a second of use.
 //
 // Only snapshot plans of rate and quota policies are leased. Peeks,
 // reservations, concurrency slots and explicit Limits stay exact; so does a
@@ -27,10 +39,28 @@ import (
 // hang a lease on.
 
 const (
-	// leaseLong is the life of a lease that holds a small share of what is
-	// left in Redis (see leasePlentiful): its unused units go back when it
-	// ends. Holding them longer costs nobody anything.
-	leaseLong = 2 * time.Second
+	// leaseIdle is the life of a plentiful lease (see leasePlentiful) after
+	// its last use: its unused units go back when it ends. Holding them
+	// costs nobody anything (usage shown runs ahead by at most the
+	// remainder), while taking and giving back costs Redis calls; a tenant
+	// that pauses for a few seconds keeps its lease.
+	leaseIdle = 10 * time.Second
+	// leaseHorizon is how much of the observed rate a chunk holds near a
+	// limit; leasePlentyHorizon when the last take was plentiful.
+	leaseHorizon       = time.Second
+	leasePlentyHorizon = 10 * time.Second
+	// leaseGrow bounds how fast chunks grow a take: a burst of a few calls
+	// in a microsecond is no rate to hold a large share of a limit for.
+	// After a plentiful lease that was used up before it expired, chunks
+	// may grow leasePlentyGrow times (a tenant seen now and then reaches a
+	// chunk that lasts in a few takes).
+	leaseGrow       = 4
+	leasePlentyGrow = 8
+	// leasePlentyMin is the smallest chunk taken after a plentiful lease ran
+	// out (a tenant seen again before its lease expired, likely to be seen
+	// more): a few dozen units of a plentiful limit cost nobody anything and
+	// spare a take every few decisions.
+	leasePlentyMin = 64
 	// leaseShort is the life of a lease near a limit, so that units other
 	// instances may need flow back soon.
 	leaseShort = 200 * time.Millisecond
@@ -53,6 +83,11 @@ const (
 	leaseDryMax = time.Second
 	// leaseCloseTimeout bounds the returns of Close.
 	leaseCloseTimeout = 3 * time.Second
+	// leaseReturnBatch is how many remainders go back in one pipeline.
+	leaseReturnBatch = 256
+	// leaseReturnTTL is how long Redis remembers a return made, so that
+	// one retried after a lost reply is not refunded twice.
+	leaseReturnTTL = 10 * time.Minute
 )
 
 // errNoLease says that the request must be decided exactly: no units could
@@ -86,13 +121,14 @@ type leaseChunk struct {
 	left int64
 }
 
-// leaseReturn is a remainder to give back; rsvID is set once its
-// reservation is written, so that a failed Cancel is retried on the same
-// record (a refund is never made twice).
+// leaseReturn is a remainder to give back. id names its mark in Redis, so
+// that a return retried after a lost reply is not refunded twice; since is
+// when it was queued (see requeue).
 type leaseReturn struct {
 	tenant string
 	leaseChunk
-	rsvID string
+	id    string
+	since time.Time
 }
 
 // poolKey names a pool: the tenant and the meter of the plan's quota (""
@@ -131,6 +167,9 @@ type leasePool struct {
 	rate     float64
 	last     int64 // the last chunk taken
 	dryUntil time.Time
+	// plenty: the last take left every hard policy plentiful; the lease
+	// then lives until leaseIdle after its last use.
+	plenty bool
 
 	taking chan struct{} // non-nil while a take is in flight; closed when it ends
 }
@@ -293,10 +332,11 @@ func (ls *leases) allow(ctx context.Context, pl *plan, req *Request, due *prepar
 		}
 		// Whatever the expired lease left goes back (by the sweeper, off
 		// this request's path).
-		if !now.Before(p.expires) && p.held > 0 {
+		ranOut := now.Before(p.expires)
+		if !ranOut && p.held > 0 {
 			ls.queue(p.key.tenant, p.detachLocked())
 		}
-		n := p.chunkLocked(req.Cost, now, l.opts.ExpectedInstances)
+		n := p.chunkLocked(req.Cost, now, l.opts.ExpectedInstances, ranOut)
 		p.mu.Unlock()
 		defer p.endTake()
 		d, err := ls.take(ctx, p, req, due, n)
@@ -376,7 +416,8 @@ func (ls *leases) take(ctx context.Context, p *leasePool, req *Request, due *pre
 	p.held += c.left
 	p.tmpl = d.Policies
 	p.takenAt = now
-	p.expires = now.Add(leaseLife(p.pl, d, c.left, l.opts.ExpectedInstances))
+	p.plenty = plentiful(p.pl, d, c.left, l.opts.ExpectedInstances)
+	p.expires = now.Add(leaseShort)
 	return p.admitLocked(req.Cost, now), nil
 }
 
@@ -393,26 +434,29 @@ func leftOf(pl *plan, d *Decision) int64 {
 	return m
 }
 
-// leaseLife is long when the chunk is a small share of what every hard
-// policy had left after the take, short near a limit.
-func leaseLife(pl *plan, d *Decision, n int64, instances int) time.Duration {
+// plentiful says whether the chunk n is a small share of what every hard
+// policy had left after the take: the lease then lives until leaseIdle
+// after its last use; near a limit it lives leaseShort from the take.
+func plentiful(pl *plan, d *Decision, n int64, instances int) bool {
 	for i := range pl.pol {
 		if pl.pol[i].typ == 'q' && pl.pol[i].mode == ModeSoft || i >= len(d.Policies) {
 			continue
 		}
-		if d.Policies[i].Remaining < n*leasePlentiful*int64(instances) {
-			return leaseShort
+		if d.Policies[i].Remaining/leasePlentiful/int64(instances) < n {
+			return false
 		}
 	}
-	return leaseLong
+	return true
 }
 
-// chunkLocked sizes the next take: the units the observed rate uses in half
-// a long lease's life (so a busy lease is used up before it expires, with
-// nothing to give back), bounded by a share of each limit and of what the
-// last take said was left (tokens: plus their refill since), and at least
-// the request's cost.
-func (p *leasePool) chunkLocked(cost int64, now time.Time, instances int) int64 {
+// chunkLocked sizes the next take: the units the observed rate uses in
+// leaseHorizon (near a limit, so that little is left to give back) or
+// leasePlentyHorizon (plentiful limits: fewer takes), growing at most
+// leaseGrow times a take (leasePlentyGrow after a plentiful lease that ran
+// out); bounded by a share of each limit and of what the last take
+// said was left (tokens: plus their refill since), and at least the
+// request's cost. ranOut: the last lease was used up before it expired.
+func (p *leasePool) chunkLocked(cost int64, now time.Time, instances int, ranOut bool) int64 {
 	if !p.takenAt.IsZero() {
 		if el := now.Sub(p.takenAt).Seconds(); el > 0 {
 			r := float64(p.used) / el
@@ -425,13 +469,22 @@ func (p *leasePool) chunkLocked(cost int64, now time.Time, instances int) int64 
 	}
 	p.used = 0
 	n := int64(leaseFirst)
+	horizon := leaseHorizon
+	if p.plenty {
+		horizon = leasePlentyHorizon
+	}
 	if p.rate > 0 {
-		n = int64(math.Ceil(min(p.rate*(leaseLong/2).Seconds(), math.MaxInt64/4)))
+		n = int64(math.Ceil(min(p.rate*horizon.Seconds(), math.MaxInt64/(4*leasePlentyGrow))))
 	}
 	if p.last > 0 {
-		// Grow at most fourfold a take: a burst of a few calls in a
-		// microsecond is no rate to hold a large share of a limit for.
-		n = min(n, 4*p.last)
+		grow := int64(leaseGrow)
+		if p.plenty && ranOut {
+			grow = leasePlentyGrow
+		}
+		n = min(n, grow*p.last)
+		if p.plenty && ranOut {
+			n = max(n, leasePlentyMin)
+		}
 	}
 	share := int64(leaseShares * instances)
 	el := now.Sub(p.takenAt).Seconds()
@@ -465,6 +518,9 @@ func (p *leasePool) chunkLocked(cost int64, now time.Time, instances int) int64 
 func (p *leasePool) admitLocked(cost int64, now time.Time) *Decision {
 	p.held -= cost
 	p.used += cost
+	if p.plenty {
+		p.expires = now.Add(leaseIdle)
+	}
 	for c := cost; c > 0 && len(p.chunks) > 0; {
 		k := min(c, p.chunks[0].left)
 		p.chunks[0].left -= k
@@ -499,11 +555,12 @@ func (p *leasePool) detachLocked() []leaseChunk {
 
 // queue hands remainders to the sweeper.
 func (ls *leases) queue(tenant string, cs []leaseChunk) {
+	now := time.Now()
 	ls.retMu.Lock()
 	defer ls.retMu.Unlock()
 	for _, c := range cs {
-		if c.rsv != nil && c.left > 0 {
-			ls.returns = append(ls.returns, leaseReturn{tenant: tenant, leaseChunk: c})
+		if c.rsv != nil && c.rsv.h != "" && c.left > 0 {
+			ls.returns = append(ls.returns, leaseReturn{tenant: tenant, leaseChunk: c, id: newID(), since: now})
 		}
 	}
 }
@@ -550,7 +607,7 @@ func (ls *leases) sweep(now time.Time) {
 		if p.taking == nil && !now.Before(p.expires) {
 			if p.held > 0 {
 				ls.queue(p.key.tenant, p.detachLocked())
-			} else if now.Sub(p.expires) > leaseLong {
+			} else if now.Sub(p.expires) > leaseIdle {
 				p.dead, forget = true, true
 			}
 		}
@@ -561,8 +618,9 @@ func (ls *leases) sweep(now time.Time) {
 	}
 }
 
-// giveBack returns the queued remainders with up to workers at once. One
-// that fails (Redis down) is queued again; the sweeper retries it.
+// giveBack returns the queued remainders, leaseReturnBatch to a pipeline
+// and up to workers pipelines at once. One that fails (Redis down) is
+// queued again, under the same id; the sweeper retries it.
 func (ls *leases) giveBack(ctx context.Context, workers int) {
 	ls.retMu.Lock()
 	rs := ls.returns
@@ -576,48 +634,114 @@ func (ls *leases) giveBack(ctx context.Context, workers int) {
 		return
 	}
 	var wg sync.WaitGroup
-	ch := make(chan leaseReturn)
-	for w := 0; w < min(workers, len(rs)); w++ {
+	ch := make(chan []leaseReturn)
+	for w := 0; w < min(workers, (len(rs)+leaseReturnBatch-1)/leaseReturnBatch); w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for r := range ch {
-				if err := ls.giveBackOne(ctx, &r); err != nil {
-					ls.requeue([]leaseReturn{r})
+			for b := range ch {
+				if failed := ls.giveBackBatch(ctx, b); len(failed) > 0 {
+					ls.requeue(failed)
 				}
 			}
 		}()
 	}
-	for _, r := range rs {
-		ch <- r
+	for len(rs) > 0 {
+		n := min(len(rs), leaseReturnBatch)
+		ch <- rs[:n:n]
+		rs = rs[n:]
 	}
 	close(ch)
 	wg.Wait()
 }
 
 func (ls *leases) requeue(rs []leaseReturn) {
+	now := time.Now()
 	ls.retMu.Lock()
-	ls.returns = append(ls.returns, rs...)
-	ls.retMu.Unlock()
+	defer ls.retMu.Unlock()
+	for _, r := range rs {
+		// Past the life of its mark, a return that may have been made
+		// already is not retried: its units stay charged, as a crashed
+		// holder's would, rather than be refunded twice.
+		if now.Sub(r.since) < leaseReturnTTL-leaseCloseTimeout {
+			ls.returns = append(ls.returns, r)
+		}
+	}
 }
 
-// giveBackOne refunds a remainder as Cancel refunds a reservation: it
-// records a reservation of the remainder on the counter it was taken from,
-// then cancels it.
-func (ls *leases) giveBackOne(ctx context.Context, r *leaseReturn) error {
+// leaseReturnScript gives a leased remainder back to the counter it was
+// taken from, as Settle refunds a reservation (so the pending usage the
+// worker flushes, q − f, goes down with it): once per return id, marked
+// by KEYS[1] for ARGV[4] ms.
+//
+// KEYS: the return's mark, the state hash, the dirty set (one slot: the
+// tenant's hash tag, or the slot's dirty set). ARGV: units, counter field,
+// counter mark, the mark's life (ms). Reply: 1, or 0 for a return made
+// already.
+var leaseReturnScript = redis.NewScript(`
+if not redis.call('SET', KEYS[1], '1', 'NX', 'PX', ARGV[4]) then return 0 end
+local h, q, n = KEYS[2], ARGV[2], -tonumber(ARGV[1])
+if redis.call('HEXISTS', h, q) == 1 then
+  redis.call('HINCRBY', h, q, n)
+else
+  redis.call('HINCRBY', h, 'g' .. string.sub(q, 2), n)
+  if redis.call('PTTL', h) < 0 then redis.call('PEXPIRE', h, 3456000000) end
+end
+redis.call('SADD', KEYS[3], ARGV[3])
+redis.call('EXPIRE', KEYS[3], 3456000)
+return 1
+`)
+
+// giveBackBatch makes the returns in one pipeline (split per node on a
+// Cluster) and answers those that failed.
+func (ls *leases) giveBackBatch(ctx context.Context, rs []leaseReturn) (failed []leaseReturn) {
 	l := ls.l
-	if r.rsvID == "" {
-		d := &Decision{rsv: r.rsv}
-		if err := l.reserve(ctx, r.tenant, &Request{Cost: r.left}, d); err != nil {
-			return err // not recorded (or not known to be): a new record next time
+	ttl := strconv.FormatInt(leaseReturnTTL.Milliseconds(), 10)
+	cmds := make([]*redis.Cmd, len(rs))
+	run := func(ctx context.Context, idx []int) error {
+		_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range idx {
+				r := &rs[i]
+				cmds[i] = leaseReturnScript.EvalSha(ctx, p,
+					[]string{l.keys.leaseReturn(r.tenant, r.id), r.rsv.h, r.rsv.dirty},
+					r.left, r.rsv.q, r.rsv.mark, ttl)
+			}
+			return nil
+		})
+		return err
+	}
+	all := make([]int, len(rs))
+	for i := range all {
+		all[i] = i
+	}
+	err := l.call(ctx, "lease return", func(ctx context.Context) error {
+		err := run(ctx, all)
+		var noScript []int
+		for i, c := range cmds {
+			if c != nil && c.Err() != nil && strings.HasPrefix(c.Err().Error(), "NOSCRIPT") {
+				noScript = append(noScript, i)
+			}
 		}
-		r.rsvID = d.Reservation.ID
+		if len(noScript) == 0 {
+			return err
+		}
+		// A Redis that restarted (or a Cluster node new to us) lacks the
+		// script: load it and run those again (a return made twice is
+		// refused by its mark).
+		if err := leaseReturnScript.Load(ctx, l.rdb).Err(); err != nil {
+			return err
+		}
+		return run(ctx, noScript)
+	})
+	if err != nil && abandoned(err) {
+		return rs
 	}
-	_, err := l.Cancel(ctx, r.tenant, r.rsvID)
-	if errors.Is(err, ErrReservationNotFound) {
-		return nil // an earlier Cancel whose answer was lost
+	for i, c := range cmds {
+		if c == nil || c.Err() != nil {
+			failed = append(failed, rs[i])
+		}
 	}
-	return err
+	return failed
 }
 
 // close stops taking, waits for the takes in flight and gives every unused

@@ -3,6 +3,7 @@ package limiter_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -183,8 +184,9 @@ func TestLeasedDecisionsAreLocal(t *testing.T) {
 	}
 }
 
-// A holder that stops deciding gives its unused units back within the
-// lease's life: Redis then counts exactly what was admitted.
+// A holder that stops deciding gives its unused units back once its lease
+// has been idle for its life (10 s on plentiful limits): Redis then counts
+// exactly what was admitted.
 func TestLeasedExpiryGivesUnitsBack(t *testing.T) {
 	b := singleRedis(t)
 	var fallbacks atomic.Int64
@@ -200,7 +202,7 @@ func TestLeasedExpiryGivesUnitsBack(t *testing.T) {
 	if u := used(t, exact, "idle", 100000); u <= 200 {
 		t.Fatalf("Redis counts %d used after 200 leased decisions: no units held ahead", u)
 	}
-	testkit.Eventually(t, 4*time.Second, "the idle lease's units back in Redis", func() bool {
+	testkit.Eventually(t, 15*time.Second, "the idle lease's units back in Redis", func() bool {
 		return used(t, exact, "idle", 100000) == 200
 	})
 }
@@ -364,4 +366,85 @@ func TestLeasedCrashStrandsAtMostAChunk(t *testing.T) {
 	if u <= 100 || u-100 > quota/4 {
 		t.Fatalf("Redis counts %d used after 100 admitted: %d stranded, want 1 to %d", u, u-100, quota/4)
 	}
+}
+
+// A tenant seen every couple of seconds keeps its lease on plentiful
+// limits (a lease lives leaseIdle, 10 s, after its last use): no units go
+// back between its bursts, and the take after the first holds enough for
+// all of them, so its later bursts cost no Redis call at all instead of a
+// take and a return each.
+func TestLeasedPlentifulLeaseOutlivesPauses(t *testing.T) {
+	b := singleRedis(t)
+	var fallbacks atomic.Int64
+	opts := leaseOpts(b, &fallbacks, leaseSnap(limiter.Rate{PerSecond: 1e6, Burst: 1e6}, 1<<40))
+	rdb := b.client()
+	hook := &countingHook{}
+	rdb.AddHook(hook)
+	l := newLimiter(t, rdb, opts)
+	ctx := context.Background()
+	var before int64
+	for burst := 0; burst < 3; burst++ {
+		if burst > 0 {
+			time.Sleep(2500 * time.Millisecond) // past the 2 s life leases had
+		} else {
+			before = hook.n.Load()
+		}
+		for i := 0; i < 10; i++ {
+			if d, err := l.Allow(ctx, "pauses", limiter.Request{Cost: 1}); err != nil || !d.Allowed || d.Fallback != "" {
+				t.Fatalf("burst %d decision %d: %+v %v", burst, i, d, err)
+			}
+		}
+		if burst == 0 {
+			// The snapshot's reads, a take of 1, then one of 64.
+			t.Logf("first burst: %d Redis calls", hook.n.Load()-before)
+			before = hook.n.Load()
+		}
+	}
+	if n := hook.n.Load() - before; n != 0 {
+		t.Fatalf("%d Redis calls for 2 bursts of 10 decisions 2.5 s apart, want none (the lease held lives on)", n)
+	}
+	exact := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, Loader: opts.Loader, DisableRefusalCache: true})
+	if u := used(t, exact, "pauses", 1<<40); u != 1+64 {
+		t.Fatalf("Redis counts %d used, want 65 (a take of 1, then one of 64)", u)
+	}
+}
+
+// Remainders go back in pipelines, one script call each: Close of an
+// instance holding leases of 300 tenants makes a few round trips, not a
+// reservation and a cancel per tenant; and Redis then counts exactly what
+// was admitted, on one node and on a Cluster (the pipeline split per node).
+func TestLeasedReturnsArePipelined(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		var fallbacks atomic.Int64
+		const quota = 1 << 40
+		opts := leaseOpts(b, &fallbacks, leaseSnap(limiter.Rate{PerSecond: 1e6, Burst: 1e6}, quota))
+		rdb := b.client()
+		hook := &countingHook{}
+		rdb.AddHook(hook)
+		l, err := limiter.New(rdb, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		const tenants = 300
+		tenant := func(i int) string { return "ret" + strconv.Itoa(i) }
+		for i := 0; i < tenants; i++ {
+			for j := 0; j < 3; j++ { // a take of 1, then one of 64 with 63 left
+				if d, err := l.Allow(ctx, tenant(i), limiter.Request{Cost: 1}); err != nil || !d.Allowed || d.Fallback != "" {
+					t.Fatalf("%+v %v", d, err)
+				}
+			}
+		}
+		before := hook.n.Load()
+		l.Close()
+		if n := hook.n.Load() - before; n > 10 {
+			t.Fatalf("Close made %d Redis calls to give back the leases of %d tenants, want a few pipelines", n, tenants)
+		}
+		exact := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, Loader: opts.Loader, DisableRefusalCache: true})
+		for i := 0; i < tenants; i++ {
+			if u := used(t, exact, tenant(i), quota); u != 3 {
+				t.Fatalf("tenant %d: Redis counts %d used after 3 admitted and Close, want 3", i, u)
+			}
+		}
+	})
 }

@@ -99,8 +99,8 @@ func (l *Limiter) Close() error {
 		return nil
 	}
 	if l.leases != nil {
-		// Before closed is set: the units go back through Cancel, which
-		// refuses a closed Limiter.
+		// Before closed is set: takes in flight finish first, and their
+		// units go back too.
 		l.leases.close()
 	}
 	if l.closed.Swap(true) {

@@ -138,9 +138,10 @@ type Options struct {
 	// sized by the tenant's observed rate and bounded by a quarter of each
 	// limit and of what is left, divided by ExpectedInstances) and decides
 	// locally from them. What all instances admit together never exceeds a
-	// limit. Unused quota units go back when a lease expires (2s, or 200ms
-	// near a limit), on an invalidation of the tenant and on Close; a
-	// crashed process strands at most its chunks. Peeks, reservations,
+	// limit. Unused quota units go back when a lease expires (10s after its
+	// last use on plentiful limits, 200ms after its take near a limit), on
+	// an invalidation of the tenant and on Close; a crashed process strands
+	// at most its chunks. Peeks, reservations,
 	// concurrency slots and explicit Limits stay exact. Default false.
 	LocalLeases bool
 	// MaxBatch bounds the decisions of one pipeline; default 128.
