@@ -536,7 +536,18 @@ func (p *leasePool) admitLocked(cost int64, now time.Time) *Decision {
 // Redis had left after it plus the units still held here, resets counted
 // down from the take.
 func (p *leasePool) decisionOf(tmpl []PolicyStatus, held int64, takenAt, now time.Time) *Decision {
-	d := &Decision{Allowed: true, Plan: p.pl.planName, Policies: make([]PolicyStatus, len(tmpl))}
+	var d *Decision
+	if len(tmpl) <= 2 {
+		// A leased plan has a rate and a quota at most: one allocation
+		// for the decision and its policies (this is the whole cost of a
+		// local decision's answer).
+		x := &leasedDecision{}
+		x.d.Policies = x.ps[:len(tmpl)]
+		d = &x.d
+	} else {
+		d = &Decision{Policies: make([]PolicyStatus, len(tmpl))}
+	}
+	d.Allowed, d.Plan = true, p.pl.planName
 	el := now.Sub(takenAt)
 	for i, ps := range tmpl {
 		ps.Remaining = min(ps.Remaining+held, max(ps.Limit, ps.Remaining))
@@ -544,6 +555,12 @@ func (p *leasePool) decisionOf(tmpl []PolicyStatus, held int64, takenAt, now tim
 		d.Policies[i] = ps
 	}
 	return d
+}
+
+// leasedDecision holds a local decision and its policies together.
+type leasedDecision struct {
+	d  Decision
+	ps [2]PolicyStatus
 }
 
 // detachLocked empties the pool and returns what it held.
