@@ -253,6 +253,12 @@ func (l *Limiter) fallback(pl *plan, req *Request) (*Decision, error) {
 			d.lease = &lease{l: l, local: st}
 		}
 	}
+	if !d.Allowed && !peek {
+		// Redis cannot count this refusal now: it is counted here and added
+		// to Redis by the background flush once Redis answers again, like a
+		// cached refusal (a peek is not a request, as in the script).
+		l.countLocalRefusal(pl.rfBase, d.Policy, now)
+	}
 	if d.RetryAfter > 0 && d.RetryAfter < time.Millisecond {
 		d.RetryAfter = time.Millisecond
 	}

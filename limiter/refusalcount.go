@@ -9,13 +9,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// refusalFlushEvery is how often refusals answered from the local refusal
-// cache are added to the Redis counters. They are counted in memory first
+// refusalFlushEvery is how often refusals decided without Redis (answered
+// from the local refusal cache, or by the local fail mode while Redis is
+// down) are added to the Redis counters. They are counted in memory first
 // so that a tenant hammering past its limit still costs no Redis work per
-// request, yet every 429 shows on the dashboard (about a second late).
+// request, and a refusal made in an outage is not lost, yet every 429 shows
+// on the dashboard (about a second late, or once Redis answers again).
 const refusalFlushEvery = time.Second
 
-// refusalTally counts cached refusals per Redis refusal hash (tenant and
+// refusalTally counts refusals decided without Redis per Redis refusal hash (tenant and
 // UTC day) and policy until the next flush.
 type refusalTally struct {
 	mu     sync.Mutex
@@ -62,17 +64,19 @@ func (t *refusalTally) putBack(c map[string]map[string]int64) {
 	}
 }
 
-// countCachedRefusal notes a refusal answered without Redis; rfBase is the
-// plan's refusal key base, completed with the UTC day as the script does.
-func (l *Limiter) countCachedRefusal(rfBase, policy string, now time.Time) {
+// countLocalRefusal notes a refusal decided without Redis; rfBase is the
+// plan's refusal key base, completed with the UTC day of the refusal as the
+// script does (a refusal flushed after midnight still counts on its day).
+func (l *Limiter) countLocalRefusal(rfBase, policy string, now time.Time) {
 	l.tally.add(rfBase+now.UTC().Format("20060102"), policy)
 }
 
-// FlushRefusals adds the refusals answered from the local refusal cache
-// since the last flush to the Redis counters that the dashboard reads. The
-// Limiter does it every second and once more in Close; tests and callers
-// that need the figure at once may call it. On error the counts are kept for
-// the next flush.
+// FlushRefusals adds the refusals decided without Redis since the last
+// flush (answered from the local refusal cache, or refused by the local fail
+// mode) to the Redis counters that the dashboard reads. The Limiter does it
+// every second and once more in Close; tests and callers that need the
+// figure at once may call it. On error (Redis still down) the counts are
+// kept for the next flush.
 func (l *Limiter) FlushRefusals(ctx context.Context) error {
 	c := l.tally.take()
 	if len(c) == 0 {

@@ -50,7 +50,7 @@ func (l *Limiter) cachedRefusal(pl *plan, req *Request) *Decision {
 					d.Policies[i].Reset = d.RetryAfter
 				}
 			}
-			l.countCachedRefusal(pl.rfBase, r.policy, now)
+			l.countLocalRefusal(pl.rfBase, r.policy, now)
 			if h := l.opts.Hooks.OnRefusalCacheHit; h != nil {
 				h(r.policy)
 			}
