@@ -218,8 +218,8 @@ func (b *bundle) seedUsage(t testing.TB, tenantID string, hours int) (requests, 
 		t.Fatal(err)
 	}
 	if _, err := b.pool.Exec(b.ctx, `
-		INSERT INTO usage_hourly (tenant_id, meter, hour, used)
-		SELECT $1, m, h, CASE WHEN m = 'requests' THEN (150 + 60 * sin(extract(epoch FROM h) / 20000))::bigint
+		INSERT INTO usage_hourly (tenant_id, period_start, meter, hour, used)
+		SELECT $1, $3, m, h, CASE WHEN m = 'requests' THEN (150 + 60 * sin(extract(epoch FROM h) / 20000))::bigint
 		                      WHEN extract(hour FROM h) IN (9, 15) THEN 1 ELSE 0 END
 		FROM generate_series(date_trunc('hour', now()) - make_interval(hours => $2 - 1), date_trunc('hour', now()) - interval '1 hour', interval '1 hour') h,
 		     unnest(ARRAY['requests', 'exports']) m
@@ -228,7 +228,7 @@ func (b *bundle) seedUsage(t testing.TB, tenantID string, hours int) (requests, 
 		t.Fatal(err)
 	}
 	if err := b.pool.QueryRow(b.ctx, `
-		WITH s AS (SELECT meter, sum(used)::bigint AS n FROM usage_hourly WHERE tenant_id = $1 AND hour >= $2 GROUP BY meter),
+		WITH s AS (SELECT meter, sum(used)::bigint AS n FROM usage_hourly WHERE tenant_id = $1 AND period_start = $2 GROUP BY meter),
 		ins AS (INSERT INTO usage_periods (tenant_id, meter, period_start, period_end, used)
 		        SELECT $1, meter, $2, $3, n FROM s ON CONFLICT (tenant_id, meter, period_start) DO UPDATE SET used = EXCLUDED.used)
 		SELECT COALESCE((SELECT n FROM s WHERE meter = 'requests'), 0), COALESCE((SELECT n FROM s WHERE meter = 'exports'), 0)`,

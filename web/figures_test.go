@@ -53,8 +53,10 @@ func chartDay(t *testing.T, ctx context.Context, label, day string) string {
 func jsString(s string) string { b, _ := json.Marshal(s); return string(b) }
 
 // TestBrowserFigures puts known figures in (usage in the period's first,
-// partial hour; an override; 18 refusals of which 17 come from the
-// limiter's refusal cache) and reads them on every page that shows them.
+// partial hour, and the previous period's in the same clock hour; an
+// override; 18 refusals of which 17 come from the limiter's refusal cache)
+// and reads them on every page that shows them and in the CSV the
+// dashboard's link downloads.
 func TestBrowserFigures(t *testing.T) {
 	chrome := newChrome(t)
 	b := setup(t)
@@ -84,9 +86,14 @@ func TestBrowserFigures(t *testing.T) {
 		t.Fatalf("period starts %v", snap.PeriodStart)
 	}
 	at := snap.PeriodStart.Add(time.Minute)
+	// At :17 of the same clock hour the previous period was still running:
+	// its usage there is no part of this period's figures or charts.
+	before := snap.PeriodStart.Add(-20 * time.Minute)
 	if _, err := b.meter.Ingest(b.ctx, acme.ID, []metering.Event{
 		{ID: uniq("evt"), Meter: "requests", Quantity: 332, Timestamp: at},
 		{ID: uniq("evt"), Meter: "exports", Quantity: 72, Timestamp: at},
+		{ID: uniq("evt"), Meter: "requests", Quantity: 7000, Timestamp: before},
+		{ID: uniq("evt"), Meter: "exports", Quantity: 900, Timestamp: before},
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -21,14 +21,16 @@ type DayUsage struct {
 	Used  int64
 }
 
-// dailyUsage sums the hourly history per UTC day in [from, to). The hour
-// the period starts in counts whole: a period starting at 10:37 keeps its
-// usage of 10:37–11:00 in the 10:00 row, which "hour >= from" dropped.
-func (s *store) dailyUsage(ctx context.Context, tenantID string, from, to time.Time) ([]DayUsage, error) {
+// dailyUsage sums the tenant's hourly history of the period starting at
+// periodStart per UTC day. Rows are kept per period (metering writes the
+// hour a period starts in as one row per period), so selecting by period
+// keeps the new period's first minutes and none of the previous period's
+// end in the same clock hour.
+func (s *store) dailyUsage(ctx context.Context, tenantID string, periodStart time.Time) ([]DayUsage, error) {
 	rows, err := s.db.Query(ctx, `
 		SELECT date_trunc('day', hour AT TIME ZONE 'UTC') AS day, meter, sum(used)::bigint
-		FROM usage_hourly WHERE tenant_id = $1 AND hour >= date_trunc('hour', $2::timestamptz) AND hour < $3
-		GROUP BY 1, 2 ORDER BY 1, 2`, tenantID, from, to)
+		FROM usage_hourly WHERE tenant_id = $1 AND period_start = $2
+		GROUP BY 1, 2 ORDER BY 1, 2`, tenantID, periodStart)
 	if err != nil {
 		return nil, fmt.Errorf("web: daily usage: %w", err)
 	}

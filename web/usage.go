@@ -92,7 +92,7 @@ func (w *Web) usageView(ctx context.Context, tenantID string) (UsageView, error)
 	for i, d := range ds {
 		index[d] = i
 	}
-	hist, err := w.store.dailyUsage(ctx, tenantID, v.PeriodStart, v.PeriodEnd)
+	hist, err := w.store.dailyUsage(ctx, tenantID, v.PeriodStart)
 	if err != nil {
 		return UsageView{}, err
 	}

@@ -20,7 +20,7 @@ func (w *Web) handleDashboardUsageCSV() echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		rows, err := w.store.dailyUsage(ctx, tenantID, u.Period.Start, u.Period.End)
+		rows, err := w.store.dailyUsage(ctx, tenantID, u.Period.Start)
 		if err != nil {
 			return err
 		}

@@ -9,8 +9,9 @@ import (
 )
 
 // TestDashboardUsageCSV downloads the per-day usage through the real server:
-// the figures the test put in (the first, partial hour included), only the
-// session's own tenant, HEAD, and no session.
+// the figures the test put in (the first, partial hour included, the
+// previous period's part of that hour not), only the session's own tenant,
+// HEAD, and no session.
 func TestDashboardUsageCSV(t *testing.T) {
 	b := setup(t)
 	a := b.tenant(t, uniq("csv-a"), b.pro)
@@ -24,15 +25,22 @@ func TestDashboardUsageCSV(t *testing.T) {
 	first := start.Truncate(time.Hour) // the hour the period starts in counts
 	day0 := time.Date(start.Year(), start.Month(), start.Day(), 0, 0, 0, 0, time.UTC)
 	day1 := day0.AddDate(0, 0, 1)
+	periodOf := start // rows of the current period unless a test says
 	ins := func(tenantID, meter string, hour time.Time, used int64) {
 		t.Helper()
-		if _, err := b.pool.Exec(b.ctx, `INSERT INTO usage_hourly (tenant_id, meter, hour, used) VALUES ($1, $2, $3, $4)`,
-			tenantID, meter, hour, used); err != nil {
+		if _, err := b.pool.Exec(b.ctx, `INSERT INTO usage_hourly (tenant_id, period_start, meter, hour, used) VALUES ($1, $2, $3, $4, $5)`,
+			tenantID, periodOf, meter, hour, used); err != nil {
 			t.Fatal(err)
 		}
 	}
 	ins(a.ID, "requests", first, 332)
 	ins(a.ID, "exports", first, 72)
+	// The previous period's end in the same clock hour, and before it:
+	// never exported with this period.
+	periodOf = start.AddDate(0, -1, 0)
+	ins(a.ID, "requests", first, 7000)
+	ins(a.ID, "requests", first.Add(-2*time.Hour), 5555)
+	periodOf = start
 	// A second row the same day adds up; a row the next day is its own line.
 	second := first.Add(time.Hour)
 	if second.Before(day1) {
@@ -41,9 +49,13 @@ func TestDashboardUsageCSV(t *testing.T) {
 		ins(a.ID, "requests", first.Add(2*time.Hour), 8) // next day: kept apart below
 	}
 	ins(a.ID, "requests", day1.Add(5*time.Hour), 41)
-	ins(other.ID, "requests", first, 9999)
-	// Before the period: never exported.
-	ins(a.ID, "requests", first.Add(-2*time.Hour), 5555)
+	otherSnap, err := b.ents.Snapshot(b.ctx, other.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	periodOf = otherSnap.PeriodStart.UTC()
+	ins(other.ID, "requests", periodOf.Truncate(time.Hour), 9999)
+	periodOf = start
 
 	want := [][]string{{"day", "meter", "quantity"}}
 	if second.Before(day1) {
@@ -93,7 +105,7 @@ func TestDashboardUsageCSV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantB := [][]string{{"day", "meter", "quantity"}, {day0.Format("2006-01-02"), "requests", "9999"}}
+	wantB := [][]string{{"day", "meter", "quantity"}, {otherSnap.PeriodStart.UTC().Format("2006-01-02"), "requests", "9999"}}
 	if !equalRows(gotB, wantB) {
 		t.Fatalf("csv of b:\n%v\nwant\n%v", gotB, wantB)
 	}

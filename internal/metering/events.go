@@ -156,7 +156,8 @@ func (s *Service) validate(evs []Event) error {
 // ingestSQL inserts a batch and adds it to the durable meters in ONE
 // statement (so one round trip and one implicit transaction): the events
 // that were new (RETURNING) are the only ones summed into usage_periods and
-// usage_hourly. In-batch duplicates are cut by DISTINCT ON (first wins);
+// usage_hourly (each in the event's own period: the hour a period starts
+// in has a row per period). In-batch duplicates are cut by DISTINCT ON (first wins);
 // rows are taken in key order so that concurrent batches lock in the same
 // order and cannot deadlock.
 const ingestSQL = `
@@ -178,9 +179,9 @@ WITH input AS (
     ON CONFLICT (tenant_id, meter, period_start)
     DO UPDATE SET used = up.used + EXCLUDED.used, updated_at = now()
 ), hourly AS (
-    INSERT INTO usage_hourly AS h (tenant_id, meter, hour, used)
-    SELECT $1, m, date_trunc('hour', o), sum(q) FROM fresh GROUP BY 2, 3 ORDER BY 2, 3
-    ON CONFLICT (tenant_id, meter, hour) DO UPDATE SET used = h.used + EXCLUDED.used
+    INSERT INTO usage_hourly AS h (tenant_id, period_start, meter, hour, used)
+    SELECT $1, ps, m, date_trunc('hour', o), sum(q) FROM fresh GROUP BY 2, 3, 4 ORDER BY 2, 3, 4
+    ON CONFLICT (tenant_id, period_start, meter, hour) DO UPDATE SET used = h.used + EXCLUDED.used
 )
 SELECT m, ps, sum(q)::bigint, count(*) FROM fresh GROUP BY m, ps`
 

@@ -45,6 +45,12 @@ const (
 // inserted in key order so that concurrent flushers lock them in the
 // same order and cannot deadlock.
 //
+// The hourly row is the flush's hour in the claim's own period: usage of
+// the previous period flushed after the new one began stays the previous
+// period's. A clock a little behind Redis's (which switched counters) can
+// flush a new period's first units before its start: they go in its first
+// hour, never in an hour before the period.
+//
 // A negative sum (units given back) cannot travel in the proposed row
 // (used >= 0 is checked before the conflict is seen), so the update reads
 // it from g; CASE runs that lookup only for those rare rows, keeping the
@@ -63,8 +69,6 @@ WITH c AS (
     SELECT f.tenant_id, f.meter, f.period_start, max(c.period_end) AS period_end, sum(f.quantity)::bigint AS quantity
     FROM f JOIN c USING (batch_id)
     GROUP BY f.tenant_id, f.meter, f.period_start
-), gh AS (
-    SELECT tenant_id, meter, sum(quantity)::bigint AS quantity FROM g GROUP BY tenant_id, meter
 ), per AS (
     INSERT INTO usage_periods AS up (tenant_id, meter, period_start, period_end, used)
     SELECT tenant_id, meter, period_start, period_end, greatest(quantity, 0) FROM g
@@ -75,13 +79,14 @@ WITH c AS (
                 AND g.meter = excluded.meter AND g.period_start = excluded.period_start), 0) END,
         updated_at = now()
 ), hourly AS (
-    INSERT INTO usage_hourly AS h (tenant_id, meter, hour, used)
-    SELECT tenant_id, meter, date_trunc('hour', $7::timestamptz), greatest(quantity, 0) FROM gh
-    ORDER BY tenant_id, meter
-    ON CONFLICT (tenant_id, meter, hour) DO UPDATE SET
+    INSERT INTO usage_hourly AS h (tenant_id, period_start, meter, hour, used)
+    SELECT tenant_id, period_start, meter,
+        greatest(date_trunc('hour', $7::timestamptz), date_trunc('hour', period_start)), greatest(quantity, 0) FROM g
+    ORDER BY tenant_id, period_start, meter
+    ON CONFLICT (tenant_id, period_start, meter, hour) DO UPDATE SET
         used = CASE WHEN excluded.used > 0 THEN h.used + excluded.used
-            ELSE greatest(h.used + (SELECT gh.quantity FROM gh WHERE gh.tenant_id = excluded.tenant_id
-                AND gh.meter = excluded.meter), 0) END
+            ELSE greatest(h.used + (SELECT g.quantity FROM g WHERE g.tenant_id = excluded.tenant_id
+                AND g.meter = excluded.meter AND g.period_start = excluded.period_start), 0) END
 )
 SELECT count(*), coalesce(sum(quantity), 0)::bigint FROM f`
 

@@ -18,17 +18,18 @@ type HourlyPoint struct {
 }
 
 // Hourly returns the tenant's usage per meter and hour in [from, to),
-// oldest first. Hours without usage are absent. Limiter-counted usage is
-// booked in the hour it was flushed (at most a flush interval late), usage
-// events in the hour of their timestamp.
+// oldest first, whatever period it counted in (the hour a period starts in
+// sums both periods' rows). Hours without usage are absent. Limiter-counted
+// usage is booked in the hour it was flushed (at most a flush interval
+// late), usage events in the hour of their timestamp.
 func (s *Service) Hourly(ctx context.Context, tenantID string, from, to time.Time) ([]HourlyPoint, error) {
 	if !ids.IsUUID(tenantID) {
 		return []HourlyPoint{}, nil
 	}
 	rows, err := s.db.Query(ctx, `
-SELECT meter, hour, used FROM usage_hourly
+SELECT meter, hour, sum(used)::bigint FROM usage_hourly
  WHERE tenant_id = $1 AND hour >= date_trunc('hour', $2::timestamptz) AND hour < $3
- ORDER BY hour, meter`, tenantID, from, to)
+ GROUP BY hour, meter ORDER BY hour, meter`, tenantID, from, to)
 	if err != nil {
 		return nil, fmt.Errorf("metering: hourly: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -12,12 +13,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/pressly/goose/v3"
 	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
 	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/postgres"
 	"github.com/tollgatehq/tollgate/internal/testkit"
+	"github.com/tollgatehq/tollgate/migrations"
 )
 
 // freshDB names a database that does not exist yet and drops it afterwards.
@@ -184,5 +187,107 @@ func TestMigrateBringsUpAnOlderRiverSchema(t *testing.T) {
 	}
 	if v := gooseVersion(t, url); v != goose {
 		t.Fatalf("goose version moved from %d to %d", goose, v)
+	}
+}
+
+// Migration 14 attributes the hourly history written before it to periods:
+// a period starting at 10:37 gets its part of the 10:00 row that its own
+// usage events and flushes prove (the rest stays with the previous
+// period), a row no source explains stays with the period the hour starts
+// in, and a tenant's first period gets its first hour whole. Down sums the
+// periods' rows of an hour again.
+func TestMigrationAttributesHourlyUsageToPeriods(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	url := freshDB(t)
+	log := slog.New(slog.DiscardHandler)
+	if err := postgres.EnsureDatabase(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	if err := postgres.Migrate(ctx, url, log); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("pgx", url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	noop := goose.NewGoMigration(2, &goose.GoFunc{Mode: goose.TransactionEnabled}, &goose.GoFunc{Mode: goose.TransactionEnabled})
+	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, goose.WithGoMigrations(noop), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 13); err != nil {
+		t.Fatalf("down to 13: %v", err)
+	}
+	exec := func(q string, args ...any) {
+		t.Helper()
+		if _, err := db.ExecContext(ctx, q, args...); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	h := time.Date(2026, 3, 10, 10, 0, 0, 0, time.UTC)
+	cur := h.Add(37 * time.Minute)
+	prev := cur.AddDate(0, -1, 0)
+	const a, first = "00000000-0000-0000-0000-00000000000a", "00000000-0000-0000-0000-00000000000b"
+	exec(`INSERT INTO plans (key, name) VALUES ('p', 'p')`)
+	exec(`INSERT INTO tenants (id, name, plan_key, period_anchor) VALUES ($1, 'a', 'p', $3), ($2, 'first', 'p', $3)`, a, first, cur)
+	for _, m := range []string{"requests", "exports"} {
+		exec(`INSERT INTO usage_periods (tenant_id, meter, period_start, period_end, used) VALUES ($1, $2, $3, $4, 0), ($1, $2, $4, $5, 0)`,
+			a, m, prev, cur, cur.AddDate(0, 1, 0))
+	}
+	exec(`INSERT INTO usage_periods (tenant_id, meter, period_start, period_end, used) VALUES ($1, 'requests', $2, $3, 0)`, first, cur, cur.AddDate(0, 1, 0))
+	exec(`INSERT INTO usage_hourly (tenant_id, meter, hour, used) VALUES
+		($1, 'requests', $3, 40), ($1, 'requests', $4, 50), ($1, 'requests', $5, 15),
+		($1, 'exports', $4, 25), ($2, 'requests', $4, 9)`, a, first, h.Add(-time.Hour), h, h.Add(time.Hour))
+	// Of a's 50 requests at 10:00, 12 + 8 are on record as the new period's.
+	exec(`INSERT INTO usage_events (tenant_id, idempotency_key, meter, quantity, occurred_at, period_start) VALUES
+		($1, 'e1', 'requests', 12, $2, $3), ($1, 'e0', 'requests', 30, $4, $5)`, a, h.Add(40*time.Minute), cur, h.Add(10*time.Minute), prev)
+	exec(`INSERT INTO usage_flushes (batch_id, tenant_id, meter, period_start, quantity, flushed_at) VALUES
+		('b1', $1, 'requests', $2, 8, $3), ('b2', $1, 'requests', $2, 15, $4)`, a, cur, h.Add(50*time.Minute), h.Add(time.Hour+time.Minute))
+
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	rows := func() string {
+		t.Helper()
+		r, err := db.QueryContext(ctx, `SELECT tenant_id, meter, period_start, hour, used FROM usage_hourly ORDER BY 1, 2, 4, 3`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		var out []string
+		for r.Next() {
+			var tenant, meter string
+			var start, hour time.Time
+			var used int64
+			if err := r.Scan(&tenant, &meter, &start, &hour, &used); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, fmt.Sprintf("%s %s %s %s %d", tenant[len(tenant)-1:], meter,
+				start.UTC().Format("01-02 15:04"), hour.UTC().Format("01-02 15:04"), used))
+		}
+		if err := r.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(out, "\n")
+	}
+	want := strings.Join([]string{
+		"a exports 02-10 10:37 03-10 10:00 25", // no source: the period the hour starts in
+		"a requests 02-10 10:37 03-10 09:00 40",
+		"a requests 02-10 10:37 03-10 10:00 30", // 50 - the 20 proven
+		"a requests 03-10 10:37 03-10 10:00 20",
+		"a requests 03-10 10:37 03-10 11:00 15",
+		"b requests 03-10 10:37 03-10 10:00 9", // the tenant's first period
+	}, "\n")
+	if got := rows(); got != want {
+		t.Fatalf("after migration 14 (tenant meter period hour used):\n%s\nwant\n%s", got, want)
+	}
+	if _, err := p.DownTo(ctx, 13); err != nil {
+		t.Fatalf("down again: %v", err)
+	}
+	var n, sum int64
+	if err := db.QueryRowContext(ctx, `SELECT count(*), sum(used) FROM usage_hourly WHERE tenant_id = $1 AND meter = 'requests' AND hour = $2`, a, h).Scan(&n, &sum); err != nil || n != 1 || sum != 50 {
+		t.Fatalf("after down: %d rows of %d at 10:00 (%v), want one of 50", n, sum, err)
 	}
 }
