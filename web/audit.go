@@ -19,8 +19,9 @@ const ctxNoChange = "web.nochange"
 
 var errNoChange = errors.New("web: nothing changed")
 
-// ctxTarget is the id of what a console POST created (an override), for
-// its audit entry: "Why these limits" names who created each override.
+// ctxTarget is the id of what a console POST created (an override, an API
+// key), for its audit entry: "Why these limits" names who created each
+// override.
 const ctxTarget = "web.target"
 
 // audited records a console action in the audit trail, with its subject's
@@ -44,11 +45,12 @@ func (w *Web) audited(action string) echo.MiddlewareFunc {
 				sub.PlanKey = c.Param("key")
 			case strings.HasPrefix(path, "/admin/events/:id"):
 				sub.EventID = c.Param("id")
-			default:
-				sub.Target = c.Param("price") // add-ons
-				if sub.Target == "" && path == "/admin/addons" {
-					sub.Target = strings.TrimSpace(c.FormValue("stripe_price_id"))
+			case strings.HasPrefix(path, "/admin/addons"):
+				sub.AddonPriceID = c.Param("price")
+				if path == "/admin/addons" {
+					sub.AddonPriceID = strings.TrimSpace(c.FormValue("stripe_price_id"))
 				}
+				sub.Target = sub.AddonPriceID
 			}
 			err := w.Audit.Do(c.Request().Context(), action, sub, func() (audit.Subject, error) {
 				if err := next(c); err != nil {

@@ -1,8 +1,8 @@
 // Package audit keeps the trail of admin actions: who (the name of the admin
 // credential), when, through what (the API or the console), what, and the
-// state of the subject (tenant, plan or Stripe event) before and after. It
-// owns the audit_log table. The HTTP layers wrap each admin action in Do;
-// the services stay unaware of it.
+// state of the subject (tenant, plan, add-on, service token or Stripe
+// event) before and after. It owns the audit_log table. The HTTP layers
+// wrap each admin action in Do; the services stay unaware of it.
 package audit
 
 import (
@@ -66,8 +66,17 @@ type Subject struct {
 	PlanKey  string
 	KeyID    string
 	EventID  string
+	// AddonPriceID is the Stripe price of an add-on grant.
+	AddonPriceID string
+	// ServiceTokenID is a service token's id (never its secret).
+	ServiceTokenID string
 	// Target names the object inside the subject (an override or key id).
 	Target string
+}
+
+// named says whether the subject names anything whose state can be read.
+func (s Subject) named() bool {
+	return s.TenantID != "" || s.PlanKey != "" || s.EventID != "" || s.AddonPriceID != "" || s.ServiceTokenID != ""
 }
 
 // Log records and lists entries.
@@ -100,8 +109,9 @@ func (l *Log) Do(ctx context.Context, action string, sub Subject, fn func() (Sub
 		return err
 	}
 	// A create names its subject only once done.
-	if sub.TenantID == "" && sub.PlanKey == "" && sub.EventID == "" {
+	if !sub.named() {
 		sub.TenantID, sub.PlanKey, sub.EventID = got.TenantID, got.PlanKey, got.EventID
+		sub.AddonPriceID, sub.ServiceTokenID = got.AddonPriceID, got.ServiceTokenID
 		l.resolve(ctx, &sub)
 	}
 	if sub.Target == "" {
@@ -227,8 +237,9 @@ func (l *Log) resolve(ctx context.Context, sub *Subject) {
 }
 
 // state is the subject as people compare it: a Stripe event's status, else
-// a tenant's plan, overrides and keys, else a plan's limits. nil when the
-// subject does not exist (yet, or any more).
+// a tenant's plan, overrides and keys, else a plan's limits, else an
+// add-on's grant, else a service token's name and whether it is revoked.
+// nil when the subject does not exist (yet, or any more).
 func (l *Log) state(ctx context.Context, sub Subject) json.RawMessage {
 	var q string
 	var arg any
@@ -239,6 +250,10 @@ func (l *Log) state(ctx context.Context, sub Subject) json.RawMessage {
 		q, arg = tenantState, sub.TenantID
 	case sub.PlanKey != "":
 		q, arg = planState, sub.PlanKey
+	case sub.AddonPriceID != "":
+		q, arg = addonState, sub.AddonPriceID
+	case ids.IsUUID(sub.ServiceTokenID):
+		q, arg = serviceTokenState, sub.ServiceTokenID
 	default:
 		return nil
 	}
@@ -278,6 +293,17 @@ FROM plans p WHERE p.key = $1`
 const eventState = `
 SELECT jsonb_build_object('type', e.type, 'status', e.status, 'attempts', e.attempts, 'last_error', e.last_error)
 FROM stripe_events e WHERE e.id = $1`
+
+const addonState = `
+SELECT jsonb_build_object('name', a.name, 'quotas', a.quotas, 'features', to_jsonb(a.features))
+FROM addon_grants a WHERE a.stripe_price_id = $1`
+
+// serviceTokenState leaves out the hash and the prefix: the trail is read by
+// every admin and must hold nothing of the secret.
+const serviceTokenState = `
+SELECT jsonb_build_object('id', s.id, 'name', s.name, 'created_at', s.created_at,
+  'revoked', s.revoked_at IS NOT NULL, 'revoked_at', s.revoked_at)
+FROM service_tokens s WHERE s.id = $1`
 
 // compactJSON copies b without insignificant spaces (Postgres writes jsonb
 // with them in its text form, not in its binary one).

@@ -17,8 +17,9 @@ import (
 
 // audited records the route's admin action in the audit trail, with the
 // state of its subject before and after. The subject comes from the route:
-// /tenants/:id…, /plans/:key, /api-keys/:id, /stripe/events/:id; a create
-// (POST /plans, POST /tenants) names it in its answer.
+// /tenants/:id…, /plans/:key, /api-keys/:id, /stripe/events/:id,
+// /addons/:price_id, /service-tokens/:id; a create (POST /plans, POST
+// /tenants, POST /service-tokens) names it in its answer.
 func (s *Server) audited(action string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -37,8 +38,12 @@ func (s *Server) audited(action string) echo.MiddlewareFunc {
 				sub.KeyID = c.Param("id")
 			case strings.Contains(path, "/stripe/events/:id"):
 				sub.EventID = c.Param("id")
-			default:
-				sub.Target = c.Param("price_id") // add-ons: named, no state of their own here
+			case strings.Contains(path, "/addons/:price_id"):
+				sub.AddonPriceID = c.Param("price_id")
+				sub.Target = sub.AddonPriceID
+			case strings.Contains(path, "/service-tokens/:id"):
+				sub.ServiceTokenID = c.Param("id")
+				sub.Target = sub.ServiceTokenID
 			}
 			var body *bytes.Buffer
 			if c.Request().Method == http.MethodPost {
@@ -64,6 +69,9 @@ func (s *Server) audited(action string) echo.MiddlewareFunc {
 						got.PlanKey = created.Key
 					case strings.HasSuffix(path, "/tenants"):
 						got.TenantID = created.ID
+					case strings.HasSuffix(path, "/service-tokens"):
+						// The id names it; the answer's token never leaves this function.
+						got.ServiceTokenID, got.Target = created.ID, created.ID
 					default: // the new key's or override's id (never the key itself)
 						got.Target = created.ID
 					}

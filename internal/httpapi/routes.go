@@ -61,9 +61,9 @@ func (s *Server) routes() {
 	admin.GET("/audit", s.handleListAudit())
 
 	// --- admin: service tokens (entitlements) ---
-	admin.POST("/service-tokens", s.handleIssueServiceToken())
+	admin.POST("/service-tokens", s.handleIssueServiceToken(), s.audited("service_token.issue"))
 	admin.GET("/service-tokens", s.handleListServiceTokens())
-	admin.DELETE("/service-tokens/:id", s.handleRevokeServiceToken())
+	admin.DELETE("/service-tokens/:id", s.handleRevokeServiceToken(), s.audited("service_token.revoke"))
 
 	// --- service API /service/v1: the limiter's remote loaders ---
 	// A service token or ADMIN_TOKEN; read-only, no tenant rate limit (the
