@@ -310,6 +310,7 @@ func (w *Web) handleAdminIssueKey() echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
+		c.Set(ctxTarget, k.ID) // the audit entry names the key by its id, as the API's does
 		p, d, err := w.adminTenant(c)
 		if err != nil {
 			return err

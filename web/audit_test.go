@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/tollgatehq/tollgate/internal/audit"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/stripemock"
 )
 
 type auditList struct {
@@ -119,3 +122,198 @@ func TestAuditTrail(t *testing.T) {
 		t.Fatalf("audit page filtered by actor:\n%.3000s", ap.body)
 	}
 }
+
+var (
+	newKeyRe  = regexp.MustCompile(`id="newkey" class="mono" type="text" readonly value="([^"]+)"`)
+	newLinkRe = regexp.MustCompile(`id="dash-link" type="text" readonly value="([^"]+)"`)
+)
+
+// stateField is one top-level field of a recorded state as compact JSON;
+// "" when the state is null or has no such field.
+func stateField(raw json.RawMessage, key string) string {
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &m)
+	return string(m[key])
+}
+
+// Every console action is recorded under the session's credential name,
+// via console, with its subject's state before and after; what the page
+// hands out (a key, a link) never reaches the trail, and a confirmation
+// page changes nothing and records nothing.
+func TestConsoleAuditRecordsEachAction(t *testing.T) {
+	b := setup(t, setupOpts{stripeBase: stripemock.Start(t)})
+	tn, err := b.ents.CreateTenant(b.ctx, entitlements.TenantInput{Name: "Console Audit Co", Plan: b.free, StripeCustomerID: "cus_" + uniq("audit")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov, err := b.ents.CreateOverride(b.ctx, tn.ID, entitlements.OverrideInput{Meter: "requests", Extra: ptr[int64](10), Reason: "audit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := b.browser(t)
+	wantRedirect(t, br.loginAdmin(b.alice), "/admin/tenants", "alice logs in")
+	tok := csrf(t, br.get("/admin/tenants/"+tn.ID).body)
+	// The package's tests share one database: this test's entries are
+	// those after the newest one of before.
+	var lastID int64
+	if es, err := b.trail.List(b.ctx, audit.Filter{Actor: "alice", Limit: 1}); err != nil {
+		t.Fatal(err)
+	} else if len(es) == 1 {
+		lastID = es[0].ID
+	}
+	price := "price_" + uniq("console")
+	var key, link string
+
+	for _, c := range []struct {
+		name string
+		act  func(t *testing.T)
+		// action, tenant and target the entry names (evaluated after act).
+		action         string
+		tenant, target func() string
+		// before and after: field → compact JSON; nil = a null state.
+		before, after func() map[string]string
+	}{{
+		name: "api_key.issue",
+		act: func(t *testing.T) {
+			r := br.post("/admin/tenants/"+tn.ID+"/keys", url.Values{"csrf": {tok}, "name": {"ci"}})
+			wantStatus(t, r, http.StatusCreated, "issue key")
+			if m := newKeyRe.FindStringSubmatch(r.body); m != nil {
+				key = m[1]
+			}
+		},
+		action: "api_key.issue", tenant: func() string { return tn.ID }, target: func() string { return keyID(t, b, tn.ID) },
+		before: func() map[string]string { return map[string]string{"api_keys": `[]`} },
+		after: func() map[string]string {
+			return map[string]string{"api_keys": `[{"id":"` + keyID(t, b, tn.ID) + `","name":"ci","prefix":"` + key[:12] + `","revoked":false}]`}
+		},
+	}, {
+		name: "dashboard_link.issue",
+		act: func(t *testing.T) {
+			r := br.post("/admin/tenants/"+tn.ID+"/dashboard-link", url.Values{"csrf": {tok}})
+			wantStatus(t, r, http.StatusCreated, "dashboard link")
+			if m := newLinkRe.FindStringSubmatch(r.body); m != nil {
+				link = m[1]
+			}
+		},
+		action: "dashboard_link.issue", tenant: func() string { return tn.ID }, target: none,
+		before: func() map[string]string { return map[string]string{"name": `"Console Audit Co"`} },
+		after:  func() map[string]string { return map[string]string{"name": `"Console Audit Co"`} },
+	}, {
+		name: "override.delete",
+		act: func(t *testing.T) {
+			path := "/admin/tenants/" + tn.ID + "/overrides/" + ov.ID + "/delete"
+			wantStatus(t, br.post(path, url.Values{"csrf": {tok}}), http.StatusOK, "removal's confirmation")
+			wantRedirect(t, br.post(path, url.Values{"csrf": {tok}, "confirm": {"1"}}), "/admin/tenants/"+tn.ID+"?done=deleted#overrides", "removal")
+		},
+		action: "override.delete", tenant: func() string { return tn.ID }, target: func() string { return ov.ID },
+		before: func() map[string]string {
+			return map[string]string{"overrides": `[{"id":"` + ov.ID + `","mode":null,"extra":10,"limit":null,"meter":"requests","reason":"audit","expires_at":null}]`}
+		},
+		after: func() map[string]string { return map[string]string{"overrides": `[]`} },
+	}, {
+		// stripe-mock answers the customer's reads with canned objects.
+		name: "tenant.resync",
+		act: func(t *testing.T) {
+			wantStatus(t, br.post("/admin/tenants/"+tn.ID+"/resync", url.Values{"csrf": {tok}}), http.StatusOK, "resync")
+		},
+		action: "tenant.resync", tenant: func() string { return tn.ID }, target: none,
+		before: func() map[string]string { return map[string]string{"name": `"Console Audit Co"`} },
+		after:  func() map[string]string { return map[string]string{"name": `"Console Audit Co"`} },
+	}, {
+		name: "addon.put creates",
+		act: func(t *testing.T) {
+			wantRedirect(t, br.post("/admin/addons", url.Values{"csrf": {tok}, "stripe_price_id": {" " + price + " "}, "name": {"Boost"}, "quotas": {"requests 1000"}}),
+				"/admin/addons?done=addon", "add-on")
+		},
+		action: "addon.put", tenant: none, target: func() string { return price },
+		before: func() map[string]string { return nil },
+		after: func() map[string]string {
+			return map[string]string{"name": `"Boost"`, "quotas": `{"requests":1000}`, "features": `[]`}
+		},
+	}, {
+		name: "addon.put replaces",
+		act: func(t *testing.T) {
+			wantRedirect(t, br.post("/admin/addons", url.Values{"csrf": {tok}, "stripe_price_id": {price}, "name": {"Boost"}, "quotas": {"requests 5000"}, "features": {"exports"}}),
+				"/admin/addons?done=addon", "add-on replaced")
+		},
+		action: "addon.put", tenant: none, target: func() string { return price },
+		before: func() map[string]string { return map[string]string{"quotas": `{"requests":1000}`, "features": `[]`} },
+		after: func() map[string]string {
+			return map[string]string{"quotas": `{"requests":5000}`, "features": `["exports"]`}
+		},
+	}, {
+		name: "addon.delete",
+		act: func(t *testing.T) {
+			wantRedirect(t, br.post("/admin/addons/"+price+"/delete", url.Values{"csrf": {tok}}), "/admin/addons?done=unaddon#"+price, "add-on removed")
+		},
+		action: "addon.delete", tenant: none, target: func() string { return price },
+		before: func() map[string]string { return map[string]string{"name": `"Boost"`, "quotas": `{"requests":5000}`} },
+		after:  func() map[string]string { return nil },
+	}} {
+		t.Run(c.name, func(t *testing.T) {
+			c.act(t)
+			es, err := b.trail.List(b.ctx, audit.Filter{Actor: "alice", Limit: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(es) == 0 || es[0].ID <= lastID {
+				t.Fatal("nothing recorded")
+			}
+			if len(es) > 1 && es[1].ID > lastID {
+				t.Fatalf("more than one entry: %s then %s", es[1].Action, es[0].Action)
+			}
+			e := es[0]
+			lastID = e.ID
+			if e.Actor != "alice" || e.Via != audit.ViaConsole || e.Action != c.action || e.At.IsZero() || e.TenantID != c.tenant() || e.Target != c.target() {
+				t.Fatalf("entry %s %s %s tenant %q target %q, want %s by alice via console, tenant %q target %q",
+					e.Actor, e.Via, e.Action, e.TenantID, e.Target, c.action, c.tenant(), c.target())
+			}
+			for what, st := range map[string]struct {
+				raw  json.RawMessage
+				want map[string]string
+			}{"before": {e.Before, c.before()}, "after": {e.After, c.after()}} {
+				if st.want == nil {
+					if string(st.raw) != "null" {
+						t.Errorf("%s = %s, want null", what, st.raw)
+					}
+					continue
+				}
+				for k, want := range st.want {
+					if got := stateField(st.raw, k); got != want {
+						t.Errorf("%s.%s = %s, want %s (state %s)", what, k, got, want, st.raw)
+					}
+				}
+			}
+		})
+	}
+	if t.Failed() {
+		return
+	}
+	// What the pages handed out is nowhere in the trail.
+	u, err := url.Parse(link)
+	if err != nil || len(key) < 20 || len(u.Query().Get("token")) < 20 {
+		t.Fatalf("key %q, link %q: not found on the pages", key, link)
+	}
+	es, err := b.trail.List(b.ctx, audit.Filter{TenantID: tn.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(es)
+	for what, secret := range map[string]string{"API key": key, "dashboard link token": u.Query().Get("token")} {
+		if strings.Contains(string(raw), secret) {
+			t.Errorf("the trail holds the %s", what)
+		}
+	}
+}
+
+// keyID is the id of the tenant's only API key.
+func keyID(t *testing.T, b *bundle, tenantID string) string {
+	t.Helper()
+	var id string
+	if err := b.pool.QueryRow(b.ctx, `SELECT id::text FROM api_keys WHERE tenant_id = $1`, tenantID).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func none() string { return "" }
