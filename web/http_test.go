@@ -2,6 +2,8 @@ package web
 
 import (
 	"net/http"
+	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -82,5 +84,39 @@ func TestFaviconAndNoStoreOnCredentials(t *testing.T) {
 	k := reqWith(br, http.MethodPost, "/admin/v1/tenants/"+tn.ID+"/api-keys", b.admin)
 	if k.status != http.StatusCreated || k.header.Get("Cache-Control") != "no-store" {
 		t.Fatalf("API key: %d, Cache-Control %q", k.status, k.header.Get("Cache-Control"))
+	}
+
+	// The pages that show a credential: a key or a link the console makes,
+	// a key the dashboard makes, the page a link opens (its token in the
+	// URL and the form).
+	admin, tok := b.adminBrowser(t)
+	tenant := b.browser(t)
+	wantRedirect(t, tenant.loginKey(b.key(t, tn.ID).Key), "/dashboard", "dashboard login")
+	dashTok := csrf(t, tenant.get("/dashboard").body)
+	for _, c := range []struct {
+		name   string
+		r      func() resp
+		status int
+		shows  *regexp.Regexp // the credential on the page
+	}{
+		{"console API key", func() resp {
+			return admin.post("/admin/tenants/"+tn.ID+"/keys", url.Values{"csrf": {tok}, "name": {"cache"}})
+		}, http.StatusCreated, newKeyRe},
+		{"console dashboard link", func() resp {
+			return admin.post("/admin/tenants/"+tn.ID+"/dashboard-link", url.Values{"csrf": {tok}})
+		}, http.StatusCreated, newLinkRe},
+		{"dashboard API key", func() resp {
+			return tenant.post("/dashboard/keys", url.Values{"csrf": {dashTok}, "name": {"cache"}})
+		}, http.StatusCreated, newKeyRe},
+		{"dashboard link's page", func() resp { return b.browser(t).get(b.mint(t, tn.ID)) }, http.StatusOK, regexp.MustCompile(`name="token" value="([^"]+)"`)},
+	} {
+		r := c.r()
+		wantStatus(t, r, c.status, c.name)
+		if c.shows.FindStringSubmatch(r.body) == nil {
+			t.Errorf("%s: the page shows no credential:\n%.2000s", c.name, r.body)
+		}
+		if cc := r.header.Get("Cache-Control"); cc != "no-store" {
+			t.Errorf("%s: Cache-Control %q, want no-store", c.name, cc)
+		}
 	}
 }
