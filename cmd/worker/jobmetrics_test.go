@@ -1,13 +1,23 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"log/slog"
+	"net"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/riverqueue/river"
 
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
+	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 // The worker's job metrics say what is stuck: a period left open past its
@@ -72,6 +82,108 @@ func TestJobMetricsReportTheState(t *testing.T) {
 			t.Errorf("%d river series, want 2 (completed jobs are not queued)", len(mf.GetMetric()))
 		}
 	}
+}
+
+// The close job's counter says how many periods it closed: the periods
+// ended (past the grace) are counted once, the current one is not.
+func TestClosePeriodsCountsThePeriodsItClosed(t *testing.T) {
+	pool := pgtest.New(t)
+	rdb, prefix := redistest.New(t)
+	ctx := t.Context()
+	log := slog.New(slog.DiscardHandler)
+	reg := prometheus.NewRegistry()
+	m, err := newJobMetrics(reg, pool, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := metering.NewService(pool, limitstore.New(rdb, prefix), log, metering.Options{})
+	var tenant string
+	if err := pool.QueryRow(ctx, `
+		WITH p AS (INSERT INTO plans (key, name) VALUES ('jm-close-plan', 'JM close') ON CONFLICT (key) DO UPDATE SET name = EXCLUDED.name RETURNING key)
+		INSERT INTO tenants (name, plan_key) SELECT 'JM close', key FROM p RETURNING id::text`).Scan(&tenant); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO usage_periods (tenant_id, meter, period_start, period_end, used) VALUES
+		  ($1, 'requests', now() - interval '60 days', now() - interval '30 days', 5),
+		  ($1, 'requests', now() - interval '30 days', now() - interval '2 minutes', 5),
+		  ($1, 'exports', now() - interval '30 days', now() - interval '2 minutes', 1),
+		  ($1, 'requests', now() - interval '2 minutes', now() + interval '30 days', 5)`, tenant); err != nil {
+		t.Fatal(err)
+	}
+	// Other tests of the package may have left ended periods open: the
+	// job closes those too, and counts them.
+	var ended int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM usage_periods WHERE closed_at IS NULL AND period_end <= now() - interval '1 minute'`).Scan(&ended); err != nil {
+		t.Fatal(err)
+	}
+	w := &closePeriodsWorker{svc: svc, m: m}
+	if err := w.Work(ctx, &river.Job[metering.ClosePeriodsArgs]{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := gathered(t, reg, "tollgate_usage_periods_closed_total"); got != float64(ended) || ended < 3 {
+		t.Fatalf("periods closed %v, want the %d ended ones", got, ended)
+	}
+	var open int64
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM usage_periods WHERE tenant_id = $1 AND closed_at IS NULL`, tenant).Scan(&open); err != nil || open != 1 {
+		t.Fatalf("%d of the tenant's periods open (%v), want the current one", open, err)
+	}
+	// Nothing more to close: the counter stays.
+	if err := w.Work(ctx, &river.Job[metering.ClosePeriodsArgs]{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := gathered(t, reg, "tollgate_usage_periods_closed_total"); got != float64(ended) {
+		t.Fatalf("periods closed %v after a pass with nothing to close, want %d", got, ended)
+	}
+}
+
+// The flush lag is the alert on a flusher that cannot reach Redis: it
+// grows while every pass fails and falls back once one succeeds.
+func TestFlushLagGrowsWhileRedisIsUnreachableAndFallsAfterAGoodPass(t *testing.T) {
+	pool := pgtest.New(t)
+	_, prefix := redistest.New(t) // skips without Redis; cleans the prefix
+	opt, err := redis.ParseURL(redistest.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Redis is unreachable for the flusher until up is set: no connection
+	// is made before, so none survives from a good time.
+	var up atomic.Bool
+	opt.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if !up.Load() {
+			return nil, errors.New("redis unreachable (test)")
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	opt.MaxRetries = -1 // a failing pass fails at once, not after backoffs
+	rdb := redis.NewClient(opt)
+	log := slog.New(slog.DiscardHandler)
+	reg := prometheus.NewRegistry()
+	m, err := newJobMetrics(reg, pool, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := metering.NewService(pool, limitstore.New(rdb, prefix), log, metering.Options{OnFlush: m.onFlush})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); svc.RunFlusher(ctx, 20*time.Millisecond, nil) }()
+	t.Cleanup(func() { cancel(); <-done; rdb.Close() })
+
+	lag := func() float64 { return gathered(t, reg, "tollgate_usage_flush_lag_seconds") }
+	passes := func(result string) float64 {
+		return gathered(t, reg, `tollgate_usage_flush_passes_total{result="`+result+`"}`)
+	}
+	testkit.Eventually(t, 20*time.Second, "the flush lag grows past 1 s while every pass fails", func() bool {
+		return passes("error") >= 3 && lag() > 1
+	})
+	if ok := passes("ok"); ok != 0 {
+		t.Fatalf("%v good passes with Redis unreachable", ok)
+	}
+	up.Store(true)
+	testkit.Eventually(t, 20*time.Second, "the flush lag falls under 0.5 s after a good pass", func() bool {
+		return passes("ok") >= 1 && lag() < 0.5
+	})
 }
 
 type testErr string
