@@ -37,6 +37,7 @@ func TestBrowserAudit(t *testing.T) {
 		t.Fatalf("audit page row: %q, want %s -> %s", row, b.free, b.pro)
 	}
 	screenshot(t, admin, "admin-audit-1280", 1280)
+	screenshot(t, admin, "admin-audit-375", 375)
 	step(t, admin, "tenant page", chromedp.Navigate(base+"/admin/tenants/"+tn.ID))
 	if n := run(t, admin, "trail", chromedp.Evaluate[int64](`document.querySelectorAll('#audit tr[data-actor="alice"]').length`)); n != 1 {
 		t.Fatalf("tenant page trail has %d entries by alice, want 1", n)

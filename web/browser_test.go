@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 
 	"github.com/tollgatehq/tollgate/internal/entitlements"
@@ -107,6 +108,52 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 	return run(t, ctx, "text of "+sel, chromedp.Text(chromedp.CSS(sel)))
 }
 
+// download clicks the link sel and returns the file Chromium saved from
+// it and the name the server suggested (Content-Disposition).
+func download(t *testing.T, ctx context.Context, sel string) (string, []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	events := true
+	if _, err := chromedp.CallBrowser(ctx, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
+		Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllowAndName, BrowserContextID: chromedp.FromContext(ctx).BrowserContextID,
+		DownloadPath: dir, EventsEnabled: &events}); err != nil {
+		t.Fatalf("download behaviour: %v", err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	// Subscribed before the click: the events are buffered from here.
+	begun := chromedp.BrowserEvents(tctx, cdpbrowser.DownloadWillBegin)
+	progress := chromedp.BrowserEvents(tctx, cdpbrowser.DownloadProgress)
+	do(t, ctx, "click "+sel, chromedp.Click(chromedp.CSS(sel)))
+	var guid, name string
+	for ev, err := range begun {
+		if err != nil {
+			t.Fatalf("no download began after clicking %s: %v", sel, err)
+		}
+		guid, name = ev.GUID, ev.SuggestedFilename
+		break
+	}
+	for ev, err := range progress {
+		if err != nil {
+			t.Fatalf("download of %s: %v", name, err)
+		}
+		if ev.GUID != guid {
+			continue
+		}
+		if ev.State == cdpbrowser.DownloadProgressStateCanceled {
+			t.Fatalf("download of %s canceled", name)
+		}
+		if ev.State == cdpbrowser.DownloadProgressStateCompleted {
+			break
+		}
+	}
+	body, err := os.ReadFile(filepath.Join(dir, guid))
+	if err != nil {
+		t.Fatalf("downloaded file: %v", err)
+	}
+	return name, body
+}
+
 // screenshot takes a full-page PNG of the current page at the given width.
 // It goes to a temporary folder, so a test run leaves the tree as it found
 // it; UPDATE_SCREENSHOTS=1 (make screenshots) writes docs/screenshots/name.png.
@@ -132,12 +179,37 @@ func screenshot(t *testing.T, ctx context.Context, name string, width int64) {
 		.map(e => e.outerHTML.slice(0, 80)).join('\n')`)); cut != "" {
 		t.Errorf("%s: buttons past the right edge at %d px:\n%s", name, width, cut)
 	}
+	// No table hides a column past the edge of its sideways-scrolling box:
+	// at a phone's width a table reads as one block a row (stack-sm)
+	// rather than cut off what a billing admin came to read.
+	// (A visually hidden header, one pixel clipped, is for screen readers.)
+	if cut := run(t, ctx, "cells in view", chromedp.Evaluate[string](`[...document.querySelectorAll('th, td')]
+		.filter(e => {
+			const r = e.getBoundingClientRect();
+			let right = window.innerWidth;
+			for (let a = e.parentElement; a; a = a.parentElement) {
+				const ar = a.getBoundingClientRect();
+				if (ar.width <= 1 || ar.height <= 1) return false;
+				if (getComputedStyle(a).overflowX !== 'visible') right = Math.min(right, ar.right);
+			}
+			return r.width > 0 && r.left < right && r.right > right + 1;
+		})
+		.map(e => e.outerHTML.slice(0, 80)).join('\n')`)); cut != "" {
+		t.Errorf("%s: table cells cut off at the right edge at %d px:\n%s", name, width, cut)
+	}
 	// Every control has a name people and screen readers can see.
 	if bad := run(t, ctx, "labels", chromedp.Evaluate[string](`[...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
 		.filter(e => !(e.labels && e.labels.length) && !e.getAttribute('aria-label') && !e.textContent.trim())
 		.map(e => e.outerHTML.slice(0, 80)).join('\n')`)); bad != "" {
 		t.Errorf("%s: controls without a label:\n%s", name, bad)
 	}
+	// The viewport as tall as the page, and two frames for Chromium to
+	// paint it: a box that scrolls on its own (the event payload) below the
+	// viewport, or resized since its last paint, came out empty in a
+	// full-page capture.
+	h := run(t, ctx, "page height", chromedp.Evaluate[int64](`document.documentElement.scrollHeight`))
+	do(t, ctx, "viewport of the page's height", chromedp.EmulateViewport(width, h))
+	run(t, ctx, "painted", chromedp.Evaluate[bool](`new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))`, chromedp.EvalAwaitPromise))
 	savePNG(t, name, run(t, ctx, "screenshot "+name, chromedp.FullScreenshot(100)))
 	do(t, ctx, "viewport back", chromedp.EmulateViewport(1280, 900))
 }

@@ -10,7 +10,8 @@ import (
 
 // In Chromium, the safer console's main flows: create a tenant, change its
 // plan through the confirmation that shows the new limits, add a quota row
-// to a plan and save it, and replay failed events in bulk.
+// to a plan and save it, open a failed event's page, and replay failed
+// events in bulk.
 func TestBrowserSaferConsole(t *testing.T) {
 	chrome := newChrome(t)
 	b := setup(t)
@@ -108,6 +109,22 @@ func TestBrowserSaferConsole(t *testing.T) {
 		}
 		screenshot(t, admin, "admin-events-1280", 1280)
 		screenshot(t, admin, "admin-events-375", 375)
+		// One event's page: why it failed, its tenant, the payload.
+		if _, err := b.pool.Exec(b.ctx, `UPDATE stripe_events SET last_error = $2, payload = $3 WHERE id = $1`, "evt_x1"+tag,
+			"billing: price price_1QxTeam not in any plan: add it to a plan, then replay",
+			`{"id": "evt_x1`+tag+`", "type": "customer.subscription.updated", "data": {"object": {"id": "sub_1QxBrowser", "customer": "`+cus+`", "status": "active", "items": {"data": [{"price": {"id": "price_1QxTeam"}, "quantity": 3}]}}}}`); err != nil {
+			t.Fatal(err)
+		}
+		step(t, admin, "event", chromedp.Click(chromedp.CSS(`tr[data-event="evt_x1`+tag+`"] a[href^="/admin/events/"]`)))
+		if h := text(t, admin, "h1"); h != "evt_x1"+tag {
+			t.Fatalf("event page of %q", h)
+		}
+		if name := text(t, admin, "#event-tenant a"); name != "Browser Co" {
+			t.Fatalf("event page tenant %q", name)
+		}
+		screenshot(t, admin, "admin-event-1280", 1280)
+		screenshot(t, admin, "admin-event-375", 375)
+		step(t, admin, "events", chromedp.Navigate(base+"/admin/events?status=failed&q="+cus))
 		step(t, admin, "replay all", chromedp.Click(chromedp.CSS("#replay-all")))
 		if n := run(t, admin, "listed", chromedp.Evaluate[int64](`document.querySelectorAll('#confirm-events li').length`)); n != 2 {
 			t.Fatalf("the confirmation lists %d events, want 2", n)

@@ -1,7 +1,9 @@
 package web
 
 import (
+	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -183,6 +185,20 @@ func TestBrowserFigures(t *testing.T) {
 	t.Run("dashboard", func(t *testing.T) {
 		refusalsShown(t, tenant, base+"/dashboard")
 		checkPage(t, tenant, "dashboard")
+	})
+	t.Run("dashboard CSV link", func(t *testing.T) {
+		name, body := download(t, tenant, `a[href="/dashboard/usage.csv"]`)
+		if want := "usage-" + firstDay + ".csv"; name != want {
+			t.Fatalf("the download is named %q, want %q", name, want)
+		}
+		got, err := csv.NewReader(bytes.NewReader(body)).ReadAll()
+		if err != nil {
+			t.Fatalf("parse csv: %v\n%s", err, body)
+		}
+		want := [][]string{{"day", "meter", "quantity"}, {firstDay, "exports", "72"}, {firstDay, "requests", "332"}}
+		if !equalRows(got, want) {
+			t.Fatalf("the CSV the link downloads:\n%v\nwant\n%v", got, want)
+		}
 	})
 	admin := user(t, chrome)
 	step(t, admin, "login page", chromedp.Navigate(base+"/admin/login"))
