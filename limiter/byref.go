@@ -2,8 +2,10 @@ package limiter
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -33,8 +35,31 @@ func limitsFields(p *prepared, at int64) []any {
 	for m, q := range p.quotas {
 		f = append(f, "q:"+m, strings.Join([]string{q.limitS, boolArg(q.hard), q.endS, q.nextS,
 			strconv.FormatInt(q.starts[0].Unix(), 10), strconv.FormatInt(q.starts[1].Unix(), 10), string(q.mode)}, " "))
+		if p.rate != nil {
+			f = append(f, "fq:"+m, fastRefField(p.rate, q))
+		}
 	}
 	return f
+}
+
+// fastRefField is the limits hash's fq:<meter> of a plan with a rate and
+// that quota: what fastRefBody decides from (see there).
+func fastRefField(r *preparedRate, q *preparedQuota) string {
+	hard := 0.0
+	if q.hard {
+		hard = 1
+	}
+	f := q.fields
+	nums := [...]float64{r.eiF, float64(r.rate.Burst), float64(q.limit), hard, float64(q.endMs), float64(q.nextMs),
+		float64(len(f[0])), float64(len(f[2]))}
+	b := make([]byte, 0, 8*len(nums)+2*len(f[0])+2*len(f[2]))
+	for _, v := range nums {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	for _, s := range f {
+		b = append(b, s...)
+	}
+	return string(b)
 }
 
 // writeLimits stores the snapshot's limits hash for decisions by reference.
@@ -85,8 +110,16 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 		args = append(args, t.version, t.at)
 	}
 	keys := []string{l.keys.limits(tenant)}
+	script := refScript
+	if !req.Peek && !req.SkipQuota && !req.Concurrency && tv == nil && !l.opts.generalScript {
+		// The common request: decided from the hash's fq:<meter> if it has
+		// one, with the few arguments that needs (see fastRefBody).
+		script = fastRefScript
+		keys = append(keys, l.keys.state(tenant))
+		args = []any{req.Cost, req.Meter, args[5], args[3], args[7]}
+	}
 	for attempt := 0; ; attempt++ {
-		res, err := l.runScript(ctx, refScript, keys, args)
+		res, err := l.runScript(ctx, script, keys, args)
 		if err != nil {
 			return nil, false, err
 		}
@@ -111,7 +144,12 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 		}
 		if status == 2 {
 			if attempt >= 2 {
-				args[5] = "0" // someone keeps deleting the counter: count from what Redis has
+				// someone keeps deleting the counter: count from what Redis has
+				if script == fastRefScript {
+					args[2] = "0"
+				} else {
+					args[5] = "0"
+				}
 				continue
 			}
 			if err := l.seed(ctx, pl, res); err != nil {

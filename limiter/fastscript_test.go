@@ -3,8 +3,10 @@ package limiter_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,12 +16,15 @@ import (
 )
 
 // TestFastScriptDecidesAsGeneral: the common plan (a token bucket and one
-// quota) is decided by a flat script of its own; the same requests on the
-// same snapshot through the general script give the same decisions, the
-// same state hash (but the bucket's time), the same dirty marks and the
-// same refusal counts.
+// quota) is decided by a flat script of its own, from the near-cache
+// (fastBody) and by reference (fastRefBody, a tenant missing from a full
+// near-cache); the same requests on the same snapshot through the general
+// scripts give the same decisions, the same state hash (but the bucket's
+// time), the same dirty marks and the same refusal counts.
 func TestFastScriptDecidesAsGeneral(t *testing.T) {
-	now := time.Now().UTC()
+	// Whole seconds, as periods are (Stripe's and the anchors'): the limits
+	// hash of a decision by reference keeps period starts in seconds.
+	now := time.Now().UTC().Truncate(time.Second)
 	period := func(end time.Time) func(*limiter.Snapshot) {
 		return func(s *limiter.Snapshot) {
 			s.PeriodStart, s.PeriodEnd, s.NextPeriodEnd = end.AddDate(0, -1, 0), end, end.AddDate(0, 1, 0)
@@ -48,6 +53,15 @@ func TestFastScriptDecidesAsGeneral(t *testing.T) {
 				opts := limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, DisableRefusalCache: true}
 				fast := newLimiter(t, rdb, opts)
 				general := newLimiter(t, rdb, limiter.GeneralScript(opts))
+				one := opts
+				one.CacheSize = 1
+				// The by-reference limiters' client counts snapshot reads:
+				// a decision by reference makes none.
+				refRDB := b.client()
+				gets := &commandCount{name: "get"}
+				refRDB.AddHook(gets)
+				fastRef := newLimiter(t, refRDB, one)
+				generalRef := newLimiter(t, refRDB, limiter.GeneralScript(one))
 				st := limitstore.New(b.client(), b.prefix)
 				mk := func(tenant string) {
 					put(t, st, snapshot(tenant, func(s *limiter.Snapshot) {
@@ -57,31 +71,81 @@ func TestFastScriptDecidesAsGeneral(t *testing.T) {
 						period(tc.end)(s)
 					}))
 				}
-				mk("fs-a")
-				mk("fs-b")
+				tenants := []string{"fs-a", "fs-b", "fs-c", "fs-d"}
+				lims := []*limiter.Limiter{fast, general, fastRef, generalRef}
+				names := []string{"fast", "general", "fast by reference", "general by reference"}
+				for _, tn := range append(tenants, "fs-fill") {
+					mk(tn)
+				}
+				// The one-entry near-caches hold another tenant, and a peek of
+				// a third limiter (it takes nothing) writes the limits hashes
+				// of fs-c and fs-d: those two are decided by reference.
+				for _, l := range lims[2:] {
+					peek(t, l, "fs-fill")
+				}
+				for _, tn := range tenants[2:] {
+					peek(t, fast, tn)
+				}
+				before := gets.n.Load()
 				for i, c := range tc.costs {
 					if tc.flush && i == len(tc.costs)/2 {
-						for _, tn := range []string{"fs-a", "fs-b"} {
+						for _, tn := range tenants {
 							markFlushed(t, rdb, b.prefix, tn)
 						}
 					}
-					da, err := fast.Allow(ctx, "fs-a", limiter.Request{Cost: c})
-					if err != nil {
-						t.Fatal(err)
+					var ds []*limiter.Decision
+					for j, l := range lims {
+						d, err := l.Allow(ctx, tenants[j], limiter.Request{Cost: c})
+						if err != nil {
+							t.Fatal(err)
+						}
+						ds = append(ds, d)
 					}
-					db, err := general.Allow(ctx, "fs-b", limiter.Request{Cost: c})
-					if err != nil {
-						t.Fatal(err)
-					}
-					if a, g := decisionText(da), decisionText(db); a != g || !timesClose(da, db) {
-						t.Fatalf("request %d (cost %d):\nfast    %s %v\ngeneral %s %v", i, c, a, times(da), g, times(db))
+					for j := 1; j < len(ds); j++ {
+						if a, g := decisionText(ds[0]), decisionText(ds[j]); a != g || !timesClose(ds[0], ds[j]) {
+							t.Fatalf("request %d (cost %d):\nfast    %s %v\n%s %s %v", i, c, a, times(ds[0]), names[j], g, times(ds[j]))
+						}
 					}
 				}
-				if a, g := redisText(t, rdb, b.prefix, "fs-a"), redisText(t, rdb, b.prefix, "fs-b"); a != g {
-					t.Fatalf("Redis after the requests:\nfast    %s\ngeneral %s", a, g)
+				if n := gets.n.Load() - before; n != 0 {
+					t.Fatalf("the one-entry limiters read %d snapshots: not every decision was by reference", n)
+				}
+				want := redisText(t, rdb, b.prefix, "fs-a")
+				for j, tn := range tenants[1:] {
+					if got := redisText(t, rdb, b.prefix, tn); got != want {
+						t.Fatalf("Redis after the requests:\nfast    %s\n%s %s", want, names[j+1], got)
+					}
 				}
 			})
 		})
+	}
+}
+
+// commandCount is a go-redis hook counting the single commands called name.
+type commandCount struct {
+	name string
+	n    atomic.Int64
+}
+
+func (c *commandCount) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (c *commandCount) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == c.name {
+			c.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (c *commandCount) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// peek decides a peek (nothing taken) of tenant, which reads its
+// snapshot into l's near-cache and writes its limits hash.
+func peek(t *testing.T, l *limiter.Limiter, tenant string) {
+	t.Helper()
+	if _, err := l.Allow(context.Background(), tenant, limiter.Request{Peek: true}); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -223,4 +287,53 @@ func allKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) ([]
 	}
 	sort.Strings(keys)
 	return keys, err
+}
+
+// TestByReferenceDecidesFromFastField: a common request by reference is
+// decided from the limits hash's fq:<meter> field (fastRefBody), not from
+// its general fields: with that field's limit made 0 the request is
+// refused by the quota, while the general fields still say 100.
+func TestByReferenceDecidesFromFastField(t *testing.T) {
+	ctx := context.Background()
+	b := singleRedis(t)
+	rdb := b.client()
+	st := limitstore.New(rdb, b.prefix)
+	for _, tn := range []string{"ff-a", "ff-fill"} {
+		put(t, st, snapshot(tn, func(s *limiter.Snapshot) {
+			s.Rate = &limiter.Rate{PerSecond: 100, Burst: 100}
+			s.Quotas = map[string]limiter.Quota{"requests": {Limit: 100, Mode: limiter.ModeHard}}
+		}))
+	}
+	opts := limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, CacheSize: 1, DisableRefusalCache: true}
+	l := newLimiter(t, rdb, opts)
+	peek(t, l, "ff-fill")
+	peek(t, newLimiter(t, rdb, limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second}), "ff-a")
+	// The first decision makes the counter (a missing one goes the general way).
+	if d, err := l.Allow(ctx, "ff-a", limiter.Request{}); err != nil || !d.Allowed {
+		t.Fatalf("first decision: %v %v", d, err)
+	}
+	key := b.prefix + ":{t:ff-a}:lim"
+	f, err := rdb.HGet(ctx, key, "fq:requests").Bytes()
+	if err != nil {
+		t.Fatalf("the limits hash has no fq:requests: %v", err)
+	}
+	if len(f) < 64 {
+		t.Fatalf("fq:requests is %d bytes", len(f))
+	}
+	f = slices.Clone(f)
+	clear(f[16:24]) // the limit, a little-endian double: 0
+	if err := rdb.HSet(ctx, key, "fq:requests", f).Err(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := l.Allow(ctx, "ff-a", limiter.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Allowed || d.Policy != "requests" {
+		t.Fatalf("decision %s: want refused by the quota of fq:requests", decisionText(d))
+	}
+	// A peek is no common request: the general fields decide it.
+	if d, err := l.Allow(ctx, "ff-a", limiter.Request{Peek: true}); err != nil || !d.Allowed {
+		t.Fatalf("peek: %v %v, want allowed by the general fields", d, err)
+	}
 }

@@ -2,6 +2,7 @@ package limiter
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -349,7 +350,7 @@ end
 // the next period; 4, 5 the q and f fields of the current period. One more
 // ARGV reads the stored snapshot (KEYS[2]) back, as in decideLua. KEYS[1]
 // the state hash. Reply: decideLua's, for the policies rate and quota.
-const fastBody = `
+var fastBody = `
 local KEYS, ARGV = KEYS, ARGV
 local floor, ceil, sub = math.floor, math.ceil, string.sub
 local ei, burst, lim, hard, pend, nxt, seed, lb, ld, lm, lq = struct.unpack('<ddddddddddd', ARGV[2])
@@ -377,6 +378,24 @@ if not usedS then
 ` + decideBody + `
   return decide(KEYS, A)
 end
+` + strings.NewReplacer(
+	"$BASE", "sub(rare, 1, lb)",
+	"$DIRTY", "sub(rare, lb + 1, lb + ld)",
+	"$METER", "sub(rare, lb + ld + 1, lb + ld + lm)",
+).Replace(fastCore) + `
+if ARGV[6] then
+  r[11] = redis.call('GET', KEYS[2])
+end
+return r
+`
+
+// fastCore is the common plan's decision once the state hash is read
+// (hv: x, r, the counter and its flushed mark; usedS the counter, not
+// missing), shared by fastBody and fastRefBody: $BASE, $DIRTY and $METER
+// stand for the tenant's key base, the dirty marks' prefix and the
+// quota's name, which each reads from its own arguments (only the rare
+// paths use them). It leaves the reply in r.
+const fastCore = `
 local cost = tonumber(ARGV[1])
 local used = tonumber(usedS)
 local boff = ei * burst
@@ -410,8 +429,8 @@ if diff >= 0 and not (hard == 1 and used + cost > lim) then
     -- the counter turns unflushed (q = f before): mark it for the flush.
     -- Equal strings are equal numbers; other forms are compared as numbers.
     if usedS == fS or ((not fS or #fS ~= #usedS) and used == (tonumber(fS) or 0)) then
-      local dq = sub(rare, lb + 1, lb + ld) .. 'q'
-      redis.call('SADD', dq, sub(rare, 1, lb) .. 'qp:' .. sub(qf, 3))
+      local dq = $DIRTY .. 'q'
+      redis.call('SADD', dq, $BASE .. 'qp:' .. sub(qf, 3))
       redis.call('EXPIRE', dq, 3456000)
     end
   end
@@ -445,24 +464,20 @@ else
     end
   end
   local name = 'rate'
-  if idx == 2 then name = sub(rare, lb + ld + 1, lb + ld + lm) end
+  if idx == 2 then name = $METER end
 ` + countRefusalBody + `
-  count_refusal(now_ms, sub(rare, 1, lb), sub(rare, lb + 1, lb + ld), name)
+  count_refusal(now_ms, $BASE, $DIRTY, name)
   if rrem < 0 then rrem = 0 end
   if rreset < 0 then rreset = 0 end
   local qrem = lim - used
   if qrem < 0 then qrem = 0 end
   r = {0, idx, retry, now_ms, rrem, rreset, 0, qrem, left, period}
 end
-if ARGV[6] then
-  r[11] = redis.call('GET', KEYS[2])
-end
-return r
 `
 
 // fastLua defines decide() and count_refusal only on the paths that call
 // them: a closure made on every call is a cost too.
-const fastLua = fastBody
+var fastLua = fastBody
 
 const decideLua = decideBody + `
 return decide(KEYS, ARGV)
@@ -508,11 +523,12 @@ return 1
 `
 
 var (
-	decideScript = redis.NewScript(decideLua)
-	fastScript   = redis.NewScript(fastLua)
-	refScript    = redis.NewScript(refLua)
-	putLimScript = redis.NewScript(putLimLua)
-	seedScript   = redis.NewScript(seedLua)
+	decideScript  = redis.NewScript(decideLua)
+	fastScript    = redis.NewScript(fastLua)
+	refScript     = redis.NewScript(refLua)
+	fastRefScript = redis.NewScript(fastRefBody)
+	putLimScript  = redis.NewScript(putLimLua)
+	seedScript    = redis.NewScript(seedLua)
 )
 
 // toInt64 reads an integer reply element without panicking on a surprise.
@@ -545,9 +561,15 @@ func toInt64(v any) (int64, error) {
 // Hash fields: v version, pl plan, at written (ms), r "<emission interval
 // µs> <burst> <per second>", c concurrency, q:<meter> "<limit> <hard 1|0>
 // <end ms> <next end ms> <start unix> <end unix> <mode>".
-const refLua = decideBody + `
+var refLua = decideBody + `
 local h = redis.call('HMGET', KEYS[1], 'v', 'pl', 'r', 'c', 'q:' .. ARGV[7], 'at')
 if not h[1] then return {3} end
+` + refGeneral
+
+// refGeneral is refLua's decision once the limits hash's fields are read
+// (h: v, pl, r, c, q:<meter>, at), shared with fastRefBody's rare paths.
+// decide() must be defined.
+const refGeneral = `
 if ARGV[13] and h[1] == ARGV[12] then
   -- the Loader confirmed this version: young again
   redis.call('HSET', KEYS[1], 'at', ARGV[13])
@@ -578,6 +600,61 @@ end
 A[7] = n
 local r = decide(K, A)
 for i = 1, 6 do r[#r + 1] = h[i] end
+return r
+`
+
+// fastRefBody is refLua for the common request by reference (a token
+// bucket and the request's quota, at cost: no peek, no concurrency slot,
+// the quota not skipped): the limiter writes the limits hash with a field
+// fq:<meter> holding what fastBody gets as arguments (limitsFields), so
+// that a tenant missing from the near-cache costs Redis about what a
+// cached one does, not the general decision's table and string work. A
+// hash without that field (written by an older limiter, or a plan with no
+// rate), a Loader confirmation to write (ARGV 12, 13) and a missing
+// counter go the general way (refGeneral).
+//
+// KEYS[1] limits hash, KEYS[2] state hash. ARGV (only what the common
+// request needs; the rare paths make refLua's from them): 1 cost, 2 the
+// meter, 3 seed required (0|1), 4 the tenant's key base, 5 the dirty
+// marks' prefix. fq:<meter>:
+// little-endian doubles emission interval µs, burst, limit, hard 1|0,
+// period end ms, next period end ms, the lengths of the current and of
+// the next period's q field, then the q and f fields of the current
+// period and of the next. Reply: refLua's.
+var fastRefBody = `
+local KEYS, ARGV = KEYS, ARGV
+local floor, ceil, sub = math.floor, math.ceil, string.sub
+local h = redis.call('HMGET', KEYS[1], 'v', 'pl', 'r', 'c', 'q:' .. ARGV[2], 'at', 'fq:' .. ARGV[2])
+if not h[1] then return {3} end
+local F = h[7]
+local hv, usedS, qf, ff, period, pend, ei, burst, lim, hard, now_us, now_ms
+if F then
+  local nxt, l0, l1
+  ei, burst, lim, hard, pend, nxt, l0, l1 = struct.unpack('<dddddddd', F)
+  local t = redis.call('TIME')
+  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now_ms = floor(now_us / 1000)
+  if now_ms >= pend then
+    local o = 65 + 2 * l0
+    period, pend, qf, ff = 1, nxt, sub(F, o, o + l1 - 1), sub(F, o + l1)
+  else
+    period, qf, ff = 0, sub(F, 65, 64 + l0), sub(F, 65 + l0, 64 + 2 * l0)
+  end
+  hv = redis.call('HMGET', KEYS[2], 'x', 'r', qf, ff)
+  usedS = hv[3]
+end
+if not usedS then
+  local ARGV = {ARGV[1], '0', '1', ARGV[4], '', ARGV[3], ARGV[2], ARGV[5], '0', '0', '0'}
+` + decideBody + refGeneral + `
+end
+local h0 = h
+local h = KEYS[2]
+` + strings.NewReplacer(
+	"$BASE", "ARGV[4]",
+	"$DIRTY", "ARGV[5]",
+	"$METER", "ARGV[2]",
+).Replace(fastCore) + `
+for i = 1, 6 do r[#r + 1] = h0[i] end
 return r
 `
 

@@ -3,6 +3,10 @@ package limiter_test
 import (
 	"bufio"
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,8 +30,8 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkScriptCost -benchtime 20000x ./limiter/
 func BenchmarkScriptCost(b *testing.B) {
-	srv := redistest.StartServer(b)
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	addr, cg := scriptCostServer(b)
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
 	b.Cleanup(func() { rdb.Close() })
 	ctx := context.Background()
 	tenants := benchTenants(1000)
@@ -77,6 +81,7 @@ func BenchmarkScriptCost(b *testing.B) {
 			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 				b.Fatal(err)
 			}
+			cg.zero(b)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				if err := c.op(i); err != nil {
@@ -84,6 +89,9 @@ func BenchmarkScriptCost(b *testing.B) {
 				}
 			}
 			b.StopTimer()
+			if ir := cg.dump(b); ir > 0 {
+				b.ReportMetric(float64(ir)/float64(b.N), "redis-instr/op")
+			}
 			calls, usec := scriptStats(b, rdb)
 			b.ReportMetric(float64(usec["evalsha"]+usec["eval"])/float64(b.N), "redis-µs/op")
 			var total int64
@@ -95,6 +103,62 @@ func BenchmarkScriptCost(b *testing.B) {
 			b.ReportMetric(float64(total)/float64(b.N), "redis-cmds/op")
 		})
 	}
+}
+
+// callgrind names a redis-server run under valgrind --tool=callgrind
+// (scripts/scriptcost.sh): its instruction counts are the one measure of
+// a script's cost that the machine's load does not move.
+type callgrind struct {
+	pid string // "" when the server is not under callgrind
+	out string // --callgrind-out-file prefix; dumps are <out>.<n>
+}
+
+// scriptCostServer returns the Redis to measure: SCRIPTCOST_REDIS (with
+// SCRIPTCOST_CALLGRIND_PID and _OUT when it runs under callgrind), or a
+// private redis-server.
+func scriptCostServer(b *testing.B) (string, callgrind) {
+	if addr := os.Getenv("SCRIPTCOST_REDIS"); addr != "" {
+		return addr, callgrind{pid: os.Getenv("SCRIPTCOST_CALLGRIND_PID"), out: os.Getenv("SCRIPTCOST_CALLGRIND_OUT")}
+	}
+	return redistest.StartServer(b).Addr, callgrind{}
+}
+
+func (c callgrind) zero(b *testing.B) {
+	if c.pid == "" {
+		return
+	}
+	if out, err := exec.Command("callgrind_control", "-z", c.pid).CombinedOutput(); err != nil {
+		b.Fatalf("callgrind_control -z: %v: %s", err, out)
+	}
+}
+
+// dump writes the counts since zero and returns the instructions.
+func (c callgrind) dump(b *testing.B) int64 {
+	if c.pid == "" {
+		return 0
+	}
+	before, _ := filepath.Glob(c.out + ".*")
+	if out, err := exec.Command("callgrind_control", "-d", c.pid).CombinedOutput(); err != nil {
+		b.Fatalf("callgrind_control -d: %v: %s", err, out)
+	}
+	after, _ := filepath.Glob(c.out + ".*")
+	for _, f := range after {
+		if slices.Contains(before, f) {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(line, "summary: "); ok {
+				n, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+				return n
+			}
+		}
+	}
+	b.Fatalf("callgrind: no new dump of %s.*", c.out)
+	return 0
 }
 
 // scriptStats reads INFO commandstats: calls and usec per command.
