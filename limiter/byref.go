@@ -129,12 +129,11 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 		if len(res) < 8 {
 			return nil, false, fmt.Errorf("limiter: short script reply (%d elements)", len(res))
 		}
-		p, at, err := l.fromLimits(tenant, req.Meter, res[len(res)-6:])
+		pl, version, at, err := l.refPlan(tenant, req, res[len(res)-6:])
 		if err != nil {
 			return nil, false, err
 		}
 		res = res[:len(res)-6]
-		pl := l.snapshotPlan(p, req)
 		if leaseID != "" && !planHas(pl, 'c') {
 			leaseID = ""
 		}
@@ -182,7 +181,7 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 		l.noteQuotas(pl, d)
 		if at.UnixMilli() != 0 && time.Since(at) > l.opts.CacheTTL {
 			if _, touching := l.touches.Load(tenant); !touching {
-				v := p.snap.Version
+				v := version
 				l.recheckInBackground(tenant, v, func(same bool) {
 					if same {
 						l.touches.Store(tenant, touch{version: v, at: time.Now().UnixMilli()})
@@ -194,6 +193,58 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 		}
 		return d, true, nil
 	}
+}
+
+// refShapes bounds the shapes kept for decisions by reference: a few
+// per plan and period in use.
+const refShapes = 1024
+
+// refShape is the part of a limits hash that names nothing of its tenant
+// (the fields pl, r and q:<meter>) as the policies of a decision without
+// a concurrency slot: tenants on one plan and period share it, so that a
+// decision by reference parses and prepares them once, not every time.
+type refShape struct {
+	planName, r, q, meter string // what it was made from
+	skipQuota             bool
+	pol                   []policy
+}
+
+// refPlan returns the plan of a decision by reference from the limits
+// hash's fields v, pl, r, c, q:<meter>, at, with the hash's version and
+// its "at".
+func (l *Limiter) refPlan(tenant string, req *Request, f []any) (*plan, int64, time.Time, error) {
+	str := func(v any) string { s, _ := v.(string); return s }
+	if req.Concurrency {
+		// the slot's key is the tenant's own: no shape to share
+		p, at, err := l.fromLimits(tenant, req.Meter, f)
+		if err != nil {
+			return nil, 0, time.Time{}, err
+		}
+		return l.snapshotPlan(p, req), p.snap.Version, at, nil
+	}
+	v, err := strconv.ParseInt(str(f[0]), 10, 64)
+	if err != nil {
+		return nil, 0, time.Time{}, fmt.Errorf("limiter: limits hash of %q: bad version", tenant)
+	}
+	atMs, _ := strconv.ParseInt(str(f[5]), 10, 64) // 0: needs no safety re-read
+	name, r, q := str(f[1]), str(f[2]), str(f[4])
+	l.refMu.Lock()
+	sh, ok := l.refShapes.get(q)
+	l.refMu.Unlock()
+	if !ok || sh.planName != name || sh.r != r || sh.meter != req.Meter || sh.skipQuota != req.SkipQuota {
+		p, _, err := l.fromLimits(tenant, req.Meter, f)
+		if err != nil {
+			return nil, 0, time.Time{}, err
+		}
+		sh = &refShape{planName: name, r: r, q: q, meter: req.Meter, skipQuota: req.SkipQuota, pol: l.snapshotPlan(p, req).pol}
+		l.refMu.Lock()
+		l.refShapes.put(q, sh)
+		l.refMu.Unlock()
+	}
+	base := l.keys.tenantBase(tenant)
+	pl := &plan{tenant: tenant, planName: name, refKey: tenant, hash: base + "st", base: base,
+		rfBase: l.keys.refusalBase(tenant), dirty: l.keys.dirtyBase(tenant), pol: sh.pol}
+	return pl, v, time.UnixMilli(atMs), nil
 }
 
 // cachedRefusalByRef is cachedRefusal for a tenant without a plan at hand:

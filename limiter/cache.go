@@ -54,7 +54,6 @@ type preparedQuota struct {
 	mode    QuotaMode
 	fields  [4]string // state hash fields: q and f of the current period, of the next
 	sfx     [2]string // counterSuffix of the current period, of the next
-	marks   [2]string // keyNames.mark of the current period, of the next
 	endS    string    // period end, ms
 	nextS   string    // next period end, ms
 	endMs   int64
@@ -111,7 +110,6 @@ func (k keyNames) prepare(s Snapshot) *prepared {
 				mode:    q.Mode,
 				fields:  [4]string{"q:" + c0, "f:" + c0, "q:" + c1, "f:" + c1},
 				sfx:     [2]string{c0, c1},
-				marks:   [2]string{k.mark(t, m, s.PeriodStart), k.mark(t, m, s.PeriodEnd)},
 				endS:    strconv.FormatInt(s.PeriodEnd.UnixMilli(), 10),
 				nextS:   strconv.FormatInt(next.UnixMilli(), 10),
 				endMs:   s.PeriodEnd.UnixMilli(),

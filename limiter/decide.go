@@ -188,7 +188,7 @@ func (l *Limiter) seed(ctx context.Context, pl *plan, res []any) error {
 		}
 		expireAt := q.endsT[period].Add(7 * 24 * time.Hour).UnixMilli()
 		if err := l.call(ctx, "seed", func(ctx context.Context) error {
-			return seedScript.Run(ctx, l.rdb, []string{pl.hash}, q.sfx[period], durable, expireAt, epoch, q.marks[period], pl.dirty+"q").Err()
+			return seedScript.Run(ctx, l.rdb, []string{pl.hash}, q.sfx[period], durable, expireAt, epoch, pl.mark(q, period), pl.dirty+"q").Err()
 		}); err != nil {
 			return err
 		}
@@ -218,7 +218,7 @@ func (l *Limiter) decision(pl *plan, req *Request, res []any, leaseID string) (*
 			period := ints[o+2] & 1
 			ps.Window = p.quota.windows[period]
 			if req.Reserve && !req.Peek && ints[0] == 1 {
-				d.rsv = &rsvTarget{h: pl.hash, q: p.quota.fields[2*period], mark: p.quota.marks[period], dirty: pl.dirty + "q"}
+				d.rsv = &rsvTarget{h: pl.hash, q: p.quota.fields[2*period], mark: pl.mark(p.quota, period), dirty: pl.dirty + "q"}
 			}
 		case 'c':
 			ps.Unit = UnitConcurrent

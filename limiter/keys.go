@@ -56,11 +56,8 @@ func counterSuffix(meter string, periodStart time.Time) string {
 	return meter + ":" + strconv.FormatInt(periodStart.Unix(), 10)
 }
 
-// mark is the name a counter with unflushed usage is known by in the dirty
-// set: "<p>:{t:<tenant>}:qp:<meter>:<unix>" (no key has that name).
-func (k keyNames) mark(tenant, meter string, periodStart time.Time) string {
-	return k.tenantBase(tenant) + "qp:" + counterSuffix(meter, periodStart)
-}
+// A counter with unflushed usage is known in the dirty set by its mark,
+// "<p>:{t:<tenant>}:qp:<meter>:<unix>" (no key has that name; plan.mark).
 
 // concurrency is the key of the tenant's concurrency leases (a sorted set
 // scored by lease expiry in milliseconds).

@@ -39,6 +39,9 @@ type Limiter struct {
 	touches sync.Map
 	batch   *batcher
 
+	refMu     sync.Mutex
+	refShapes *lru[string, *refShape] // decisions by reference (byref.go)
+
 	pubsub *redis.PubSub
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -58,13 +61,14 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{
-		rdb:      rdb,
-		opts:     opts,
-		keys:     newKeyNames(opts.Prefix),
-		cache:    newSnapCache(opts.CacheSize, opts.CacheTTL),
-		refusals: newLRU[string, []cachedRefusal](opts.CacheSize),
-		local:    newLocalStates(opts.CacheSize),
-		bgFills:  make(chan struct{}, 4),
+		rdb:       rdb,
+		opts:      opts,
+		keys:      newKeyNames(opts.Prefix),
+		cache:     newSnapCache(opts.CacheSize, opts.CacheTTL),
+		refusals:  newLRU[string, []cachedRefusal](opts.CacheSize),
+		local:     newLocalStates(opts.CacheSize),
+		refShapes: newLRU[string, *refShape](refShapes),
+		bgFills:   make(chan struct{}, 4),
 	}
 	switch c := rdb.(type) {
 	case *redis.Client:

@@ -135,6 +135,13 @@ func (pl *plan) add(p policy) {
 	pl.nkeys += len(p.keys)
 }
 
+// mark is the dirty mark of the quota's counter of period (0 current, 1
+// next; see keys.go), from the plan's key base, so that a prepared quota
+// names nothing of its tenant and plans by reference can share it.
+func (pl *plan) mark(q *preparedQuota, period int64) string {
+	return pl.base + "qp:" + q.sfx[period]
+}
+
 func boolArg(b bool) string {
 	if b {
 		return "1"
