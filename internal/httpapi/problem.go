@@ -92,6 +92,11 @@ func decodeJSON(c echo.Context, v any) error {
 	if err != nil {
 		return jsonError(err)
 	}
+	return decodeJSONBytes(raw, v)
+}
+
+// decodeJSONBytes is decodeJSON of a body already read.
+func decodeJSONBytes(raw []byte, v any) error {
 	if why := badJSONText(raw); why != "" {
 		return apperr.Invalidf("body", "%s", why)
 	}
