@@ -40,6 +40,7 @@ func newLimiter(cfg config.Config, ents *entitlements.Service, usage limiter.Usa
 		ExpectedInstances: cfg.ExpectedInstances,
 		MaxInFlight:       cfg.MaxInFlight,
 		LocalLeases:       cfg.LimiterLocalLeases,
+		Batching:          cfg.LimiterBatching,
 		LeaseTTL:          cfg.LeaseTTL,
 		Hooks:             m.Hooks(),
 	})

@@ -99,6 +99,13 @@ type Config struct {
 	// in chunks (limiter.Options.LocalLeases) instead of one Redis call per
 	// decision.
 	LimiterLocalLeases bool
+	// LimiterBatching (LIMITER_BATCHING), default false: the api's limiter
+	// pipelines the decisions of concurrent requests (natural batching,
+	// limiter.Options.Batching): a lone request goes at once, concurrent
+	// ones share round trips. Off by default: side by side over HTTP it
+	// measured within the machine's noise of one call per decision
+	// (BENCHMARKS.md), while the library alone gains from it.
+	LimiterBatching bool
 	// WorkerMetricsAddr (WORKER_METRICS_ADDR), default 127.0.0.1:9091: where
 	// the worker serves /metrics (its job counters live only in its process);
 	// "off" disables it.
@@ -265,6 +272,9 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.LimiterLocalLeases, err = strconv.ParseBool(get("LIMITER_LOCAL_LEASES", "false")); err != nil {
 		bad("LIMITER_LOCAL_LEASES", errors.New("want true or false"))
+	}
+	if c.LimiterBatching, err = strconv.ParseBool(get("LIMITER_BATCHING", "false")); err != nil {
+		bad("LIMITER_BATCHING", errors.New("want true or false"))
 	}
 	if len(errs) > 0 {
 		return Config{}, errs[0] // one line, naming the first bad variable

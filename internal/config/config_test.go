@@ -136,3 +136,18 @@ func TestBillingContact(t *testing.T) {
 		}
 	}
 }
+
+// LIMITER_BATCHING is off unless asked for, and anything but a boolean
+// stops the process naming it.
+func TestLimiterBatching(t *testing.T) {
+	c, err := Load(envOf(nil))
+	if err != nil || c.LimiterBatching {
+		t.Fatalf("default LIMITER_BATCHING = %v (%v), want false", c.LimiterBatching, err)
+	}
+	if c, err = Load(envOf(map[string]string{"LIMITER_BATCHING": "true"})); err != nil || !c.LimiterBatching {
+		t.Fatalf("LIMITER_BATCHING=true: %v (%v)", c.LimiterBatching, err)
+	}
+	if _, err := Load(envOf(map[string]string{"LIMITER_BATCHING": "often"})); err == nil || !strings.Contains(err.Error(), "LIMITER_BATCHING") {
+		t.Fatalf("LIMITER_BATCHING=often: err = %v, want one naming LIMITER_BATCHING", err)
+	}
+}
