@@ -6,8 +6,9 @@
 #      natural batching, the leased mode), at 10,000 and at 100,000 keys;
 #   2. side-by-side.sh: POST /v1/check against envoyproxy/ratelimit's POST /json;
 #   3. the worker's flush pass with 1M keys in a private Redis and 1,000 active tenants
-#      (BenchmarkFlushPass1MKeys: ms, Redis CPU and commands per pass), with or without
-#      PERF_DIR.
+#      (BenchmarkFlushPass1MKeys: ms, Redis CPU and commands per pass), and the Redis
+#      instructions per decision (scripts/scriptcost.sh, callgrind), with or without
+#      PERF_DIR; side-by-side.sh is run twice, in exact and in leased mode.
 #
 # What it needs (nothing of it is in this repository, so that no other project's code is):
 #   - PERF_DIR: a folder holding the team's perf tools (libbench/, side-by-side.sh, httpload/);
@@ -31,6 +32,10 @@ if [[ -z $PERF_DIR || ! -d $PERF_DIR/libbench || ! -f $PERF_DIR/side-by-side.sh 
   echo "bench: running the in-repository go run ./cmd/bench (limiter and POST /v1/check) instead" >&2
   go run ./cmd/bench
   go run ./cmd/bench -http
+fi
+if command -v valgrind >/dev/null; then
+  echo "## Redis instructions per decision (callgrind; the machine's load does not move them)"
+  scripts/scriptcost.sh 5000x
 fi
 echo "## flush pass, 1M keys in Redis, 1,000 active tenants"
 go test -count=3 -run '^$' -bench FlushPass1MKeys -benchtime 10x ./internal/metering/
@@ -69,4 +74,6 @@ done
 if [[ ${SBS:-1} != 0 ]]; then
   echo "## side-by-side.sh: POST /v1/check vs envoyproxy/ratelimit POST /json"
   bash "$PERF_DIR/side-by-side.sh"
+  echo "## side-by-side.sh with the leased mode (LIMITER_LOCAL_LEASES=true)"
+  TOLLGATE_ENV="${TOLLGATE_ENV:-} LIMITER_LOCAL_LEASES=true" bash "$PERF_DIR/side-by-side.sh"
 fi

@@ -101,6 +101,7 @@ Tollgate is running (logs: $data/api.log, $data/worker.log). Ctrl-C stops it.
   admin token  $ADMIN_TOKEN
   demo API key ${api_key:-(seed-demo printed none)}
 
+  curl -H "Authorization: Bearer ${api_key:-<api key>}" -d '{"cost":1}' $base/v1/check
   curl -H "Authorization: Bearer ${api_key:-<api key>}" $base/v1/entitlements
   curl -H "Authorization: Bearer $ADMIN_TOKEN" $base/admin/v1/tenants
 

@@ -118,6 +118,26 @@ func TestMakeRunScriptServesThePrintedKey(t *testing.T) {
 		}
 		tenantID = ent.TenantID
 
+		// The printed check, as curl -d sends it (a form content type).
+		req, _ = http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+"/v1/check", strings.NewReader(`{"cost":1}`))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("run %d: POST /v1/check: %v", run, err)
+		}
+		var chk struct {
+			Allowed bool `json:"allowed"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&chk)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || err != nil || !chk.Allowed || resp.Header.Get("RateLimit") == "" {
+			t.Fatalf("run %d: POST /v1/check with the printed key = %d (%v, allowed %v, RateLimit %q)", run, resp.StatusCode, err, chk.Allowed, resp.Header.Get("RateLimit"))
+		}
+		if !strings.Contains(out.String(), `-d '{"cost":1}' http://`+addr+`/v1/check`) {
+			t.Fatalf("run %d: the output shows no POST /v1/check:\n%s", run, out.String())
+		}
+
 		req, _ = http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/admin/v1/tenants", nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err = http.DefaultClient.Do(req)
