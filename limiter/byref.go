@@ -111,12 +111,18 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 	}
 	keys := []string{l.keys.limits(tenant)}
 	script := refScript
-	if !req.Peek && !req.SkipQuota && !req.Concurrency && tv == nil && !l.opts.generalScript {
+	if !req.Peek && !req.SkipQuota && !req.Concurrency && !l.opts.generalScript {
 		// The common request: decided from the hash's fq:<meter> if it has
-		// one, with the few arguments that needs (see fastRefBody).
+		// one, with the few arguments that needs (see fastRefBody). A
+		// Loader's confirmation rides along (once per CacheTTL per tenant
+		// whose limits came from the Loader).
 		script = fastRefScript
 		keys = append(keys, l.keys.state(tenant))
-		args = []any{req.Cost, req.Meter, args[5], args[3], args[7]}
+		fa := []any{req.Cost, req.Meter, args[5], args[3], args[7]}
+		if tv != nil {
+			fa = append(fa, args[11], args[12])
+		}
+		args = fa
 	}
 	for attempt := 0; ; attempt++ {
 		res, err := l.runScript(ctx, script, keys, args)

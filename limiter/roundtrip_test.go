@@ -226,6 +226,9 @@ func TestLoaderLimitsPastSafetyTTLCostNoTrip(t *testing.T) {
 				allow(tn)
 			}
 			loads0 := loads.Load()
+			rdb := b.client()
+			limKey := b.prefix + ":{t:" + tenants[0] + "}:lim"
+			at0 := rdb.HGet(ctx, limKey, "at").Val()
 			before := rt.n.Load()
 			const rounds = 20
 			for r := 0; r < rounds; r++ {
@@ -239,6 +242,12 @@ func TestLoaderLimitsPastSafetyTTLCostNoTrip(t *testing.T) {
 			}
 			if loads.Load() == loads0 {
 				t.Error("the Loader was never asked again past the safety TTL")
+			}
+			if tc.cache > 0 {
+				// The Loader's confirmations were written by the decisions.
+				if at := rdb.HGet(ctx, limKey, "at").Val(); at0 == "" || at == at0 {
+					t.Errorf("limits hash at %q, %q after the rounds: no confirmation was written", at0, at)
+				}
 			}
 			version.Store(2)
 			testkit.Eventually(t, 5*time.Second, "the Loader's new version in decisions", func() bool {

@@ -610,13 +610,13 @@ return r
 // that a tenant missing from the near-cache costs Redis about what a
 // cached one does, not the general decision's table and string work. A
 // hash without that field (written by an older limiter, or a plan with no
-// rate), a Loader confirmation to write (ARGV 12, 13) and a missing
-// counter go the general way (refGeneral).
+// rate) and a missing counter go the general way (refGeneral).
 //
 // KEYS[1] limits hash, KEYS[2] state hash. ARGV (only what the common
 // request needs; the rare paths make refLua's from them): 1 cost, 2 the
 // meter, 3 seed required (0|1), 4 the tenant's key base, 5 the dirty
-// marks' prefix. fq:<meter>:
+// marks' prefix, and optionally 6 a version and 7 a time (ms), as refLua's
+// 12 and 13. fq:<meter>:
 // little-endian doubles emission interval µs, burst, limit, hard 1|0,
 // period end ms, next period end ms, the lengths of the current and of
 // the next period's q field, then the q and f fields of the current
@@ -626,6 +626,11 @@ local KEYS, ARGV = KEYS, ARGV
 local floor, ceil, sub = math.floor, math.ceil, string.sub
 local h = redis.call('HMGET', KEYS[1], 'v', 'pl', 'r', 'c', 'q:' .. ARGV[2], 'at', 'fq:' .. ARGV[2])
 if not h[1] then return {3} end
+if ARGV[7] and h[1] == ARGV[6] then
+  -- the Loader confirmed this version: young again
+  redis.call('HSET', KEYS[1], 'at', ARGV[7])
+  h[6] = ARGV[7]
+end
 local F = h[7]
 local hv, usedS, qf, ff, period, pend, ei, burst, lim, hard, now_us, now_ms
 if F then
