@@ -39,6 +39,15 @@ func TestCachedRefusalsAreCounted(t *testing.T) {
 		if refused != 18 || cacheHits != 17 {
 			t.Fatalf("refused %d (want 18), from the cache %d (want 17)", refused, cacheHits)
 		}
+		// Peeks answered from the cache ask and take nothing: not counted.
+		for i := 0; i < 5; i++ {
+			if d, err := l.Allow(ctx, "hammer", limiter.Request{Cost: 1, Peek: true}); err != nil || d.Allowed {
+				t.Fatalf("peek: %+v %v, want refused", d, err)
+			}
+		}
+		if cacheHits != 22 {
+			t.Fatalf("%d refusals from the cache, want the 5 peeks answered from it too", cacheHits)
+		}
 		// The background flush adds the 17 within about a second.
 		testkit.Eventually(t, 10*time.Second, "18 refusals in Redis", func() bool {
 			rf, err := st.Refusals(ctx, "hammer", time.Now())

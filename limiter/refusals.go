@@ -50,7 +50,11 @@ func (l *Limiter) cachedRefusal(pl *plan, req *Request) *Decision {
 					d.Policies[i].Reset = d.RetryAfter
 				}
 			}
-			l.countLocalRefusal(pl.rfBase, r.policy, now)
+			if !req.Peek {
+				// a peek asks and takes nothing: no request was refused (as
+				// in the script, which counts no refused peek)
+				l.countLocalRefusal(pl.rfBase, r.policy, now)
+			}
 			if h := l.opts.Hooks.OnRefusalCacheHit; h != nil {
 				h(r.policy)
 			}
