@@ -115,19 +115,34 @@ func TestLocalModeHoldsQuotasThroughRedisDeath(t *testing.T) {
 				t.Fatalf("little: %d admitted in the outage, want 4 left / 2 instances", little)
 			}
 			srv.Restart(t)
+			left := int64(-1)
 			testkit.Eventually(t, 10*time.Second, "decisions back on Redis", func() bool {
 				d, err := l.Allow(ctx, "little", limiter.Request{Cost: 1, Meter: "requests"})
-				return err == nil && d.Fallback == ""
+				if err != nil || d.Fallback != "" {
+					return false
+				}
+				for _, p := range d.Policies {
+					if p.Name == "requests" {
+						left = p.Remaining
+					}
+				}
+				return true
 			})
-			// Back on Redis: "little" is rebuilt from 6 durable and has 4.
+			// Back on Redis: "little" is rebuilt from 6 durable and has 4,
+			// less what the poll took: its successful decision one, and a
+			// poll Redis answered after the 50 ms timeout (a loaded
+			// machine) may have taken one more while deciding locally.
+			if left < 0 || left > 3 {
+				t.Fatalf("little after the outage: %d left after the poll, want at most 3 of 4", left)
+			}
 			got := 0
 			for i := 0; i < 10; i++ {
 				if allow("little").Allowed {
 					got++
 				}
 			}
-			if got != 3 { // the poll's successful decision took one of the 4
-				t.Fatalf("little after the outage: %d admitted, want 3", got)
+			if int64(got) != left {
+				t.Fatalf("little after the outage: %d admitted, want the %d Redis said were left", got, left)
 			}
 			if d := allow("spent"); d.Allowed || d.Fallback != "" {
 				t.Fatalf("spent after the outage: %+v", d)
