@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // This file decides for a tenant missing from the near-cache in one round
@@ -90,39 +92,32 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 	if req.Concurrency && !req.Peek {
 		leaseID = newID()
 	}
-	args := make([]any, 11)
-	args[0], args[1] = req.Cost, "0"
-	if req.Peek {
-		args[0], args[1] = int64(0), req.Cost
-	}
-	args[2] = "1"
-	args[3] = l.keys.tenantBase(tenant)
-	args[4] = leaseID
-	args[5] = boolArg(l.opts.UsageLoader != nil)
-	args[6] = req.Meter
-	args[7] = l.keys.dirtyBase(tenant)
-	args[8] = boolArg(req.SkipQuota)
-	args[9] = boolArg(req.Concurrency)
-	args[10] = strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10)
-	var tv any
-	if tv, _ = l.touches.Load(tenant); tv != nil {
+	base, dirty := l.keys.tenantBase(tenant), l.keys.dirtyBase(tenant)
+	seed := boolArg(l.opts.UsageLoader != nil)
+	var confirm []any // a Loader's confirmation to write: version, at
+	tv, _ := l.touches.Load(tenant)
+	if tv != nil {
 		t := tv.(touch)
-		args = append(args, t.version, t.at)
+		confirm = []any{t.version, t.at}
 	}
 	keys := []string{l.keys.limits(tenant)}
-	script := refScript
+	var script *redis.Script
+	var args []any
+	var seedArg int // the index of ARGV's "seed required"
 	if !req.Peek && !req.SkipQuota && !req.Concurrency && !l.opts.generalScript {
 		// The common request: decided from the hash's fq:<meter> if it has
-		// one, with the few arguments that needs (see fastRefBody). A
-		// Loader's confirmation rides along (once per CacheTTL per tenant
-		// whose limits came from the Loader).
-		script = fastRefScript
-		keys = append(keys, l.keys.state(tenant))
-		fa := []any{req.Cost, req.Meter, args[5], args[3], args[7]}
-		if tv != nil {
-			fa = append(fa, args[11], args[12])
+		// one, with the few arguments that needs (see fastRefBody).
+		script, seedArg = fastRefScript, 2
+		keys = append(keys, base+"st")
+		args = append([]any{req.Cost, req.Meter, seed, base, dirty}, confirm...)
+	} else {
+		cost, peek := any(req.Cost), any("0")
+		if req.Peek {
+			cost, peek = int64(0), req.Cost
 		}
-		args = fa
+		script, seedArg = refScript, 5
+		args = append([]any{cost, peek, "1", base, leaseID, seed, req.Meter, dirty, boolArg(req.SkipQuota),
+			boolArg(req.Concurrency), strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10)}, confirm...)
 	}
 	for attempt := 0; ; attempt++ {
 		res, err := l.runScript(ctx, script, keys, args)
@@ -135,7 +130,7 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 		if len(res) < 8 {
 			return nil, false, fmt.Errorf("limiter: short script reply (%d elements)", len(res))
 		}
-		pl, version, at, err := l.refPlan(tenant, req, res[len(res)-6:])
+		pl, version, at, err := l.refPlan(tenant, base, dirty, req, res[len(res)-6:])
 		if err != nil {
 			return nil, false, err
 		}
@@ -149,12 +144,7 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 		}
 		if status == 2 {
 			if attempt >= 2 {
-				// someone keeps deleting the counter: count from what Redis has
-				if script == fastRefScript {
-					args[2] = "0"
-				} else {
-					args[5] = "0"
-				}
+				args[seedArg] = "0" // someone keeps deleting the counter: count from what Redis has
 				continue
 			}
 			if err := l.seed(ctx, pl, res); err != nil {
@@ -218,7 +208,7 @@ type refShape struct {
 // refPlan returns the plan of a decision by reference from the limits
 // hash's fields v, pl, r, c, q:<meter>, at, with the hash's version and
 // its "at".
-func (l *Limiter) refPlan(tenant string, req *Request, f []any) (*plan, int64, time.Time, error) {
+func (l *Limiter) refPlan(tenant, base, dirty string, req *Request, f []any) (*plan, int64, time.Time, error) {
 	str := func(v any) string { s, _ := v.(string); return s }
 	if req.Concurrency {
 		// the slot's key is the tenant's own: no shape to share
@@ -247,9 +237,8 @@ func (l *Limiter) refPlan(tenant string, req *Request, f []any) (*plan, int64, t
 		l.refShapes.put(q, sh)
 		l.refMu.Unlock()
 	}
-	base := l.keys.tenantBase(tenant)
 	pl := &plan{tenant: tenant, planName: name, refKey: tenant, hash: base + "st", base: base,
-		rfBase: l.keys.refusalBase(tenant), dirty: l.keys.dirtyBase(tenant), pol: sh.pol}
+		rfBase: l.keys.refusalBase(tenant), dirty: dirty, pol: sh.pol}
 	return pl, v, time.UnixMilli(atMs), nil
 }
 

@@ -569,12 +569,7 @@ if not h[1] then return {3} end
 // refGeneral is refLua's decision once the limits hash's fields are read
 // (h: v, pl, r, c, q:<meter>, at), shared with fastRefBody's rare paths.
 // decide() must be defined.
-const refGeneral = `
-if ARGV[13] and h[1] == ARGV[12] then
-  -- the Loader confirmed this version: young again
-  redis.call('HSET', KEYS[1], 'at', ARGV[13])
-  h[6] = ARGV[13]
-end
+var refGeneral = confirmLua("ARGV[12]", "ARGV[13]") + `
 local base = ARGV[4]
 local K = {base .. 'st'}
 local A = {ARGV[1], ARGV[2], ARGV[3], base, ARGV[5], ARGV[6], 0, ARGV[8]}
@@ -603,6 +598,18 @@ for i = 1, 6 do r[#r + 1] = h[i] end
 return r
 `
 
+// confirmLua writes a Loader's confirmation into the limits hash (KEYS[1],
+// read into h): its "at" becomes the time at if it still holds version
+// (see recheckInBackground). version and at name the ARGV that carry them.
+func confirmLua(version, at string) string {
+	return `
+if ` + at + ` and h[1] == ` + version + ` then
+  -- the Loader confirmed this version: young again
+  redis.call('HSET', KEYS[1], 'at', ` + at + `)
+  h[6] = ` + at + `
+end`
+}
+
 // fastRefBody is refLua for the common request by reference (a token
 // bucket and the request's quota, at cost: no peek, no concurrency slot,
 // the quota not skipped): the limiter writes the limits hash with a field
@@ -626,11 +633,7 @@ local KEYS, ARGV = KEYS, ARGV
 local floor, ceil, sub = math.floor, math.ceil, string.sub
 local h = redis.call('HMGET', KEYS[1], 'v', 'pl', 'r', 'c', 'q:' .. ARGV[2], 'at', 'fq:' .. ARGV[2])
 if not h[1] then return {3} end
-if ARGV[7] and h[1] == ARGV[6] then
-  -- the Loader confirmed this version: young again
-  redis.call('HSET', KEYS[1], 'at', ARGV[7])
-  h[6] = ARGV[7]
-end
+` + confirmLua("ARGV[6]", "ARGV[7]") + `
 local F = h[7]
 local hv, usedS, qf, ff, period, pend, ei, burst, lim, hard, now_us, now_ms
 if F then
