@@ -130,7 +130,8 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 		if len(res) < 8 {
 			return nil, false, fmt.Errorf("limiter: short script reply (%d elements)", len(res))
 		}
-		pl, version, at, err := l.refPlan(tenant, base, dirty, req, res[len(res)-6:])
+		fields := res[len(res)-6:]
+		pl, version, at, err := l.refPlan(tenant, base, dirty, req, fields, false)
 		if err != nil {
 			return nil, false, err
 		}
@@ -147,6 +148,10 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 				args[seedArg] = "0" // someone keeps deleting the counter: count from what Redis has
 				continue
 			}
+			// the counter to rebuild is of the tenant's own period
+			if pl, _, _, err = l.refPlan(tenant, base, dirty, req, fields, true); err != nil {
+				return nil, false, err
+			}
 			if err := l.seed(ctx, pl, res); err != nil {
 				if errors.Is(err, errRedisDown) {
 					return nil, false, err
@@ -162,7 +167,15 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 		if len(pl.pol) == 0 {
 			return &Decision{Allowed: true, Plan: pl.planName}, true, nil
 		}
-		d, err := l.decision(pl, req, res, leaseID)
+		var buf [4 + 3*4]int64
+		ints, rest, err := replyNums(res, len(pl.pol), buf[:0])
+		if err != nil {
+			return nil, false, err
+		}
+		if len(rest) != 0 {
+			return nil, false, fmt.Errorf("limiter: script reply has %d elements after its numbers", len(rest))
+		}
+		d, err := l.decision(pl, req, ints, leaseID)
 		if err != nil {
 			return nil, false, err
 		}
@@ -192,26 +205,34 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 }
 
 // refShapes bounds the shapes kept for decisions by reference: a few
-// per plan and period in use.
+// per plan and period length in use.
 const refShapes = 1024
 
-// refShape is the part of a limits hash that names nothing of its tenant
-// (the fields pl, r and q:<meter>) as the policies of a decision without
-// a concurrency slot: tenants on one plan and period share it, so that a
+// refShape is the part of a limits hash that is the same for every tenant
+// on one plan (the fields pl, r and q:<meter> less the period's dates) as
+// the policies of a decision without a concurrency slot, so that a
 // decision by reference parses and prepares them once, not every time.
+// Tenants on one plan have periods of their own (each subscription's
+// billing anchor), so a shape keeps only what a decision's answer reads of
+// the period: its length (the quota's window). Its quota's counter fields
+// and dates are another tenant's: the paths that use them (a reservation,
+// a counter to rebuild) take the tenant's exact plan instead (refPlan's
+// exact).
 type refShape struct {
-	planName, r, q, meter string // what it was made from
-	skipQuota             bool
-	pol                   []policy
+	pol []policy
 }
+
+// shapeMap is a snapshot of the shapes, replaced whole when one is added:
+// decisions read it without a lock.
+type shapeMap map[string]*refShape
 
 // refPlan returns the plan of a decision by reference from the limits
 // hash's fields v, pl, r, c, q:<meter>, at, with the hash's version and
-// its "at".
-func (l *Limiter) refPlan(tenant, base, dirty string, req *Request, f []any) (*plan, int64, time.Time, error) {
+// its "at". With exact (or a concurrency slot, whose key is the tenant's
+// own) the plan is the tenant's own instead of a shared shape.
+func (l *Limiter) refPlan(tenant, base, dirty string, req *Request, f []any, exact bool) (*plan, int64, time.Time, error) {
 	str := func(v any) string { s, _ := v.(string); return s }
-	if req.Concurrency {
-		// the slot's key is the tenant's own: no shape to share
+	if exact || req.Concurrency || req.Reserve {
 		p, at, err := l.fromLimits(tenant, req.Meter, f)
 		if err != nil {
 			return nil, 0, time.Time{}, err
@@ -223,23 +244,89 @@ func (l *Limiter) refPlan(tenant, base, dirty string, req *Request, f []any) (*p
 		return nil, 0, time.Time{}, fmt.Errorf("limiter: limits hash of %q: bad version", tenant)
 	}
 	atMs, _ := strconv.ParseInt(str(f[5]), 10, 64) // 0: needs no safety re-read
-	name, r, q := str(f[1]), str(f[2]), str(f[4])
-	l.refMu.Lock()
-	sh, ok := l.refShapes.get(q)
-	l.refMu.Unlock()
-	if !ok || sh.planName != name || sh.r != r || sh.meter != req.Meter || sh.skipQuota != req.SkipQuota {
+	name := str(f[1])
+	var kb [160]byte
+	key, ok := shapeKey(kb[:0], name, str(f[2]), str(f[4]), req)
+	var sh *refShape
+	if ok {
+		if m := l.refShapes.Load(); m != nil {
+			sh = (*m)[string(key)]
+		}
+	}
+	if sh == nil {
 		p, _, err := l.fromLimits(tenant, req.Meter, f)
 		if err != nil {
 			return nil, 0, time.Time{}, err
 		}
-		sh = &refShape{planName: name, r: r, q: q, meter: req.Meter, skipQuota: req.SkipQuota, pol: l.snapshotPlan(p, req).pol}
-		l.refMu.Lock()
-		l.refShapes.put(q, sh)
-		l.refMu.Unlock()
+		sh = &refShape{pol: l.snapshotPlan(p, req).pol}
+		if ok {
+			l.putShape(string(key), sh)
+		}
 	}
 	pl := &plan{tenant: tenant, planName: name, refKey: tenant, hash: base + "st", base: base,
 		rfBase: l.keys.refusalBase(tenant), dirty: dirty, pol: sh.pol}
 	return pl, v, time.UnixMilli(atMs), nil
+}
+
+// putShape adds a shape, starting afresh past refShapes of them.
+func (l *Limiter) putShape(key string, sh *refShape) {
+	l.refMu.Lock()
+	defer l.refMu.Unlock()
+	old := l.refShapes.Load()
+	m := make(shapeMap, 8)
+	if old != nil && len(*old) < refShapes {
+		m = make(shapeMap, len(*old)+1)
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	m[key] = sh
+	l.refShapes.Store(&m)
+}
+
+// shapeKey appends to b the key of the shape of a plan name, a limits
+// hash's r and q:<meter> (see refLua) and the request's meter: q's limit,
+// mode and the lengths of its two periods instead of their dates. ok is
+// false for a q that does not parse (fromLimits reports it).
+func shapeKey(b []byte, name, r, q string, req *Request) ([]byte, bool) {
+	b = append(b, name...)
+	b = append(b, 0)
+	b = append(b, r...)
+	b = append(b, 0)
+	b = append(b, req.Meter...)
+	b = append(b, 0)
+	if req.SkipQuota {
+		return append(b, 's'), true
+	}
+	if q == "" {
+		return b, true
+	}
+	// q: <limit> <hard> <end ms> <next end ms> <start unix> <end unix> <mode>
+	var t [7]string
+	rest := q
+	for i := range t {
+		var found bool
+		t[i], rest, found = strings.Cut(rest, " ")
+		if found != (i < 6) {
+			return nil, false
+		}
+	}
+	_, e1 := strconv.ParseInt(t[2], 10, 64)
+	next, e2 := strconv.ParseInt(t[3], 10, 64)
+	s0, e3 := strconv.ParseInt(t[4], 10, 64)
+	s1, e4 := strconv.ParseInt(t[5], 10, 64)
+	if e1 != nil || e2 != nil || e3 != nil || e4 != nil {
+		return nil, false
+	}
+	b = append(b, t[0]...)
+	b = append(b, ' ')
+	b = append(b, t[1]...)
+	b = append(b, ' ')
+	b = append(b, t[6]...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, s1-s0, 10)
+	b = append(b, ' ')
+	return strconv.AppendInt(b, next-s1*1000, 10), true // as fromLimits makes the windows
 }
 
 // cachedRefusalByRef is cachedRefusal for a tenant without a plan at hand:

@@ -49,11 +49,16 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 			return nil, err
 		}
 		if status != 2 {
+			var buf [4 + 3*4]int64 // a decision has at most 4 policies in common use
+			ints, rest, err := replyNums(res, len(pl.pol), buf[:0])
+			if err != nil {
+				return nil, err
+			}
+			if want := boolInt(due != nil); len(rest) != want {
+				return nil, fmt.Errorf("limiter: script reply has %d elements after its numbers, want %d", len(rest), want)
+			}
 			if due != nil {
-				if len(res) != 5+3*len(pl.pol) {
-					return nil, fmt.Errorf("limiter: script reply has %d elements, want %d", len(res), 5+3*len(pl.pol))
-				}
-				raw, _ := res[len(res)-1].(string)
+				raw, _ := rest[0].(string)
 				same := raw != "" && storedVersion(raw) == due.snap.Version
 				if raw == "" && due.fromLoader {
 					// Still not in Redis: the Loader alone can confirm it,
@@ -73,9 +78,8 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 						return l.rdb.Del(ctx, l.keys.limits(pl.tenant)).Err()
 					})
 				}
-				res = res[:len(res)-1]
 			}
-			return l.decision(pl, req, res, leaseID)
+			return l.decision(pl, req, ints, leaseID)
 		}
 		if attempt >= 2 {
 			// someone keeps deleting the counter: count from what Redis has
@@ -196,18 +200,55 @@ func (l *Limiter) seed(ctx context.Context, pl *plan, res []any) error {
 	return nil
 }
 
-func (l *Limiter) decision(pl *plan, req *Request, res []any, leaseID string) (*Decision, error) {
-	if len(res) != 4+3*len(pl.pol) {
-		return nil, fmt.Errorf("limiter: script reply has %d elements, want %d", len(res), 4+3*len(pl.pol))
+// replyNums reads the numbers of a decision script's reply for npol
+// policies into buf, as decideLua's reply has them (status, refusing
+// index, retry ms, Redis time ms, then remaining, reset ms and period per
+// policy), from that reply or from fastCore's shorter one (negative first
+// element; it has no Redis time, which only a concurrency slot needs and
+// the fast scripts never take), and returns what follows the numbers.
+func replyNums(res []any, npol int, buf []int64) ([]int64, []any, error) {
+	if len(res) == 0 {
+		return nil, nil, fmt.Errorf("limiter: empty script reply")
 	}
-	var buf [4 + 3*4]int64 // a decision has at most 4 policies in common use
-	ints := buf[:0]
-	for _, v := range res {
-		n, err := toInt64(v)
-		if err != nil {
-			return nil, err
+	first, err := toInt64(res[0])
+	if err != nil {
+		return nil, nil, err
+	}
+	if first < 0 {
+		if npol != 2 || len(res) < 6 {
+			return nil, nil, fmt.Errorf("limiter: fast script reply of %d elements for %d policies", len(res), npol)
 		}
-		ints = append(ints, n)
+		var v [5]int64
+		for i := range v {
+			if v[i], err = toInt64(res[1+i]); err != nil {
+				return nil, nil, err
+			}
+		}
+		e := -first - 1
+		// status, index, retry, time; rate: remaining, reset, period 0;
+		// quota: remaining, reset, period
+		buf = append(buf[:0], e&1, (e>>1)&3, v[0], 0, v[1], v[2], 0, v[3], v[4], e>>3)
+		return buf, res[6:], nil
+	}
+	n := 4 + 3*npol
+	if len(res) < n {
+		return nil, nil, fmt.Errorf("limiter: script reply has %d elements, want %d", len(res), n)
+	}
+	buf = buf[:0]
+	for _, v := range res[:n] {
+		x, err := toInt64(v)
+		if err != nil {
+			return nil, nil, err
+		}
+		buf = append(buf, x)
+	}
+	return buf, res[n:], nil
+}
+
+// decision makes a Decision of a reply's numbers (replyNums).
+func (l *Limiter) decision(pl *plan, req *Request, ints []int64, leaseID string) (*Decision, error) {
+	if len(ints) != 4+3*len(pl.pol) {
+		return nil, fmt.Errorf("limiter: script reply has %d numbers, want %d", len(ints), 4+3*len(pl.pol))
 	}
 	d := &Decision{Allowed: ints[0] == 1, Plan: pl.planName, Policies: make([]PolicyStatus, len(pl.pol))}
 	for i, p := range pl.pol {

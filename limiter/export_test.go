@@ -7,3 +7,11 @@ func GeneralScript(o Options) Options {
 	o.generalScript = true
 	return o
 }
+
+// RefShapes returns how many shapes of decisions by reference l keeps.
+func RefShapes(l *Limiter) int {
+	if m := l.refShapes.Load(); m != nil {
+		return len(*m)
+	}
+	return 0
+}

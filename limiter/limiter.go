@@ -39,8 +39,8 @@ type Limiter struct {
 	touches sync.Map
 	batch   *batcher
 
-	refMu     sync.Mutex
-	refShapes *lru[string, *refShape] // decisions by reference (byref.go)
+	refMu     sync.Mutex               // serialises putShape
+	refShapes atomic.Pointer[shapeMap] // decisions by reference (byref.go)
 
 	pubsub *redis.PubSub
 	cancel context.CancelFunc
@@ -61,14 +61,13 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{
-		rdb:       rdb,
-		opts:      opts,
-		keys:      newKeyNames(opts.Prefix),
-		cache:     newSnapCache(opts.CacheSize, opts.CacheTTL),
-		refusals:  newLRU[string, []cachedRefusal](opts.CacheSize),
-		local:     newLocalStates(opts.CacheSize),
-		refShapes: newLRU[string, *refShape](refShapes),
-		bgFills:   make(chan struct{}, 4),
+		rdb:      rdb,
+		opts:     opts,
+		keys:     newKeyNames(opts.Prefix),
+		cache:    newSnapCache(opts.CacheSize, opts.CacheTTL),
+		refusals: newLRU[string, []cachedRefusal](opts.CacheSize),
+		local:    newLocalStates(opts.CacheSize),
+		bgFills:  make(chan struct{}, 4),
 	}
 	switch c := rdb.(type) {
 	case *redis.Client:
