@@ -109,7 +109,7 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 		// one, with the few arguments that needs (see fastRefBody).
 		script, seedArg = fastRefScript, 2
 		keys = append(keys, base+"st")
-		args = append([]any{req.Cost, req.Meter, seed, base, dirty}, confirm...)
+		args = append([]any{req.Cost, req.Meter, seed, dirty}, confirm...)
 	} else {
 		cost, peek := any(req.Cost), any("0")
 		if req.Peek {

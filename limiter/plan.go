@@ -98,7 +98,7 @@ func (pl *plan) finish(seed bool) {
 		r, q := pl.pol[0], pl.pol[1].quota
 		f := q.fields
 		nums := []float64{r.ei, float64(r.rate.Burst), float64(q.limit), 0, float64(q.endMs), float64(q.nextMs), 0,
-			float64(len(pl.base)), float64(len(pl.dirty)), float64(len(q.meter)), float64(len(f[2]))}
+			float64(len(f[0])), float64(len(pl.base)), float64(len(pl.dirty)), float64(len(q.meter)), float64(len(f[2]))}
 		if q.hard {
 			nums[3] = 1
 		}
@@ -109,7 +109,7 @@ func (pl *plan) finish(seed bool) {
 		for i, v := range nums {
 			binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
 		}
-		pl.fast = []any{string(b), pl.base + pl.dirty + q.meter + f[2] + f[3], f[0], f[1]}
+		pl.fast = []any{string(b) + f[0] + f[1] + pl.base + pl.dirty + q.meter + f[2] + f[3]}
 	}
 }
 

@@ -341,50 +341,55 @@ end
 // counter missing: seeds and the counting while it is missing stay in one
 // place).
 //
-// ARGV: 1 cost; 2 the plan's numbers, packed as little-endian doubles that
-// one struct.unpack reads (tonumber on each would run strtod): emission
+// ARGV: 1 cost; 2 the plan, packed: little-endian doubles that one
+// struct.unpack reads (tonumber on each would run strtod): emission
 // interval µs, burst, quota limit, hard 1|0, period end ms, next period
-// end ms, seed required 1|0, then the lengths of the first four strings of
-// ARGV[3]; 3 what only rare paths need, concatenated: the tenant's key
-// base, the dirty marks' prefix, the quota's name, the q and f fields of
-// the next period; 4, 5 the q and f fields of the current period. One more
-// ARGV reads the stored snapshot (KEYS[2]) back, as in decideLua. KEYS[1]
-// the state hash. Reply: fastCore's (the limiter's fastReply), then the
-// stored snapshot when it was asked for.
+// end ms, seed required 1|0, the length of the current period's q field,
+// then the lengths of the first four strings that follow the current
+// period's q and f fields: the tenant's key base, the dirty marks'
+// prefix, the quota's name, the q and f fields of the next period (only
+// rare paths read those). One string instead of one ARGV each: Redis makes
+// an object of every ARGV and Lua interns it, a few thousand instructions
+// apiece. A 3rd ARGV reads the stored snapshot (KEYS[2]) back, as in
+// decideLua. KEYS[1] the state hash. Reply: fastCore's, then the stored
+// snapshot when it was asked for.
 var fastBody = `
 local KEYS, ARGV = KEYS, ARGV
 local floor, ceil, sub = math.floor, math.ceil, string.sub
-local ei, burst, lim, hard, pend, nxt, seed, lb, ld, lm, lq = struct.unpack('<ddddddddddd', ARGV[2])
+local P = ARGV[2]
+local ei, burst, lim, hard, pend, nxt, seed, l0, lb, ld, lm, lq = struct.unpack('<dddddddddddd', P)
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = floor(now_us / 1000)
-local rare = ARGV[3]
+local R = 96 + 2 * l0 -- where the rare strings start, less one
 local pend0 = pend
-local period, qf, ff = 0, ARGV[4], ARGV[5]
+local period, qf, ff
 if now_ms >= pend then
-  local o = lb + ld + lm
-  period, pend, qf, ff = 1, nxt, sub(rare, o + 1, o + lq), sub(rare, o + lq + 1)
+  local o = R + lb + ld + lm
+  period, pend, qf, ff = 1, nxt, sub(P, o + 1, o + lq), sub(P, o + lq + 1)
+else
+  period, qf, ff = 0, sub(P, 97, 96 + l0), sub(P, 97 + l0, R)
 end
 local h = KEYS[1]
 local hv = redis.call('HMGET', h, 'x', 'r', qf, ff)
 local usedS = hv[3]
 if not usedS then
   -- the counter is missing: the general decision seeds or counts in g
-  local o = lb + ld + lm
-  local A = {ARGV[1], '0', '1', sub(rare, 1, lb), '', '0', 2, sub(rare, lb + 1, lb + ld),
-    'r', 'rate', ei, burst, 'q', sub(rare, lb + ld + 1, o), lim, hard, pend0, nxt,
-    ARGV[4], ARGV[5], sub(rare, o + 1, o + lq), sub(rare, o + lq + 1)}
+  local o = R + lb + ld + lm
+  local A = {ARGV[1], '0', '1', sub(P, R + 1, R + lb), '', '0', 2, sub(P, R + lb + 1, R + lb + ld),
+    'r', 'rate', ei, burst, 'q', sub(P, R + lb + ld + 1, o), lim, hard, pend0, nxt,
+    sub(P, 97, 96 + l0), sub(P, 97 + l0, R), sub(P, o + 1, o + lq), sub(P, o + lq + 1)}
   if seed == 1 then A[6] = '1' end
-  if ARGV[6] then A[23] = '1' end
+  if ARGV[3] then A[23] = '1' end
 ` + decideBody + `
   return decide(KEYS, A)
 end
 ` + strings.NewReplacer(
-	"$BASE", "sub(rare, 1, lb)",
-	"$DIRTY", "sub(rare, lb + 1, lb + ld)",
-	"$METER", "sub(rare, lb + ld + 1, lb + ld + lm)",
+	"$BASE", "sub(P, R + 1, R + lb)",
+	"$DIRTY", "sub(P, R + lb + 1, R + lb + ld)",
+	"$METER", "sub(P, R + lb + ld + 1, R + lb + ld + lm)",
 ).Replace(fastCore) + `
-if ARGV[6] then
+if ARGV[3] then
   r[7] = redis.call('GET', KEYS[2])
 end
 return r
@@ -630,9 +635,10 @@ end`
 //
 // KEYS[1] limits hash, KEYS[2] state hash. ARGV (only what the common
 // request needs; the rare paths make refLua's from them): 1 cost, 2 the
-// meter, 3 seed required (0|1), 4 the tenant's key base, 5 the dirty
-// marks' prefix, and optionally 6 a version and 7 a time (ms), as refLua's
-// 12 and 13. fq:<meter>:
+// meter, 3 seed required (0|1), 4 the dirty marks' prefix, and optionally
+// 5 a version and 6 a time (ms), as refLua's 12 and 13; the tenant's key
+// base is KEYS[2] less "st" (an ARGV costs Redis more than the rare paths'
+// string.sub). fq:<meter>:
 // little-endian doubles emission interval µs, burst, limit, hard 1|0,
 // period end ms, next period end ms, the lengths of the current and of
 // the next period's q field, then the q and f fields of the current
@@ -644,7 +650,7 @@ local KEYS, ARGV = KEYS, ARGV
 local floor, ceil, sub = math.floor, math.ceil, string.sub
 local h = redis.call('HMGET', KEYS[1], 'v', 'pl', 'r', 'c', 'q:' .. ARGV[2], 'at', 'fq:' .. ARGV[2])
 if not h[1] then return {3} end
-` + confirmLua("ARGV[6]", "ARGV[7]") + `
+` + confirmLua("ARGV[5]", "ARGV[6]") + `
 local F = h[7]
 local hv, usedS, qf, ff, period, pend, ei, burst, lim, hard, now_us, now_ms
 if F then
@@ -663,14 +669,14 @@ if F then
   usedS = hv[3]
 end
 if not usedS then
-  local ARGV = {ARGV[1], '0', '1', ARGV[4], '', ARGV[3], ARGV[2], ARGV[5], '0', '0', '0'}
+  local ARGV = {ARGV[1], '0', '1', sub(KEYS[2], 1, -3), '', ARGV[3], ARGV[2], ARGV[4], '0', '0', '0'}
 ` + decideBody + refGeneral + `
 end
 local h0 = h
 local h = KEYS[2]
 ` + strings.NewReplacer(
-	"$BASE", "ARGV[4]",
-	"$DIRTY", "ARGV[5]",
+	"$BASE", "sub(KEYS[2], 1, -3)",
+	"$DIRTY", "ARGV[4]",
 	"$METER", "ARGV[2]",
 ).Replace(fastCore) + `
 for i = 1, 6 do r[#r + 1] = h0[i] end
