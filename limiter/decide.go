@@ -250,7 +250,8 @@ func (l *Limiter) decision(pl *plan, req *Request, ints []int64, leaseID string)
 	if len(ints) != 4+3*len(pl.pol) {
 		return nil, fmt.Errorf("limiter: script reply has %d numbers, want %d", len(ints), 4+3*len(pl.pol))
 	}
-	d := &Decision{Allowed: ints[0] == 1, Plan: pl.planName, Policies: make([]PolicyStatus, len(pl.pol))}
+	d := newDecision(len(pl.pol))
+	d.Allowed, d.Plan = ints[0] == 1, pl.planName
 	for i, p := range pl.pol {
 		o := 4 + 3*i
 		ps := PolicyStatus{Name: p.name, Limit: p.limit, Window: p.window, Remaining: ints[o], Reset: time.Duration(ints[o+1]) * time.Millisecond, Mode: p.mode}

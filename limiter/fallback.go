@@ -41,13 +41,14 @@ func localQuota(p *policy) bool {
 // plan's local-mode hard quotas.
 func (l *Limiter) noteQuotas(pl *plan, d *Decision) {
 	var st *localState
-	now := time.Now()
+	var now time.Time
 	for i := range pl.pol {
 		p := &pl.pol[i]
 		if !localQuota(p) || i >= len(d.Policies) {
 			continue
 		}
 		if st == nil {
+			now = time.Now()
 			st = l.local.get(pl.refKey)
 			st.mu.Lock()
 			defer st.mu.Unlock()

@@ -536,17 +536,10 @@ func (p *leasePool) admitLocked(cost int64, now time.Time) *Decision {
 // Redis had left after it plus the units still held here, resets counted
 // down from the take.
 func (p *leasePool) decisionOf(tmpl []PolicyStatus, held int64, takenAt, now time.Time) *Decision {
-	var d *Decision
-	if len(tmpl) <= 2 {
-		// A leased plan has a rate and a quota at most: one allocation
-		// for the decision and its policies (this is the whole cost of a
-		// local decision's answer).
-		x := &leasedDecision{}
-		x.d.Policies = x.ps[:len(tmpl)]
-		d = &x.d
-	} else {
-		d = &Decision{Policies: make([]PolicyStatus, len(tmpl))}
-	}
+	// A leased plan has a rate and a quota at most: one allocation for
+	// the decision and its policies (this is the whole cost of a local
+	// decision's answer).
+	d := newDecision(len(tmpl))
 	d.Allowed, d.Plan = true, p.pl.planName
 	el := now.Sub(takenAt)
 	for i, ps := range tmpl {
@@ -557,10 +550,21 @@ func (p *leasePool) decisionOf(tmpl []PolicyStatus, held int64, takenAt, now tim
 	return d
 }
 
-// leasedDecision holds a local decision and its policies together.
-type leasedDecision struct {
+// decisionPair holds a decision and its policies together.
+type decisionPair struct {
 	d  Decision
 	ps [2]PolicyStatus
+}
+
+// newDecision returns a Decision with n policies, in one allocation for
+// the common plan's two (a rate and a quota).
+func newDecision(n int) *Decision {
+	if n <= 2 {
+		x := &decisionPair{}
+		x.d.Policies = x.ps[:n:n]
+		return &x.d
+	}
+	return &Decision{Policies: make([]PolicyStatus, n)}
 }
 
 // detachLocked empties the pool and returns what it held.
