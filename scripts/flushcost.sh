@@ -23,7 +23,7 @@ FLUSHCOST_REDIS=127.0.0.1:$port FLUSHCOST_CALLGRIND_PID=$vpid FLUSHCOST_CALLGRIN
 last=$(ls -v "$work"/cg.out.* 2>/dev/null | tail -1)
 if [[ -n $last ]]; then
   echo "## the last pass's profile, inclusive (callgrind_annotate --inclusive=yes)"
-  callgrind_annotate --inclusive=yes "$last" 2>/dev/null | grep -E '^ *[0-9,]+ \(' | head -45
+  callgrind_annotate --inclusive=yes "$last" 2>/dev/null | grep -E '^ *[0-9,]+ \(' | sed -n 1,45p
   echo "## the last pass's profile, self"
-  callgrind_annotate "$last" 2>/dev/null | grep -E '^ *[0-9,]+ \(' | head -30
+  callgrind_annotate "$last" 2>/dev/null | grep -E '^ *[0-9,]+ \(' | sed -n 1,30p
 fi
