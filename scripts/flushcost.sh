@@ -7,6 +7,7 @@
 # (callgrind_annotate, inclusive and self), to see whether the time is in the commands, Lua or the replies.
 # Needs valgrind, redis-server and Postgres (as the benchmark does).
 #   scripts/flushcost.sh [benchtime, default 3x]
+# FLUSHCOST_PROFILE=<file> keeps the last pass's callgrind profile there (callgrind_annotate it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-3x}
@@ -22,6 +23,7 @@ FLUSHCOST_REDIS=127.0.0.1:$port FLUSHCOST_CALLGRIND_PID=$vpid FLUSHCOST_CALLGRIN
   go test -count=1 -timeout 60m -run '^$' -bench FlushPass1MKeys -benchtime "$n" ./internal/metering/
 last=$(ls -v "$work"/cg.out.* 2>/dev/null | tail -1)
 if [[ -n $last ]]; then
+  [[ -n ${FLUSHCOST_PROFILE:-} ]] && cp "$last" "$FLUSHCOST_PROFILE"
   echo "## the last pass's profile, inclusive (callgrind_annotate --inclusive=yes)"
   callgrind_annotate --inclusive=yes "$last" 2>/dev/null | grep -E '^ *[0-9,]+ \(' | sed -n 1,45p
   echo "## the last pass's profile, self"
