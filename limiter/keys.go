@@ -45,8 +45,9 @@ func (k keyNames) snapshot(tenant string) string { return k.tenantBase(tenant) +
 //	q:<meter>:<unix>   total used of a meter in the period starting at <unix>
 //	f:<meter>:<unix>   flushed mark: how much of q was moved to Postgres (or
 //	                   is claimed by a flush); what is unflushed is q − f
-//	ci:… cn:…          the claimed, not yet acknowledged flush: id and units
-//	ca:…               the id of the last acknowledged claim (a replayed ack)
+//	ci:… cn:…          the last claimed flush: id and units; it is not yet
+//	                   acknowledged (pending) while ci ≠ ca
+//	ca:…               the id of the last acknowledged claim
 //	g:…                usage counted while q was missing, added by its rebuild
 func (k keyNames) state(tenant string) string { return k.tenantBase(tenant) + "st" }
 

@@ -7,7 +7,8 @@
 #   2. side-by-side.sh: POST /v1/check against envoyproxy/ratelimit's POST /json;
 #   3. the worker's flush pass with 1M keys in a private Redis and 1,000 active tenants
 #      (BenchmarkFlushPass1MKeys: ms, Redis CPU and commands per pass), and the Redis
-#      instructions per decision (scripts/scriptcost.sh, callgrind), with or without
+#      instructions per decision and per flush pass (scripts/scriptcost.sh and
+#      scripts/flushcost.sh, callgrind), with or without
 #      PERF_DIR; side-by-side.sh is run twice, in exact and in leased mode.
 #
 # What it needs (nothing of it is in this repository, so that no other project's code is):
@@ -36,6 +37,8 @@ fi
 if command -v valgrind >/dev/null; then
   echo "## Redis instructions per decision (callgrind; the machine's load does not move them)"
   scripts/scriptcost.sh 5000x
+  echo "## Redis instructions per flush pass, 1M keys, 1,000 active tenants (callgrind)"
+  scripts/flushcost.sh 3x
 fi
 echo "## flush pass, 1M keys in Redis, 1,000 active tenants"
 go test -count=3 -run '^$' -bench FlushPass1MKeys -benchtime 10x ./internal/metering/

@@ -52,9 +52,9 @@ func (k Keys) State(tenant string) string { return k.tenantBase(tenant) + "st" }
 // Counter names the state hash fields of one period counter: q:<suffix>
 // is the total used (what the limiter enforces), f:<suffix> the flushed
 // mark (how much of it is in Postgres or claimed by a flush), ci/cn the
-// claimed, not yet acknowledged flush (id, units), ca the last acknowledged
-// claim's id and g usage counted while q was missing (added when it is
-// rebuilt). What is unflushed is q − f.
+// last claimed flush (id, units), ca the last acknowledged claim's id (the
+// claim in ci is pending while ci ≠ ca) and g usage counted while q was
+// missing (added when it is rebuilt). What is unflushed is q − f.
 type Counter struct {
 	Suffix string // "<meter>:<period start unix>"
 }

@@ -269,7 +269,7 @@ func (s *Store) ScanPending(ctx context.Context, fn func(PendingKey) error) erro
 }
 
 // unflushed lists the counters of a state hash with something to flush:
-// q ≠ f, a claim, or usage kept for a rebuild (g).
+// q ≠ f, a pending claim (ci ≠ ca), or usage kept for a rebuild (g).
 func unflushed(tenant string, h map[string]string) []PendingKey {
 	var out []PendingKey
 	for f, v := range h {
@@ -279,7 +279,8 @@ func unflushed(tenant string, h map[string]string) []PendingKey {
 		}
 		switch {
 		case typ == "q" && v != h["f:"+sfx] && !(v == "0" && h["f:"+sfx] == ""),
-			typ == "ci", typ == "g":
+			typ == "ci" && v != h["ca:"+sfx], // a claim not acknowledged
+			typ == "g":
 		default:
 			continue
 		}

@@ -124,7 +124,7 @@ func TestFlushDropsUnknownTenant(t *testing.T) {
 	if err != nil || st.Dropped != 1 {
 		t.Fatalf("flush = %+v, %v; want 1 dropped", st, err)
 	}
-	if h := b.rdb.HGetAll(b.ctx, b.store.Keys().State(ghost)).Val(); h["ci:"+c.Suffix] != "" || h[c.Used()] != h[c.Flushed()] {
+	if h := b.rdb.HGetAll(b.ctx, b.store.Keys().State(ghost)).Val(); h["ci:"+c.Suffix] != h["ca:"+c.Suffix] || h[c.Used()] != h[c.Flushed()] {
 		t.Fatalf("the dropped claim is still in Redis: %v", h)
 	}
 	if n := b.rdb.SCard(b.ctx, b.store.Keys().DirtyPending(ghost)).Val(); n != 0 {

@@ -116,11 +116,11 @@ func TestWorkerSIGKILLDuringFlushKeepsTotalsExact(t *testing.T) {
 
 	env := []string{"DATABASE_URL=" + pgtest.URL(t), "REDIS_URL=redis://" + srv.Addr + "/0", "MIGRATE_ON_START=false",
 		"FLUSH_INTERVAL=100ms", "LOG_LEVEL=warn", "STRIPE_SECRET_KEY=", "STRIPE_WEBHOOK_SECRET="}
-	flushing := func() bool { // a claim (ci:<counter> field) in a tenant's state hash
+	flushing := func() bool { // a pending claim (ci:<counter> ≠ ca:<counter>) in a tenant's state hash
 		for _, id := range ids {
-			fs, _ := rdb.HKeys(context.Background(), b.store.Keys().State(id)).Result()
-			for _, f := range fs {
-				if strings.HasPrefix(f, "ci:") {
+			h, _ := rdb.HGetAll(context.Background(), b.store.Keys().State(id)).Result()
+			for f, v := range h {
+				if sfx, ok := strings.CutPrefix(f, "ci:"); ok && v != h["ca:"+sfx] {
 					return true
 				}
 			}
