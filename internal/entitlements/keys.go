@@ -260,9 +260,13 @@ func (s *Service) AuthenticateKey(ctx context.Context, rawKey string, suspect bo
 }
 
 // touch writes last_used_at at most once per LastUsedEvery per key and
-// instance, so that a busy key does not cost a write per request.
+// instance, so that a busy key does not cost a write per request; while Run
+// runs the write is Run's, within a second (lastUsedWriter).
 func (s *Service) touch(ctx context.Context, keyID string, now time.Time) {
 	if !s.keys.touch(keyID, now, s.opts.LastUsedEvery) {
+		return
+	}
+	if s.lastUsed.note(keyID, now) {
 		return
 	}
 	_, err := s.db.Exec(ctx, `

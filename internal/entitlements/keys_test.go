@@ -1,6 +1,7 @@
 package entitlements_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -36,10 +37,14 @@ func TestIssueAndAuthenticateKey(t *testing.T) {
 			t.Errorf("Authenticate(%q) = %v", bogus, err)
 		}
 	}
-	keys, err := b.svc.ListKeys(b.ctx, tn.ID)
-	if err != nil || len(keys) != 1 || keys[0].Prefix != k.Prefix || keys[0].LastUsedAt == nil {
-		t.Fatalf("ListKeys = %+v, %v", keys, err)
-	}
+	// last_used_at is written by Run within a second.
+	testkit.Eventually(t, 5*time.Second, "last_used_at written", func() bool {
+		keys, err := b.svc.ListKeys(b.ctx, tn.ID)
+		if err != nil || len(keys) != 1 || keys[0].Prefix != k.Prefix {
+			t.Fatalf("ListKeys = %+v, %v", keys, err)
+		}
+		return keys[0].LastUsedAt != nil
+	})
 	if _, err := b.svc.IssueKey(b.ctx, "00000000-0000-0000-0000-000000000000", ""); apperr.CodeOf(err) != apperr.NotFound {
 		t.Fatalf("key for unknown tenant: %v", err)
 	}
@@ -160,4 +165,46 @@ func TestLostSubscriptionDropsKeyCache(t *testing.T) {
 		return apperr.CodeOf(err) == apperr.Unauthorized
 	})
 	testkit.Eventually(t, 5*time.Second, "subscription back", svc.KeyCacheLive)
+}
+
+// Authenticate does not wait for the write of last_used_at: with the key's
+// row locked by another transaction (which would hold an UPDATE) a key's
+// first use still answers at once, and the use is recorded once the lock
+// goes.
+func TestAuthenticateDoesNotWaitForLastUsedWrite(t *testing.T) {
+	b := setup(t)
+	tn := b.mustTenant(t, b.free)
+	k, err := b.svc.IssueKey(b.ctx, tn.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, "revocation subscription live", b.svc.KeyCacheLive)
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	if _, err := tx.Exec(b.ctx, `SELECT 1 FROM api_keys WHERE id = $1 FOR UPDATE`, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	info, err := b.svc.Authenticate(ctx, k.Key)
+	if err != nil || info.KeyID != k.ID {
+		t.Fatalf("Authenticate = %+v, %v", info, err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Fatalf("Authenticate took %v behind a locked api_keys row", took)
+	}
+	if err := tx.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, "last_used_at written after the lock", func() bool {
+		var used *time.Time
+		if err := b.pool.QueryRow(b.ctx, `SELECT last_used_at FROM api_keys WHERE id = $1`, k.ID).Scan(&used); err != nil {
+			t.Fatal(err)
+		}
+		return used != nil
+	})
 }

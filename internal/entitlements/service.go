@@ -71,6 +71,8 @@ type Service struct {
 	// instance's cache has expired them anyway (KeyCacheTTL).
 	unsentMu sync.Mutex
 	unsent   map[string]time.Time
+	// lastUsed holds the last_used_at writes Run makes off the request path.
+	lastUsed lastUsedWriter
 }
 
 // NewService builds the service. store may be nil in tools that never
@@ -121,8 +123,12 @@ func (s *Service) RevokedChannel() string { return s.opts.Prefix + ":keys:revoke
 // Run keeps the revocation subscription alive until ctx ends. While it is
 // subscribed, Authenticate may answer from its cache; whenever the
 // subscription is lost the cache is dropped and bypassed until it is back,
-// because a revocation published meanwhile would be missed.
+// because a revocation published meanwhile would be missed. It also writes
+// the API keys' last_used_at, batched, once a second (lastUsedWriter).
 func (s *Service) Run(ctx context.Context) error {
+	used := make(chan struct{})
+	go func() { defer close(used); s.runLastUsed(ctx) }()
+	defer func() { <-used }()
 	if s.opts.Redis == nil {
 		<-ctx.Done()
 		return nil
