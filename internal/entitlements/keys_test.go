@@ -2,7 +2,9 @@ package entitlements_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,5 +208,67 @@ func TestAuthenticateDoesNotWaitForLastUsedWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 		return used != nil
+	})
+}
+
+// A cached key in use is read again before it expires: past its
+// KeyCacheTTL it still answers from memory with Postgres unavailable (the
+// api_keys table locked), where without the refresh the request would wait
+// for Postgres.
+func TestKeyInUseIsRefreshedBeforeItExpires(t *testing.T) {
+	b := setup(t)
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	svc := entitlements.NewService(b.pool, b.store, slog.New(slog.NewTextHandler(tlog{t}, nil)), entitlements.Options{
+		DefaultPlan: b.free, Redis: b.rdb, Prefix: b.prefix, Now: now, KeyCacheTTL: 30 * time.Second,
+	})
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = svc.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testkit.Eventually(t, 5*time.Second, "revocation subscription live", svc.KeyCacheLive)
+
+	tn := b.mustTenant(t, b.free)
+	k, err := b.svc.IssueKey(b.ctx, tn.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Authenticate(b.ctx, k.Key); err != nil { // cached until +30s
+		t.Fatal(err)
+	}
+	offset.Store(int64(20 * time.Second)) // past half the TTL: this use asks for a refresh
+	if _, err := svc.Authenticate(b.ctx, k.Key); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, "key refreshed", func() bool { return svc.KeysRefreshed() >= 1 })
+
+	offset.Store(int64(40 * time.Second)) // past the first read's expiry
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	if _, err := tx.Exec(b.ctx, `LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	actx, acancel := context.WithTimeout(b.ctx, 2*time.Second)
+	defer acancel()
+	info, err := svc.Authenticate(actx, k.Key)
+	if err != nil || info.KeyID != k.ID {
+		t.Fatalf("Authenticate 40s after the first read, Postgres locked: %+v, %v", info, err)
+	}
+	_ = tx.Rollback(b.ctx)
+
+	// A refresh finds a key revoked behind the cache's back (no message).
+	if _, err := b.pool.Exec(b.ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1`, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	offset.Store(int64(40*time.Second + 20*time.Second))
+	if _, err := svc.Authenticate(b.ctx, k.Key); err != nil { // still trusted (within the TTL), asks again
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, "revoked key refused after the refresh", func() bool {
+		_, err := svc.Authenticate(b.ctx, k.Key)
+		return apperr.CodeOf(err) == apperr.Unauthorized
 	})
 }
