@@ -230,10 +230,13 @@ func (s *Service) AuthenticateKey(ctx context.Context, rawKey string, suspect bo
 	sum := hashKey(rawKey)
 	h := hex.EncodeToString(sum)
 	now := s.opts.Now()
-	e, ok, epoch := s.keys.get(h, now)
+	e, ok, epoch, refresh := s.keys.get(h, now)
 	if ok {
 		if !e.ok {
 			return KeyInfo{}, apperr.New(apperr.Unauthorized, "invalid API key")
+		}
+		if refresh {
+			s.askRefresh(sum)
 		}
 		s.touch(ctx, e.info.KeyID, now)
 		return e.info, nil
@@ -254,15 +257,19 @@ func (s *Service) AuthenticateKey(ctx context.Context, rawKey string, suspect bo
 		s.log.ErrorContext(ctx, "api key lookup failed", "err", err)
 		return KeyInfo{}, apperr.New(apperr.Unavailable, "cannot check API keys right now; retry")
 	}
-	s.keys.put(h, keyEntry{info: info, ok: true, expires: now.Add(s.opts.KeyCacheTTL)}, epoch)
+	s.keys.put(h, s.knownEntry(info, now), epoch)
 	s.touch(ctx, info.KeyID, now)
 	return info, nil
 }
 
 // touch writes last_used_at at most once per LastUsedEvery per key and
-// instance, so that a busy key does not cost a write per request.
+// instance, so that a busy key does not cost a write per request; while Run
+// runs the write is Run's, within a second (lastUsedWriter).
 func (s *Service) touch(ctx context.Context, keyID string, now time.Time) {
 	if !s.keys.touch(keyID, now, s.opts.LastUsedEvery) {
+		return
+	}
+	if s.lastUsed.note(keyID, now) {
 		return
 	}
 	_, err := s.db.Exec(ctx, `

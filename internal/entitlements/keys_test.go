@@ -1,7 +1,10 @@
 package entitlements_test
 
 import (
+	"context"
+	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,10 +39,14 @@ func TestIssueAndAuthenticateKey(t *testing.T) {
 			t.Errorf("Authenticate(%q) = %v", bogus, err)
 		}
 	}
-	keys, err := b.svc.ListKeys(b.ctx, tn.ID)
-	if err != nil || len(keys) != 1 || keys[0].Prefix != k.Prefix || keys[0].LastUsedAt == nil {
-		t.Fatalf("ListKeys = %+v, %v", keys, err)
-	}
+	// last_used_at is written by Run within a second.
+	testkit.Eventually(t, 5*time.Second, "last_used_at written", func() bool {
+		keys, err := b.svc.ListKeys(b.ctx, tn.ID)
+		if err != nil || len(keys) != 1 || keys[0].Prefix != k.Prefix {
+			t.Fatalf("ListKeys = %+v, %v", keys, err)
+		}
+		return keys[0].LastUsedAt != nil
+	})
 	if _, err := b.svc.IssueKey(b.ctx, "00000000-0000-0000-0000-000000000000", ""); apperr.CodeOf(err) != apperr.NotFound {
 		t.Fatalf("key for unknown tenant: %v", err)
 	}
@@ -160,4 +167,108 @@ func TestLostSubscriptionDropsKeyCache(t *testing.T) {
 		return apperr.CodeOf(err) == apperr.Unauthorized
 	})
 	testkit.Eventually(t, 5*time.Second, "subscription back", svc.KeyCacheLive)
+}
+
+// Authenticate does not wait for the write of last_used_at: with the key's
+// row locked by another transaction (which would hold an UPDATE) a key's
+// first use still answers at once, and the use is recorded once the lock
+// goes.
+func TestAuthenticateDoesNotWaitForLastUsedWrite(t *testing.T) {
+	b := setup(t)
+	tn := b.mustTenant(t, b.free)
+	k, err := b.svc.IssueKey(b.ctx, tn.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, "revocation subscription live", b.svc.KeyCacheLive)
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	if _, err := tx.Exec(b.ctx, `SELECT 1 FROM api_keys WHERE id = $1 FOR UPDATE`, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	info, err := b.svc.Authenticate(ctx, k.Key)
+	if err != nil || info.KeyID != k.ID {
+		t.Fatalf("Authenticate = %+v, %v", info, err)
+	}
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Fatalf("Authenticate took %v behind a locked api_keys row", took)
+	}
+	if err := tx.Rollback(b.ctx); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, "last_used_at written after the lock", func() bool {
+		var used *time.Time
+		if err := b.pool.QueryRow(b.ctx, `SELECT last_used_at FROM api_keys WHERE id = $1`, k.ID).Scan(&used); err != nil {
+			t.Fatal(err)
+		}
+		return used != nil
+	})
+}
+
+// A cached key in use is read again before it expires: past its
+// KeyCacheTTL it still answers from memory with Postgres unavailable (the
+// api_keys table locked), where without the refresh the request would wait
+// for Postgres.
+func TestKeyInUseIsRefreshedBeforeItExpires(t *testing.T) {
+	b := setup(t)
+	var offset atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	svc := entitlements.NewService(b.pool, b.store, slog.New(slog.NewTextHandler(tlog{t}, nil)), entitlements.Options{
+		DefaultPlan: b.free, Redis: b.rdb, Prefix: b.prefix, Now: now, KeyCacheTTL: 30 * time.Second,
+	})
+	ctx, cancel := context.WithCancel(b.ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = svc.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	testkit.Eventually(t, 5*time.Second, "revocation subscription live", svc.KeyCacheLive)
+
+	tn := b.mustTenant(t, b.free)
+	k, err := b.svc.IssueKey(b.ctx, tn.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Authenticate(b.ctx, k.Key); err != nil { // cached until +30s
+		t.Fatal(err)
+	}
+	offset.Store(int64(20 * time.Second)) // past half the TTL: this use asks for a refresh
+	if _, err := svc.Authenticate(b.ctx, k.Key); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, "key refreshed", func() bool { return svc.KeysRefreshed() >= 1 })
+
+	offset.Store(int64(40 * time.Second)) // past the first read's expiry
+	tx, err := b.pool.Begin(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(b.ctx) }()
+	if _, err := tx.Exec(b.ctx, `LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	actx, acancel := context.WithTimeout(b.ctx, 2*time.Second)
+	defer acancel()
+	info, err := svc.Authenticate(actx, k.Key)
+	if err != nil || info.KeyID != k.ID {
+		t.Fatalf("Authenticate 40s after the first read, Postgres locked: %+v, %v", info, err)
+	}
+	_ = tx.Rollback(b.ctx)
+
+	// A refresh finds a key revoked behind the cache's back (no message).
+	if _, err := b.pool.Exec(b.ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1`, k.ID); err != nil {
+		t.Fatal(err)
+	}
+	offset.Store(int64(40*time.Second + 20*time.Second))
+	if _, err := svc.Authenticate(b.ctx, k.Key); err != nil { // still trusted (within the TTL), asks again
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 5*time.Second, "revoked key refused after the refresh", func() bool {
+		_, err := svc.Authenticate(b.ctx, k.Key)
+		return apperr.CodeOf(err) == apperr.Unauthorized
+	})
 }

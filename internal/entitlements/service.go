@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -71,6 +72,12 @@ type Service struct {
 	// instance's cache has expired them anyway (KeyCacheTTL).
 	unsentMu sync.Mutex
 	unsent   map[string]time.Time
+	// lastUsed holds the last_used_at writes Run makes off the request path.
+	lastUsed lastUsedWriter
+	// refreshQ takes the hashes of cached keys due to be read again ahead
+	// of their expiry (keyrefresh.go); Run reads them.
+	refreshQ  chan []byte
+	refreshed atomic.Int64
 }
 
 // NewService builds the service. store may be nil in tools that never
@@ -109,7 +116,7 @@ func NewService(db *pgxpool.Pool, store *limitstore.Store, log *slog.Logger, opt
 	if opts.LastUsedEvery == 0 {
 		opts.LastUsedEvery = time.Minute
 	}
-	return &Service{db: db, store: store, log: log, opts: opts, keys: newKeyCache(), unsent: map[string]time.Time{}}
+	return &Service{db: db, store: store, log: log, opts: opts, keys: newKeyCache(), unsent: map[string]time.Time{}, refreshQ: make(chan []byte, refreshQueue)}
 }
 
 // DefaultPlan is the plan tenants fall back to.
@@ -121,8 +128,14 @@ func (s *Service) RevokedChannel() string { return s.opts.Prefix + ":keys:revoke
 // Run keeps the revocation subscription alive until ctx ends. While it is
 // subscribed, Authenticate may answer from its cache; whenever the
 // subscription is lost the cache is dropped and bypassed until it is back,
-// because a revocation published meanwhile would be missed.
+// because a revocation published meanwhile would be missed. It also writes
+// the API keys' last_used_at, batched, once a second (lastUsedWriter), and
+// reads again the cached keys that are in use before they expire
+// (runKeyRefresh).
 func (s *Service) Run(ctx context.Context) error {
+	used := make(chan struct{})
+	go func() { defer close(used); s.runLastUsed(ctx) }()
+	defer func() { <-used }()
 	if s.opts.Redis == nil {
 		<-ctx.Done()
 		return nil
@@ -130,6 +143,9 @@ func (s *Service) Run(ctx context.Context) error {
 	resent := make(chan struct{})
 	go func() { defer close(resent); s.resendRevocations(ctx) }()
 	defer func() { <-resent }()
+	refreshed := make(chan struct{})
+	go func() { defer close(refreshed); s.runKeyRefresh(ctx) }()
+	defer func() { <-refreshed }()
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
 		err := s.subscribeOnce(ctx)
@@ -280,6 +296,10 @@ type keyEntry struct {
 	info    KeyInfo
 	ok      bool
 	expires time.Time
+	// refreshAt (a known key's) is when Authenticate asks Run to read the
+	// key again ahead of expires; refreshing once it has asked.
+	refreshAt  time.Time
+	refreshing bool
 }
 
 // maxCachedKeys bounds the cache against floods of bogus keys.
@@ -306,18 +326,32 @@ func (c *keyCache) isLive() bool {
 }
 
 // get returns the cached answer and the epoch a caller must present to put.
-func (c *keyCache) get(hash string, now time.Time) (keyEntry, bool, uint64) {
+// refresh is true (once per entry) when a known key is past its refreshAt:
+// the caller then asks for it to be read again.
+func (c *keyCache) get(hash string, now time.Time) (e keyEntry, ok bool, epoch uint64, refresh bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.live {
-		return keyEntry{}, false, c.epoch
+		return keyEntry{}, false, c.epoch, false
 	}
-	e, ok := c.m[hash]
+	e, ok = c.m[hash]
 	if ok && now.After(e.expires) {
 		delete(c.m, hash)
 		ok = false
 	}
-	return e, ok, c.epoch
+	if ok && e.ok && !e.refreshing && !e.refreshAt.IsZero() && now.After(e.refreshAt) {
+		e.refreshing = true
+		c.m[hash] = e
+		refresh = true
+	}
+	return e, ok, c.epoch, refresh
+}
+
+// epochNow is the epoch a reader of Postgres must present to put.
+func (c *keyCache) epochNow() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.epoch
 }
 
 // put caches an answer read from Postgres unless a revocation (or a lost

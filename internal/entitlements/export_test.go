@@ -1,0 +1,4 @@
+package entitlements
+
+// KeysRefreshed counts the keys read again ahead of their expiry.
+func (s *Service) KeysRefreshed() int64 { return s.refreshed.Load() }
