@@ -4,9 +4,6 @@ import (
 	"bufio"
 	"context"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,7 +78,7 @@ func BenchmarkScriptCost(b *testing.B) {
 			if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 				b.Fatal(err)
 			}
-			cg.zero(b)
+			cg.Zero(b)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				if err := c.op(i); err != nil {
@@ -89,7 +86,7 @@ func BenchmarkScriptCost(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			if ir := cg.dump(b); ir > 0 {
+			if ir := cg.Dump(b); ir > 0 {
 				b.ReportMetric(float64(ir)/float64(b.N), "redis-instr/op")
 			}
 			calls, usec := scriptStats(b, rdb)
@@ -105,60 +102,14 @@ func BenchmarkScriptCost(b *testing.B) {
 	}
 }
 
-// callgrind names a redis-server run under valgrind --tool=callgrind
-// (scripts/scriptcost.sh): its instruction counts are the one measure of
-// a script's cost that the machine's load does not move.
-type callgrind struct {
-	pid string // "" when the server is not under callgrind
-	out string // --callgrind-out-file prefix; dumps are <out>.<n>
-}
-
 // scriptCostServer returns the Redis to measure: SCRIPTCOST_REDIS (with
-// SCRIPTCOST_CALLGRIND_PID and _OUT when it runs under callgrind), or a
-// private redis-server.
-func scriptCostServer(b *testing.B) (string, callgrind) {
+// SCRIPTCOST_CALLGRIND_PID and _OUT when it runs under callgrind,
+// scripts/scriptcost.sh), or a private redis-server.
+func scriptCostServer(b *testing.B) (string, redistest.Callgrind) {
 	if addr := os.Getenv("SCRIPTCOST_REDIS"); addr != "" {
-		return addr, callgrind{pid: os.Getenv("SCRIPTCOST_CALLGRIND_PID"), out: os.Getenv("SCRIPTCOST_CALLGRIND_OUT")}
+		return addr, redistest.CallgrindFromEnv("SCRIPTCOST")
 	}
-	return redistest.StartServer(b).Addr, callgrind{}
-}
-
-func (c callgrind) zero(b *testing.B) {
-	if c.pid == "" {
-		return
-	}
-	if out, err := exec.Command("callgrind_control", "-z", c.pid).CombinedOutput(); err != nil {
-		b.Fatalf("callgrind_control -z: %v: %s", err, out)
-	}
-}
-
-// dump writes the counts since zero and returns the instructions.
-func (c callgrind) dump(b *testing.B) int64 {
-	if c.pid == "" {
-		return 0
-	}
-	before, _ := filepath.Glob(c.out + ".*")
-	if out, err := exec.Command("callgrind_control", "-d", c.pid).CombinedOutput(); err != nil {
-		b.Fatalf("callgrind_control -d: %v: %s", err, out)
-	}
-	after, _ := filepath.Glob(c.out + ".*")
-	for _, f := range after {
-		if slices.Contains(before, f) {
-			continue
-		}
-		data, err := os.ReadFile(f)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, line := range strings.Split(string(data), "\n") {
-			if v, ok := strings.CutPrefix(line, "summary: "); ok {
-				n, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
-				return n
-			}
-		}
-	}
-	b.Fatalf("callgrind: no new dump of %s.*", c.out)
-	return 0
+	return redistest.StartServer(b).Addr, redistest.Callgrind{}
 }
 
 // scriptStats reads INFO commandstats: calls and usec per command.
