@@ -208,23 +208,18 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 // per plan and period length in use.
 const refShapes = 1024
 
-// refShape is the part of a limits hash that is the same for every tenant
-// on one plan (the fields pl, r and q:<meter> less the period's dates) as
-// the policies of a decision without a concurrency slot, so that a
-// decision by reference parses and prepares them once, not every time.
-// Tenants on one plan have periods of their own (each subscription's
-// billing anchor), so a shape keeps only what a decision's answer reads of
-// the period: its length (the quota's window). Its quota's counter fields
-// and dates are another tenant's: the paths that use them (a reservation,
-// a counter to rebuild) take the tenant's exact plan instead (refPlan's
-// exact).
-type refShape struct {
-	pol []policy
-}
-
-// shapeMap is a snapshot of the shapes, replaced whole when one is added:
-// decisions read it without a lock.
-type shapeMap map[string]*refShape
+// shapeMap holds, by shapeKey, the policies of a decision by reference
+// without a concurrency slot: the part of a limits hash that is the same
+// for every tenant on one plan (the fields pl, r and q:<meter> less the
+// period's dates), so that a decision parses and prepares it once, not
+// every time. Tenants on one plan have periods of their own (each
+// subscription's billing anchor), so a shape keeps only what a decision's
+// answer reads of the period: its length (the quota's window). Its quota's
+// counter fields and dates are another tenant's: the paths that use them
+// (a reservation, a counter to rebuild) take the tenant's exact plan
+// instead (refPlan's exact). It is a snapshot, replaced whole when a shape
+// is added: decisions read it without a lock.
+type shapeMap map[string][]policy
 
 // refPlan returns the plan of a decision by reference from the limits
 // hash's fields v, pl, r, c, q:<meter>, at, with the hash's version and
@@ -247,29 +242,29 @@ func (l *Limiter) refPlan(tenant, base, dirty string, req *Request, f []any, exa
 	name := str(f[1])
 	var kb [160]byte
 	key, ok := shapeKey(kb[:0], name, str(f[2]), str(f[4]), req)
-	var sh *refShape
+	var pol []policy
 	if ok {
 		if m := l.refShapes.Load(); m != nil {
-			sh = (*m)[string(key)]
+			pol = (*m)[string(key)]
 		}
 	}
-	if sh == nil {
+	if pol == nil {
 		p, _, err := l.fromLimits(tenant, req.Meter, f)
 		if err != nil {
 			return nil, 0, time.Time{}, err
 		}
-		sh = &refShape{pol: l.snapshotPlan(p, req).pol}
+		pol = l.snapshotPlan(p, req).pol
 		if ok {
-			l.putShape(string(key), sh)
+			l.putShape(string(key), pol)
 		}
 	}
 	pl := &plan{tenant: tenant, planName: name, refKey: tenant, hash: base + "st", base: base,
-		rfBase: l.keys.refusalBase(tenant), dirty: dirty, pol: sh.pol}
+		rfBase: l.keys.refusalBase(tenant), dirty: dirty, pol: pol}
 	return pl, v, time.UnixMilli(atMs), nil
 }
 
 // putShape adds a shape, starting afresh past refShapes of them.
-func (l *Limiter) putShape(key string, sh *refShape) {
+func (l *Limiter) putShape(key string, pol []policy) {
 	l.refMu.Lock()
 	defer l.refMu.Unlock()
 	old := l.refShapes.Load()
@@ -280,7 +275,7 @@ func (l *Limiter) putShape(key string, sh *refShape) {
 			m[k] = v
 		}
 	}
-	m[key] = sh
+	m[key] = pol
 	l.refShapes.Store(&m)
 }
 
@@ -311,11 +306,10 @@ func shapeKey(b []byte, name, r, q string, req *Request) ([]byte, bool) {
 			return nil, false
 		}
 	}
-	_, e1 := strconv.ParseInt(t[2], 10, 64)
-	next, e2 := strconv.ParseInt(t[3], 10, 64)
-	s0, e3 := strconv.ParseInt(t[4], 10, 64)
-	s1, e4 := strconv.ParseInt(t[5], 10, 64)
-	if e1 != nil || e2 != nil || e3 != nil || e4 != nil {
+	next, e1 := strconv.ParseInt(t[3], 10, 64)
+	s0, e2 := strconv.ParseInt(t[4], 10, 64)
+	s1, e3 := strconv.ParseInt(t[5], 10, 64)
+	if e1 != nil || e2 != nil || e3 != nil {
 		return nil, false
 	}
 	b = append(b, t[0]...)

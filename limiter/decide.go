@@ -54,7 +54,11 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 			if err != nil {
 				return nil, err
 			}
-			if want := boolInt(due != nil); len(rest) != want {
+			want := 0 // what follows the numbers: the stored snapshot, when due
+			if due != nil {
+				want = 1
+			}
+			if len(rest) != want {
 				return nil, fmt.Errorf("limiter: script reply has %d elements after its numbers, want %d", len(rest), want)
 			}
 			if due != nil {
@@ -243,6 +247,23 @@ func replyNums(res []any, npol int, buf []int64) ([]int64, []any, error) {
 		buf = append(buf, x)
 	}
 	return buf, res[n:], nil
+}
+
+// decisionPair holds a decision and its policies together.
+type decisionPair struct {
+	d  Decision
+	ps [2]PolicyStatus
+}
+
+// newDecision returns a Decision with n policies, in one allocation for
+// the common plan's two (a rate and a quota).
+func newDecision(n int) *Decision {
+	if n <= 2 {
+		x := &decisionPair{}
+		x.d.Policies = x.ps[:n:n]
+		return &x.d
+	}
+	return &Decision{Policies: make([]PolicyStatus, n)}
 }
 
 // decision makes a Decision of a reply's numbers (replyNums).

@@ -550,23 +550,6 @@ func (p *leasePool) decisionOf(tmpl []PolicyStatus, held int64, takenAt, now tim
 	return d
 }
 
-// decisionPair holds a decision and its policies together.
-type decisionPair struct {
-	d  Decision
-	ps [2]PolicyStatus
-}
-
-// newDecision returns a Decision with n policies, in one allocation for
-// the common plan's two (a rate and a quota).
-func newDecision(n int) *Decision {
-	if n <= 2 {
-		x := &decisionPair{}
-		x.d.Policies = x.ps[:n:n]
-		return &x.d
-	}
-	return &Decision{Policies: make([]PolicyStatus, n)}
-}
-
 // detachLocked empties the pool and returns what it held.
 func (p *leasePool) detachLocked() []leaseChunk {
 	c := p.chunks

@@ -148,10 +148,3 @@ func boolArg(b bool) string {
 	}
 	return "0"
 }
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
