@@ -100,3 +100,80 @@ func seriesNames(t *testing.T, reg prometheus.Gatherer) map[string]bool {
 	}
 	return out
 }
+
+// counterValue returns the value of name's series with exactly labels
+// (a histogram's sample count), or -1 when there is none.
+func counterValue(t *testing.T, reg prometheus.Gatherer, name string, labels map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) != len(labels) {
+				continue
+			}
+			for _, l := range m.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					continue next
+				}
+			}
+			if h := m.GetHistogram(); h != nil {
+				return float64(h.GetSampleCount())
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return -1
+}
+
+// Each request counts once in its own route, method and status series, in
+// the counter and the latency histogram alike (observe keeps each label
+// set's series after its first use): one route and method answering three
+// statuses, and other routes and methods beside it.
+func TestMetricsCountEachRequestInItsSeries(t *testing.T) {
+	pool := pgtest.New(t)
+	rdb, prefix := redistest.New(t)
+	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})
+	plan := in.newPlan(t, map[string]any{"per_second": 1000, "burst": 1000},
+		map[string]any{"requests": map[string]any{"limit": 1000, "mode": "hard"}})
+	_, key := in.newTenant(t, plan)
+	for _, c := range []struct {
+		method, path, token string
+		body                any
+		status, n           int
+	}{
+		{http.MethodPost, "/v1/check", key, nil, http.StatusOK, 3},
+		{http.MethodPost, "/v1/check", key, "{", http.StatusBadRequest, 2},
+		{http.MethodPost, "/v1/check", "", nil, http.StatusUnauthorized, 1},
+		{http.MethodGet, "/healthz", "", nil, http.StatusOK, 2},
+		{http.MethodPost, "/v1/check", key, nil, http.StatusOK, 2}, // series already made
+	} {
+		for i := 0; i < c.n; i++ {
+			if got := in.call(t, c.method, c.path, c.token, c.body); got.status != c.status {
+				t.Fatalf("%s %s: %d, want %d: %s", c.method, c.path, got.status, c.status, got.raw)
+			}
+		}
+	}
+	for _, c := range []struct {
+		route, method, status string
+		want                  float64
+	}{
+		{"/v1/check", "POST", "200", 5},
+		{"/v1/check", "POST", "400", 2},
+		{"/v1/check", "POST", "401", 1},
+		{"/healthz", "GET", "200", 2},
+	} {
+		labels := map[string]string{"route": c.route, "method": c.method, "status": c.status}
+		for _, name := range []string{"tollgate_http_requests_total", "tollgate_http_request_duration_seconds"} {
+			if got := counterValue(t, in.reg, name, labels); got != c.want {
+				t.Errorf("%s%v = %v, want %v", name, labels, got, c.want)
+			}
+		}
+	}
+}
