@@ -11,15 +11,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-3x}
-work=$(mktemp -d -t flushcost.XXXXXX)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-valgrind --tool=callgrind --callgrind-out-file="$work/cg.out" \
-  redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --dir "$work" \
-  --enable-debug-command yes >"$work/valgrind.log" 2>&1 &
-vpid=$!
-trap 'kill $vpid 2>/dev/null; wait $vpid 2>/dev/null; rm -rf "$work"' EXIT
-for _ in $(seq 100); do redis-cli -p "$port" ping >/dev/null 2>&1 && break; sleep 0.2; done
-FLUSHCOST_REDIS=127.0.0.1:$port FLUSHCOST_CALLGRIND_PID=$vpid FLUSHCOST_CALLGRIND_OUT=$work/cg.out \
+. scripts/callgrind-redis.sh
+callgrind_redis flushcost --enable-debug-command yes
+FLUSHCOST_REDIS=127.0.0.1:$port FLUSHCOST_CALLGRIND_PID=$vpid FLUSHCOST_CALLGRIND_OUT=$cg \
   go test -count=1 -timeout 60m -run '^$' -bench FlushPass1MKeys -benchtime "$n" ./internal/metering/
 last=$(ls -v "$work"/cg.out.* 2>/dev/null | tail -1)
 if [[ -n $last ]]; then
