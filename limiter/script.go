@@ -523,7 +523,7 @@ if (tonumber(r[2]) or 0) ~= tonumber(ARGV[4]) then return -1 end
 local d = tonumber(ARGV[2])
 local g = tonumber(r[3]) or 0
 redis.call('HSET', KEYS[1], 'q:' .. sfx, d + g, 'f:' .. sfx, d)
-redis.call('HDEL', KEYS[1], 'ci:' .. sfx, 'cn:' .. sfx, 'g:' .. sfx)
+redis.call('HDEL', KEYS[1], 'ci:' .. sfx, 'cn:' .. sfx, 'g:' .. sfx, 'cs:' .. sfx)
 if g ~= 0 then
   redis.call('SADD', ARGV[6], ARGV[5])
   redis.call('EXPIRE', ARGV[6], 3456000)

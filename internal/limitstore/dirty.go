@@ -195,18 +195,20 @@ end
 // counter it returns the ID and units of the claim (an earlier
 // unacknowledged claim as it was), or "" and 0 when there was nothing to
 // flush (the mark goes) or the counter is missing and awaits its rebuild
-// (the mark stays while g holds usage for it). cn and g are read only on
-// those rare paths.
+// (the mark stays while g holds usage for it), and the counter's flush
+// sequence cs (what Postgres had counted at the last acknowledgement; 0
+// when unknown): Postgres tells a claim of a rolled-back hash by it. cn
+// and g are read only on the rare paths.
 var claimBatchScript = redis.NewScript(sremAll + `
 local d = KEYS[#KEYS]
 local out, gone = {}, {}
 for i = 1, #KEYS - 1 do
   local h, sfx = KEYS[i], ARGV[2 * i - 1]
   local ci, q, f = 'ci:' .. sfx, 'q:' .. sfx, 'f:' .. sfx
-  local r = redis.call('HMGET', h, ci, 'ca:' .. sfx, q, f)
-  out[2 * i - 1] = ''; out[2 * i] = 0
+  local r = redis.call('HMGET', h, ci, 'ca:' .. sfx, q, f, 'cs:' .. sfx)
+  out[3 * i - 2] = ''; out[3 * i - 1] = 0; out[3 * i] = r[5] or '0'
   if r[1] and r[1] ~= r[2] then
-    out[2 * i - 1] = r[1]; out[2 * i] = tonumber(redis.call('HGET', h, 'cn:' .. sfx)) or 0
+    out[3 * i - 2] = r[1]; out[3 * i - 1] = tonumber(redis.call('HGET', h, 'cn:' .. sfx)) or 0
   elseif not r[3] then
     if redis.call('HEXISTS', h, 'g:' .. sfx) == 0 then gone[#gone + 1] = mark(h, sfx) end
   else
@@ -216,7 +218,7 @@ for i = 1, #KEYS - 1 do
     else
       local id = ARGV[2 * i]
       redis.call('HSET', h, ci, id, 'cn:' .. sfx, n, f, r[3])
-      out[2 * i - 1] = id; out[2 * i] = n
+      out[3 * i - 2] = id; out[3 * i - 1] = n
     end
   end
 end
@@ -226,8 +228,9 @@ return out
 
 // ackBatchScript acknowledges several claims of one dirty set (KEYS as
 // claimBatchScript's, ARGV per counter its suffix, the claim ID to
-// acknowledge, "" to skip it, and its mark). The mark goes when the
-// counter has nothing unflushed left.
+// acknowledge, "" to skip it, its mark, and the flush sequence Postgres
+// gave it, "" when unknown). The mark goes when the counter has nothing
+// unflushed left. The sequence is written to cs with ca, in the same HSET.
 //
 // An acknowledgement that finds neither its claim nor its ID as the last
 // acknowledged one means Redis lost the hash while the claim was being
@@ -240,25 +243,42 @@ return out
 // acknowledgement then does the same). ca is read only on that path: a
 // claim found in ci is acknowledged whatever ca holds (a replayed
 // acknowledgement writes the same ca again).
+//
+// A claim Postgres found stale (the hash is behind Postgres: a replica
+// promoted after losing writes) is acknowledged by rebasing the counter
+// instead (ARGV 5 per counter: Postgres's durable usage, "" for a normal
+// acknowledgement): the claim's units were the old master's, counted
+// already, so they are dropped; f becomes the durable usage and q that
+// plus what was counted since the claim (q − f), and cs Postgres's
+// sequence, so the next claim is counted again.
 var ackBatchScript = redis.NewScript(sremAll + `
 local d = KEYS[#KEYS]
 local gone = {}
 for i = 1, #KEYS - 1 do
-  local h, sfx, id = KEYS[i], ARGV[3 * i - 2], ARGV[3 * i - 1]
+  local h, sfx, id, seq, dur = KEYS[i], ARGV[5 * i - 4], ARGV[5 * i - 3], ARGV[5 * i - 1], ARGV[5 * i]
   if id ~= '' then
     local r = redis.call('HMGET', h, 'ci:' .. sfx, 'q:' .. sfx, 'f:' .. sfx)
-    if r[1] == id then
-      redis.call('HSET', h, 'ca:' .. sfx, id)
-      if not r[2] or r[2] == r[3] or tonumber(r[2]) == (tonumber(r[3]) or 0) then gone[#gone + 1] = ARGV[3 * i] end
+    if r[1] == id and dur ~= '' then
+      local du = tonumber(dur)
+      local nq = du + (tonumber(r[2]) or 0) - (tonumber(r[3]) or 0)
+      redis.call('HSET', h, 'q:' .. sfx, nq, 'f:' .. sfx, du, 'ca:' .. sfx, id, 'cs:' .. sfx, seq)
+      if nq == du then gone[#gone + 1] = ARGV[5 * i - 2] end
+    elseif r[1] == id then
+      if seq ~= '' then
+        redis.call('HSET', h, 'ca:' .. sfx, id, 'cs:' .. sfx, seq)
+      else
+        redis.call('HSET', h, 'ca:' .. sfx, id)
+      end
+      if not r[2] or r[2] == r[3] or tonumber(r[2]) == (tonumber(r[3]) or 0) then gone[#gone + 1] = ARGV[5 * i - 2] end
     elseif redis.call('HGET', h, 'ca:' .. sfx) ~= id then
       redis.call('HINCRBY', h, 'e', 1)
       if r[2] then
         local u = tonumber(r[2]) - (tonumber(r[3]) or 0)
         if u ~= 0 then
           redis.call('HINCRBY', h, 'g:' .. sfx, u)
-          redis.call('SADD', d, ARGV[3 * i])
+          redis.call('SADD', d, ARGV[5 * i - 2])
         end
-        redis.call('HDEL', h, 'q:' .. sfx, 'f:' .. sfx, 'ci:' .. sfx, 'cn:' .. sfx)
+        redis.call('HDEL', h, 'q:' .. sfx, 'f:' .. sfx, 'ci:' .. sfx, 'cn:' .. sfx, 'cs:' .. sfx)
       end
       if redis.call('PTTL', h) < 0 then redis.call('PEXPIRE', h, 3456000000) end
     end
@@ -268,23 +288,14 @@ sremAll(d, gone)
 return 0
 `)
 
-// batchArgs returns the scripts' KEYS and ARGV for ks, with ids[i] as the
-// claim ID of ks[i], and with marks the counters' marks too (the
-// acknowledgement removes most of them: an argument costs Redis about half
-// of what making the mark in Lua does; the claim makes the few it removes).
-func (s *Store) batchArgs(ks []PendingKey, ids []string, marks bool) ([]string, []any) {
+// batchArgs returns the claim script's KEYS and ARGV for ks, with ids[i]
+// as the claim ID of ks[i].
+func (s *Store) batchArgs(ks []PendingKey, ids []string) ([]string, []any) {
 	keys := make([]string, 0, len(ks)+1)
-	n := 2
-	if marks {
-		n = 3
-	}
-	args := make([]any, 0, n*len(ks))
+	args := make([]any, 0, 2*len(ks))
 	for i, k := range ks {
 		keys = append(keys, s.keys.State(k.Tenant))
 		args = append(args, CounterOf(k.Meter, k.PeriodStart).Suffix, ids[i])
-		if marks {
-			args = append(args, s.keys.Mark(k.Tenant, k.Meter, k.PeriodStart))
-		}
 	}
 	return append(keys, s.keys.DirtyPending(ks[0].Tenant)), args
 }
@@ -300,33 +311,64 @@ func (s *Store) ClaimPendingBatch(ctx context.Context, ks []PendingKey) ([]Claim
 	for i := range ids {
 		ids[i] = newID()
 	}
-	keys, args := s.batchArgs(ks, ids, false)
+	keys, args := s.batchArgs(ks, ids)
 	res, err := claimBatchScript.Run(ctx, s.rdb, keys, args...).Slice()
 	if err != nil {
 		return nil, fmt.Errorf("limitstore: claiming pending usage: %w", err)
 	}
-	if len(res) != 2*len(ks) {
+	if len(res) != 3*len(ks) {
 		return nil, fmt.Errorf("limitstore: claiming pending usage: reply of %d elements for %d counters", len(res), len(ks))
 	}
 	out := make([]Claim, len(ks))
 	for i := range ks {
-		id, ok1 := res[2*i].(string)
-		n, ok2 := res[2*i+1].(int64)
-		if !ok1 || !ok2 {
+		id, ok1 := res[3*i].(string)
+		n, ok2 := res[3*i+1].(int64)
+		seqS, ok3 := res[3*i+2].(string)
+		seq, err := strconv.ParseInt(seqS, 10, 64)
+		if !ok1 || !ok2 || !ok3 || err != nil {
 			return nil, fmt.Errorf("limitstore: claiming pending usage: malformed reply")
 		}
-		out[i] = Claim{ID: id, N: n}
+		out[i] = Claim{ID: id, N: n, Seq: seq}
 	}
 	return out, nil
 }
 
+// Ack is the acknowledgement of one claim: ID "" leaves the counter alone.
+// Seq is the counter's flush sequence in Postgres after the commit (0
+// unknown: cs is left as it is). Stale says Postgres found the claim's
+// hash behind it (a rollback): the counter is rebased on Durable, its
+// durable usage, and the claim's units dropped (see ackBatchScript).
+type Ack struct {
+	ID      string
+	Seq     int64
+	Stale   bool
+	Durable int64
+}
+
 // AckPendingBatch is AckPending for a batch of DirtyPendingBatches in one
-// script; ids[i] is the claim of ks[i] to acknowledge, "" to leave it.
-func (s *Store) AckPendingBatch(ctx context.Context, ks []PendingKey, ids []string) error {
+// script; acks[i] acknowledges the claim of ks[i].
+func (s *Store) AckPendingBatch(ctx context.Context, ks []PendingKey, acks []Ack) error {
 	if len(ks) == 0 {
 		return nil
 	}
-	keys, args := s.batchArgs(ks, ids, true)
+	keys := make([]string, 0, len(ks)+1)
+	args := make([]any, 0, 5*len(ks))
+	for i, k := range ks {
+		a := acks[i]
+		seq, dur := "", ""
+		if a.Seq > 0 && a.ID != "" {
+			seq = strconv.FormatInt(a.Seq, 10)
+		}
+		if a.Stale && a.ID != "" {
+			dur = strconv.FormatInt(a.Durable, 10)
+			if seq == "" {
+				seq = "0"
+			}
+		}
+		keys = append(keys, s.keys.State(k.Tenant))
+		args = append(args, CounterOf(k.Meter, k.PeriodStart).Suffix, a.ID, s.keys.Mark(k.Tenant, k.Meter, k.PeriodStart), seq, dur)
+	}
+	keys = append(keys, s.keys.DirtyPending(ks[0].Tenant))
 	if err := ackBatchScript.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
 		return fmt.Errorf("limitstore: acknowledging flush: %w", err)
 	}

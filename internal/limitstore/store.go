@@ -349,6 +349,10 @@ func globEscape(s string) string {
 type Claim struct {
 	ID string
 	N  int64
+	// Seq is the counter's flush sequence as its last acknowledgement
+	// wrote it (cs): how many of its claims Postgres had counted then, 0
+	// when unknown (a counter rebuilt, or written before the sequence).
+	Seq int64
 }
 
 // ClaimPending moves the unflushed growth of a counter (q − f) into a claim
@@ -370,7 +374,7 @@ func (s *Store) ClaimPending(ctx context.Context, k PendingKey) (Claim, bool, er
 // another ID is left alone, and a claim Redis lost meanwhile makes the
 // counter be rebuilt (see ackBatchScript).
 func (s *Store) AckPending(ctx context.Context, k PendingKey, id string) error {
-	return s.AckPendingBatch(ctx, []PendingKey{k}, []string{id})
+	return s.AckPendingBatch(ctx, []PendingKey{k}, []Ack{{ID: id}})
 }
 
 // Refusals returns the tenant's refusals per policy on the UTC day of day.

@@ -15,6 +15,10 @@ type FlushStats struct {
 	Counters int   // counters whose claim was committed (or found committed)
 	Units    int64 // units added to Postgres by this pass
 	Dropped  int   // claims of unknown tenants, acknowledged and dropped
+	// Stale counts claims from a Redis hash behind Postgres (a replica
+	// promoted after losing writes): not counted, their counters rebased
+	// on Postgres's usage.
+	Stale int
 }
 
 // flushBatch is how many counters one claim script and one acknowledgement
@@ -55,10 +59,14 @@ func (s *Service) FlushOnce(ctx context.Context) (FlushStats, error) {
 	var claims []FlushClaim
 	commit := func() error {
 		if len(claims) > 0 {
-			out, cst, err := s.commitClaims(ctx, claims)
+			out, res, cst, err := s.commitClaimsResults(ctx, claims)
 			st.Counters += cst.Counters
 			st.Units += cst.Units
 			st.Dropped += cst.Dropped
+			st.Stale += cst.Stale
+			if cst.Stale > 0 {
+				s.log.WarnContext(ctx, "flush found counters behind Postgres (a Redis rollback): rebasing them", "counters", cst.Stale)
+			}
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -66,11 +74,11 @@ func (s *Service) FlushOnce(ctx context.Context) (FlushStats, error) {
 				fail(err) // the claims not committed stay for the next pass
 			}
 			for _, b := range batches {
-				acks := make([]string, len(b.ks))
+				acks := make([]limitstore.Ack, len(b.ks))
 				n := 0
 				for i, j := range b.at {
 					if j >= 0 && out[j] != commitFailed {
-						acks[i] = claims[j].ID
+						acks[i] = limitstore.Ack{ID: claims[j].ID, Seq: res[j].seq, Stale: out[j] == commitStale, Durable: res[j].durable}
 						n++
 					}
 				}
@@ -104,7 +112,7 @@ func (s *Service) FlushOnce(ctx context.Context) (FlushStats, error) {
 				continue // nothing to flush
 			}
 			b.at[i] = len(claims)
-			claims = append(claims, FlushClaim{ID: cs[i].ID, Tenant: k.Tenant, Meter: k.Meter, PeriodStart: k.PeriodStart, N: cs[i].N})
+			claims = append(claims, FlushClaim{ID: cs[i].ID, Tenant: k.Tenant, Meter: k.Meter, PeriodStart: k.PeriodStart, N: cs[i].N, Seq: cs[i].Seq})
 		}
 		batches = append(batches, b)
 		// Claims of many small batches (one per slot on a Cluster) share

@@ -26,6 +26,10 @@ type FlushClaim struct {
 	// N is the units to add, negative when reservations settled below
 	// their estimate gave units back.
 	N int64
+	// Seq is the counter's flush sequence as Redis last acknowledged it
+	// (limitstore.Claim.Seq; 0 unknown). Behind Postgres's, the claim
+	// comes from a rolled-back hash and is not counted.
+	Seq int64
 }
 
 // Commit outcomes of one claim: only a failed claim must stay in Redis.
@@ -35,7 +39,15 @@ const (
 	commitFailed    commitOutcome = iota // not committed: keep the claim for the next pass
 	commitCommitted                      // in Postgres now, or found there (a replay)
 	commitDropped                        // can never be committed (unknown tenant): drop it
+	commitStale                          // from a hash behind Postgres (a rollback): not counted, rebase the counter
 )
+
+// commitResult is what Postgres said of one claim: what the
+// acknowledgement writes back into the counter.
+type commitResult struct {
+	seq     int64 // the counter's flush sequence after the commit, 0 unknown
+	durable int64 // the counter's durable usage (for a stale claim's rebase)
+}
 
 // flushRowsSQL commits many claims in one statement, so one round trip
 // and one implicit transaction. Only claims whose id is new in
@@ -44,6 +56,16 @@ const (
 // otherwise update one row twice, which Postgres refuses). Rows are
 // inserted in key order so that concurrent flushers lock them in the
 // same order and cannot deadlock.
+//
+// Each counted claim numbers the counter's flushes (usage_periods.
+// flush_seq, and usage_flushes.seq the number it got); Redis keeps the
+// number its last acknowledgement saw (the claim's base, $8, 0 when
+// unknown). A claim whose base is behind the counter's number, or the
+// replay of a claim after which others were counted, comes from a hash
+// older than what Postgres has: a replica promoted after losing writes.
+// Its units were the old master's and are counted already: it is
+// recorded uncounted (so that a replay is not counted either) and
+// answered stale, with the durable usage to rebase the counter on.
 //
 // The hourly row is the flush's hour in the claim's own period: usage of
 // the previous period flushed after the new one began stays the previous
@@ -55,29 +77,42 @@ const (
 // (used >= 0 is checked before the conflict is seen), so the update reads
 // it from g; CASE runs that lookup only for those rare rows, keeping the
 // statement linear in the batch.
+//
+// It returns one row per claim: its id, whether it is stale, and the
+// counter's flush sequence and durable usage after the statement.
 const flushRowsSQL = `
 WITH c AS (
-    SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::bigint[], $6::timestamptz[])
-        AS c(batch_id, tenant_id, meter, period_start, quantity, period_end)
+    SELECT * FROM unnest($1::text[], $2::uuid[], $3::text[], $4::timestamptz[], $5::bigint[], $6::timestamptz[], $8::bigint[])
+        AS c(batch_id, tenant_id, meter, period_start, quantity, period_end, base)
+), cur AS (
+    SELECT c.batch_id, coalesce(up.used, 0) AS used, coalesce(up.flush_seq, 0) AS flush_seq,
+        (c.base > 0 AND c.base < coalesce(up.flush_seq, 0)) AS stale
+    FROM c LEFT JOIN usage_periods up USING (tenant_id, meter, period_start)
 ), f AS (
-    INSERT INTO usage_flushes (batch_id, tenant_id, meter, period_start, quantity)
-    SELECT batch_id, tenant_id, meter, period_start, quantity FROM c
-    ORDER BY tenant_id, meter, period_start, batch_id
+    INSERT INTO usage_flushes (batch_id, tenant_id, meter, period_start, quantity, counted, seq)
+    SELECT c.batch_id, c.tenant_id, c.meter, c.period_start, c.quantity, NOT cur.stale,
+        CASE WHEN cur.stale THEN NULL ELSE cur.flush_seq + 1 END
+    FROM c JOIN cur USING (batch_id)
+    ORDER BY c.tenant_id, c.meter, c.period_start, c.batch_id
     ON CONFLICT (batch_id) DO NOTHING
-    RETURNING batch_id, tenant_id, meter, period_start, quantity
+    RETURNING batch_id, tenant_id, meter, period_start, quantity, counted
 ), g AS (
-    SELECT f.tenant_id, f.meter, f.period_start, max(c.period_end) AS period_end, sum(f.quantity)::bigint AS quantity
+    SELECT f.tenant_id, f.meter, f.period_start, max(c.period_end) AS period_end, sum(f.quantity)::bigint AS quantity,
+        count(*)::bigint AS n
     FROM f JOIN c USING (batch_id)
+    WHERE f.counted
     GROUP BY f.tenant_id, f.meter, f.period_start
 ), per AS (
-    INSERT INTO usage_periods AS up (tenant_id, meter, period_start, period_end, used)
-    SELECT tenant_id, meter, period_start, period_end, greatest(quantity, 0) FROM g
+    INSERT INTO usage_periods AS up (tenant_id, meter, period_start, period_end, used, flush_seq)
+    SELECT tenant_id, meter, period_start, period_end, greatest(quantity, 0), n FROM g
     ORDER BY tenant_id, meter, period_start
     ON CONFLICT (tenant_id, meter, period_start) DO UPDATE SET
         used = CASE WHEN excluded.used > 0 THEN up.used + excluded.used
             ELSE greatest(up.used + (SELECT g.quantity FROM g WHERE g.tenant_id = excluded.tenant_id
                 AND g.meter = excluded.meter AND g.period_start = excluded.period_start), 0) END,
+        flush_seq = up.flush_seq + excluded.flush_seq,
         updated_at = now()
+    RETURNING tenant_id, meter, period_start, used, flush_seq
 ), hourly AS (
     INSERT INTO usage_hourly AS h (tenant_id, period_start, meter, hour, used)
     SELECT tenant_id, period_start, meter,
@@ -88,7 +123,15 @@ WITH c AS (
             ELSE greatest(h.used + (SELECT g.quantity FROM g WHERE g.tenant_id = excluded.tenant_id
                 AND g.meter = excluded.meter AND g.period_start = excluded.period_start), 0) END
 )
-SELECT count(*), coalesce(sum(quantity), 0)::bigint FROM f`
+SELECT c.batch_id,
+    CASE WHEN f.batch_id IS NOT NULL THEN NOT f.counted
+        ELSE (old.counted IS FALSE OR old.seq < cur.flush_seq) END,
+    coalesce(per.flush_seq, cur.flush_seq), coalesce(per.used, cur.used),
+    f.batch_id IS NOT NULL AND f.counted, coalesce(f.quantity, 0)
+FROM c JOIN cur USING (batch_id)
+LEFT JOIN f USING (batch_id)
+LEFT JOIN usage_flushes old ON old.batch_id = c.batch_id
+LEFT JOIN per ON per.tenant_id = c.tenant_id AND per.meter = c.meter AND per.period_start = c.period_start`
 
 // flushRow is a claim ready for flushRowsSQL; i is its index in the
 // caller's claims.
@@ -107,7 +150,15 @@ type flushRow struct {
 // and only the bad one is dropped; any other failure leaves every claim
 // of the batch for the next pass and is returned.
 func (s *Service) commitClaims(ctx context.Context, claims []FlushClaim) ([]commitOutcome, FlushStats, error) {
+	out, _, st, err := s.commitClaimsResults(ctx, claims)
+	return out, st, err
+}
+
+// commitClaimsResults is commitClaims with what Postgres said of each
+// claim (res[i] for claims[i]; seq 0 unless committed or stale).
+func (s *Service) commitClaimsResults(ctx context.Context, claims []FlushClaim) ([]commitOutcome, []commitResult, FlushStats, error) {
 	out := make([]commitOutcome, len(claims))
+	res := make([]commitResult, len(claims))
 	var st FlushStats
 	var tenants []string
 	for i, c := range claims {
@@ -119,11 +170,11 @@ func (s *Service) commitClaims(ctx context.Context, claims []FlushClaim) ([]comm
 		tenants = append(tenants, c.Tenant)
 	}
 	if len(tenants) == 0 {
-		return out, st, nil
+		return out, res, st, nil
 	}
 	periods, err := loadTenantsPeriods(ctx, s.db, tenants)
 	if err != nil {
-		return out, st, err
+		return out, res, st, err
 	}
 	rows := make([]flushRow, 0, len(tenants))
 	for i, c := range claims {
@@ -140,31 +191,27 @@ func (s *Service) commitClaims(ctx context.Context, claims []FlushClaim) ([]comm
 		c.PeriodStart = start
 		rows = append(rows, flushRow{i: i, c: c, end: tp.endOf(start)})
 	}
-	err = s.commitRows(ctx, rows, out, &st)
-	return out, st, err
+	err = s.commitRows(ctx, rows, out, res, &st)
+	return out, res, st, err
 }
 
 // commitRows runs flushRowsSQL on rows, splitting them on a row error.
-func (s *Service) commitRows(ctx context.Context, rows []flushRow, out []commitOutcome, st *FlushStats) error {
+func (s *Service) commitRows(ctx context.Context, rows []flushRow, out []commitOutcome, res []commitResult, st *FlushStats) error {
 	if len(rows) == 0 {
 		return nil
 	}
 	n := len(rows)
 	batch, tenant, meter := make([]string, n), make([]string, n), make([]string, n)
 	start, end := make([]time.Time, n), make([]time.Time, n)
-	qty := make([]int64, n)
+	qty, base := make([]int64, n), make([]int64, n)
+	at := make(map[string]int, n)
 	for j, r := range rows {
 		batch[j], tenant[j], meter[j] = r.c.ID, r.c.Tenant, r.c.Meter
-		start[j], end[j], qty[j] = r.c.PeriodStart, r.end, r.c.N
+		start[j], end[j], qty[j], base[j] = r.c.PeriodStart, r.end, r.c.N, r.c.Seq
+		at[r.c.ID] = j
 	}
-	var inserted, units int64
-	err := s.db.QueryRow(ctx, flushRowsSQL, batch, tenant, meter, start, qty, end, s.opts.Now()).Scan(&inserted, &units)
+	err := s.commitStatement(ctx, rows, at, []any{batch, tenant, meter, start, qty, end, s.opts.Now(), base}, out, res, st)
 	if err == nil {
-		for _, r := range rows {
-			out[r.i] = commitCommitted
-		}
-		st.Counters += n
-		st.Units += units
 		return nil
 	}
 	var pe *pgconn.PgError
@@ -183,7 +230,61 @@ func (s *Service) commitRows(ctx context.Context, rows []flushRow, out []commitO
 		return fmt.Errorf("committing claim %s: %w", rows[0].c.ID, err)
 	}
 	s.log.WarnContext(ctx, "flush batch refused, splitting it", "claims", n, "err", err)
-	return errors.Join(s.commitRows(ctx, rows[:n/2], out, st), s.commitRows(ctx, rows[n/2:], out, st))
+	return errors.Join(s.commitRows(ctx, rows[:n/2], out, res, st), s.commitRows(ctx, rows[n/2:], out, res, st))
+}
+
+// commitStatement runs flushRowsSQL and reads its row per claim into out
+// and res. Nothing is written to out before the statement succeeded.
+func (s *Service) commitStatement(ctx context.Context, rows []flushRow, at map[string]int, args []any, out []commitOutcome, res []commitResult, st *FlushStats) error {
+	q, err := s.db.Query(ctx, flushRowsSQL, args...)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	type row struct {
+		j     int
+		stale bool
+		r     commitResult
+	}
+	got := make([]row, 0, len(rows))
+	var units int64
+	stale := 0
+	for q.Next() {
+		var id string
+		var x row
+		var counted bool
+		var n int64
+		if err := q.Scan(&id, &x.stale, &x.r.seq, &x.r.durable, &counted, &n); err != nil {
+			return err
+		}
+		j, ok := at[id]
+		if !ok {
+			return fmt.Errorf("metering: flush: a row for claim %q that was not sent", id)
+		}
+		x.j = j
+		if counted {
+			units += n
+		}
+		got = append(got, x)
+	}
+	if err := q.Err(); err != nil {
+		return err
+	}
+	if len(got) != len(rows) {
+		return fmt.Errorf("metering: flush: %d rows for %d claims", len(got), len(rows))
+	}
+	for _, x := range got {
+		i := rows[x.j].i
+		out[i], res[i] = commitCommitted, x.r
+		if x.stale {
+			out[i] = commitStale
+			stale++
+		}
+	}
+	st.Counters += len(rows)
+	st.Units += units
+	st.Stale += stale
+	return nil
 }
 
 // drop logs a claim that can never be committed. Usage of a tenant we do

@@ -213,7 +213,7 @@ func TestCommitRowsIsolatesBadRows(t *testing.T) {
 	rows = append(rows, flushRow{i: len(rows), c: FlushClaim{ID: "c-zero-" + randHex(4), Tenant: tns[8], Meter: "other", PeriodStart: start, N: 0}, end: end})
 	out := make([]commitOutcome, len(rows))
 	var st FlushStats
-	err := b.svc.commitRows(b.ctx, rows, out, &st)
+	err := b.svc.commitRows(b.ctx, rows, out, make([]commitResult, len(rows)), &st)
 	if err == nil || !strings.Contains(err.Error(), "c-zero-") {
 		t.Fatalf("err = %v, want the refused claim named", err)
 	}
