@@ -27,6 +27,9 @@ type prepared struct {
 	// script arguments ready to send), keyed by planKey: at most
 	// 4 × (quotas + 1) entries.
 	plans sync.Map
+	// floors are the tenant's counter floors (plan.floor), handed from
+	// one cached snapshot of the tenant to the next (endFill).
+	floors *tenantFloors
 }
 
 // planKey is what of a Request shapes a snapshot's plan; meter is "" when
@@ -235,6 +238,13 @@ func (c *snapCache) endFill(tenant string, f *fillState, p *prepared, now time.T
 		return
 	}
 	stale := !c.subscribed || f.gen != c.gen || f.dropped || p.snap.Version < f.minVersion
+	if p.floors == nil {
+		if old, ok := c.lru.peek(tenant); ok && old.p != nil && old.p.floors != nil {
+			p.floors = old.p.floors
+		} else {
+			p.floors = &tenantFloors{}
+		}
+	}
 	e := &cacheEntry{p: p, fetched: now, gen: c.gen, stale: stale}
 	e.bumped.Store(now.UnixNano())
 	c.lru.put(tenant, e)

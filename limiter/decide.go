@@ -48,6 +48,16 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 		if err != nil {
 			return nil, err
 		}
+		if status == 4 {
+			if err := l.rebase(ctx, pl, res); err != nil {
+				if errors.Is(err, errRedisDown) {
+					return nil, err
+				}
+				return l.unbuilt(pl, req)
+			}
+			script, args = l.decideArgs(pl, req, due != nil, leaseID, l.opts.UsageLoader != nil)
+			continue
+		}
 		if status != 2 {
 			var buf [4 + 3*4]int64 // a decision has at most 4 policies in common use
 			ints, rest, err := replyNums(res, len(pl.pol), buf[:0])
@@ -83,7 +93,13 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 					})
 				}
 			}
-			return l.decision(pl, req, ints, leaseID)
+			d, err := l.decision(pl, req, ints, leaseID)
+			if err == nil && pl.fast != nil && !req.Peek {
+				if q := pl.pol[1]; q.quota.hard {
+					pl.raiseFloor(ints[9], q.limit-ints[7])
+				}
+			}
+			return d, err
 		}
 		if attempt >= 2 {
 			// someone keeps deleting the counter: count from what Redis has
@@ -112,6 +128,7 @@ func (l *Limiter) decideArgs(pl *plan, req *Request, readBack bool, leaseID stri
 		args := make([]any, n)
 		args[0] = req.Cost
 		copy(args[1:], pl.fast)
+		args[1] = pl.fastArg()
 		if readBack {
 			args[n-1] = "1"
 		}
@@ -201,6 +218,37 @@ func (l *Limiter) seed(ctx context.Context, pl *plan, res []any) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// rebase checks a counter the fast script found below its floor against
+// Postgres (see rebaseLua), then forgets the floor, which the next
+// decision sets again from what Redis holds now.
+func (l *Limiter) rebase(ctx context.Context, pl *plan, res []any) error {
+	period, err := toInt64(res[1])
+	if err != nil || period < 0 || period > 1 || pl.fast == nil {
+		return fmt.Errorf("limiter: malformed rebase reply")
+	}
+	q := pl.pol[1].quota
+	if pl.floor[period] == nil {
+		return nil
+	}
+	floor := pl.floor[period].Load()
+	if l.opts.UsageLoader != nil {
+		durable, err := l.opts.UsageLoader(ctx, pl.tenant, q.meter, q.starts[period])
+		if err != nil {
+			if h := l.opts.Hooks.OnRedisError; h != nil {
+				h("usage", err)
+			}
+			return fmt.Errorf("limiter: usage of %q %s: %w", pl.tenant, q.meter, err)
+		}
+		if err := l.call(ctx, "rebase", func(ctx context.Context) error {
+			return rebaseScript.Run(ctx, l.rdb, []string{pl.hash}, q.sfx[period], durable, floor).Err()
+		}); err != nil {
+			return err
+		}
+	}
+	pl.floor[period].CompareAndSwap(floor, 0)
 	return nil
 }
 

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"math"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -49,7 +51,76 @@ type plan struct {
 	// bucket and one quota (nil for other plans); seed is whether the
 	// limiter has a UsageLoader.
 	fast []any
+
+	// floor is, per period (0 current, 1 next), the least the hard
+	// quota's counter held after the last decision this process made on
+	// it (limit − remaining): a counter found below it went back, which
+	// only a Redis rollback does (a replica promoted after losing writes;
+	// or a refund, which rebase tells apart), and is checked against
+	// Postgres before it is used (see fastBody, rebase). Kept per tenant
+	// across snapshot re-reads (tenantFloors), nil for plans without one.
+	floor [2]*atomic.Int64
 }
+
+// tenantFloors holds a tenant's counter floors (plan.floor) by counter
+// suffix. It outlives the tenant's cached snapshot: a failover renews the
+// invalidation subscription, which has every snapshot read again, and
+// the floors must still be there for the first decision after it.
+type tenantFloors struct {
+	mu sync.Mutex
+	m  map[string]*atomic.Int64
+}
+
+func (t *tenantFloors) get(sfx string) *atomic.Int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[string]*atomic.Int64{}
+	}
+	f, ok := t.m[sfx]
+	if !ok {
+		if len(t.m) >= 16 { // ended periods' counters: a few per meter
+			clear(t.m)
+		}
+		f = new(atomic.Int64)
+		t.m[sfx] = f
+	}
+	return f
+}
+
+// raiseFloor notes that the quota's counter of period held at least v.
+func (pl *plan) raiseFloor(period int64, v int64) {
+	f := pl.floor[period&1]
+	if f == nil {
+		return
+	}
+	for {
+		old := f.Load()
+		if v <= old || f.CompareAndSwap(old, v) {
+			return
+		}
+	}
+}
+
+// fastArg is fastBody's packed plan with this process's floors in it.
+func (pl *plan) fastArg() any {
+	if pl.floor[0] == nil {
+		return pl.fast[0]
+	}
+	f0, f1 := pl.floor[0].Load(), pl.floor[1].Load()
+	if f0 == 0 && f1 == 0 {
+		return pl.fast[0]
+	}
+	s := pl.fast[0].(string)
+	b := make([]byte, len(s))
+	copy(b, s)
+	binary.LittleEndian.PutUint64(b[8*fastFloor:], math.Float64bits(float64(f0)))
+	binary.LittleEndian.PutUint64(b[8*fastFloor+8:], math.Float64bits(float64(f1)))
+	return b
+}
+
+// fastFloor is the index of the first floor among fastBody's packed numbers.
+const fastFloor = 12
 
 // snapshotPlan returns the plan of a request on a cached snapshot. Plans
 // are built once per snapshot and request shape, so that a decision in
@@ -75,6 +146,10 @@ func (l *Limiter) snapshotPlan(p *prepared, req *Request) *plan {
 		pl.add(policy{typ: 'c', name: PolicyConcurrency, limit: p.conc, a: strconv.FormatInt(p.conc, 10), b: strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10), keys: []string{p.concKey}, fail: l.opts.FailMode.Concurrency})
 	}
 	pl.finish(l.opts.UsageLoader != nil)
+	if pl.fast != nil && p.floors != nil && pl.pol[1].quota.hard {
+		q := pl.pol[1].quota
+		pl.floor = [2]*atomic.Int64{p.floors.get(q.sfx[0]), p.floors.get(q.sfx[1])}
+	}
 	v, _ := p.plans.LoadOrStore(k, pl)
 	return v.(*plan)
 }
@@ -98,7 +173,8 @@ func (pl *plan) finish(seed bool) {
 		r, q := pl.pol[0], pl.pol[1].quota
 		f := q.fields
 		nums := []float64{r.ei, float64(r.rate.Burst), float64(q.limit), 0, float64(q.endMs), float64(q.nextMs), 0,
-			float64(len(f[0])), float64(len(pl.base)), float64(len(pl.dirty)), float64(len(q.meter)), float64(len(f[2]))}
+			float64(len(f[0])), float64(len(pl.base)), float64(len(pl.dirty)), float64(len(q.meter)), float64(len(f[2])),
+			0, 0} // the floors (fastArg)
 		if q.hard {
 			nums[3] = 1
 		}

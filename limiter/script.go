@@ -348,7 +348,9 @@ end
 // then the lengths of the first four strings that follow the current
 // period's q and f fields: the tenant's key base, the dirty marks'
 // prefix, the quota's name, the q and f fields of the next period (only
-// rare paths read those). One string instead of one ARGV each: Redis makes
+// rare paths read those), and the floors of the current and of the next
+// period's counter (plan.floor, 0 none): a counter below its floor makes
+// the reply {4, period}, and the limiter checks it against Postgres. One string instead of one ARGV each: Redis makes
 // an object of every ARGV and Lua interns it, a few thousand instructions
 // apiece. A 3rd ARGV reads the stored snapshot (KEYS[2]) back, as in
 // decideLua. KEYS[1] the state hash. Reply: fastCore's, then the stored
@@ -357,18 +359,18 @@ var fastBody = `
 local KEYS, ARGV = KEYS, ARGV
 local floor, ceil, sub = math.floor, math.ceil, string.sub
 local P = ARGV[2]
-local ei, burst, lim, hard, pend, nxt, seed, l0, lb, ld, lm, lq = struct.unpack('<dddddddddddd', P)
+local ei, burst, lim, hard, pend, nxt, seed, l0, lb, ld, lm, lq, fl0, fl1 = struct.unpack('<dddddddddddddd', P)
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = floor(now_us / 1000)
-local R = 96 + 2 * l0 -- where the rare strings start, less one
+local R = 112 + 2 * l0 -- where the rare strings start, less one
 local pend0 = pend
 local period, qf, ff
 if now_ms >= pend then
   local o = R + lb + ld + lm
-  period, pend, qf, ff = 1, nxt, sub(P, o + 1, o + lq), sub(P, o + lq + 1)
+  period, pend, qf, ff, fl0 = 1, nxt, sub(P, o + 1, o + lq), sub(P, o + lq + 1), fl1
 else
-  period, qf, ff = 0, sub(P, 97, 96 + l0), sub(P, 97 + l0, R)
+  period, qf, ff = 0, sub(P, 113, 112 + l0), sub(P, 113 + l0, R)
 end
 local h = KEYS[1]
 local hv = redis.call('HMGET', h, 'x', 'r', qf, ff)
@@ -378,11 +380,16 @@ if not usedS then
   local o = R + lb + ld + lm
   local A = {ARGV[1], '0', '1', sub(P, R + 1, R + lb), '', '0', 2, sub(P, R + lb + 1, R + lb + ld),
     'r', 'rate', ei, burst, 'q', sub(P, R + lb + ld + 1, o), lim, hard, pend0, nxt,
-    sub(P, 97, 96 + l0), sub(P, 97 + l0, R), sub(P, o + 1, o + lq), sub(P, o + lq + 1)}
+    sub(P, 113, 112 + l0), sub(P, 113 + l0, R), sub(P, o + 1, o + lq), sub(P, o + lq + 1)}
   if seed == 1 then A[6] = '1' end
   if ARGV[3] then A[23] = '1' end
 ` + decideBody + `
   return decide(KEYS, A)
+end
+if fl0 > 0 and tonumber(usedS) < fl0 then
+  -- below what this process saw it hold: rolled back, or refunded; the
+  -- limiter asks Postgres (rebaseLua) and decides again
+  return {4, period}
 end
 ` + strings.NewReplacer(
 	"$BASE", "sub(P, R + 1, R + lb)",
@@ -536,7 +543,32 @@ end
 return 1
 `
 
+// rebaseLua repairs a counter that a decision found below its floor (what
+// this process saw it hold), with the durable usage the UsageLoader read:
+// if the counter is below that too, Redis went back (a replica promoted
+// after losing its master's last writes: Postgres has the old master's
+// flushed units, and more), so the counter becomes the durable usage,
+// with nothing unflushed (what it held unflushed was the old master's,
+// flushed from there), its claim and flush sequence dropped (its next
+// claim is counted as the rebuild's are) and the epoch moved (a flush
+// acknowledging a claim made before the rebase then has it rebuilt from
+// Postgres once more). Otherwise it was a refund: nothing is written.
+//
+// KEYS: state hash. ARGV: counter suffix, durable, floor. Reply: 1
+// rebased, 0 left.
+const rebaseLua = `
+local sfx = ARGV[1]
+local q = tonumber(redis.call('HGET', KEYS[1], 'q:' .. sfx))
+local d = tonumber(ARGV[2])
+if not q or q >= tonumber(ARGV[3]) or q >= d then return 0 end
+redis.call('HSET', KEYS[1], 'q:' .. sfx, d, 'f:' .. sfx, d)
+redis.call('HDEL', KEYS[1], 'ci:' .. sfx, 'cn:' .. sfx, 'cs:' .. sfx)
+redis.call('HINCRBY', KEYS[1], 'e', 1)
+return 1
+`
+
 var (
+	rebaseScript  = redis.NewScript(rebaseLua)
 	decideScript  = redis.NewScript(decideLua)
 	fastScript    = redis.NewScript(fastLua)
 	refScript     = redis.NewScript(refLua)
