@@ -65,8 +65,8 @@ func (r *failoverRig) tenant(t *testing.T, limit int64) limitstore.PendingKey {
 	}
 	p := tp.at(time.Now())
 	snap := limiter.Snapshot{TenantID: tenant, Plan: "test", Status: "active", Version: 1,
-		Rate:   &limiter.Rate{PerSecond: 1e6, Burst: 1e6},
-		Quotas: map[string]limiter.Quota{"requests": {Limit: limit, Mode: "hard"}},
+		Rate:        &limiter.Rate{PerSecond: 1e6, Burst: 1e6},
+		Quotas:      map[string]limiter.Quota{"requests": {Limit: limit, Mode: "hard"}},
 		PeriodStart: p.Start, PeriodEnd: p.End, NextPeriodEnd: tp.at(p.End).End}
 	if err := r.b.store.PutSnapshot(r.b.ctx, snap); err != nil {
 		t.Fatal(err)
