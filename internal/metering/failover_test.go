@@ -172,3 +172,165 @@ func TestFailoverRollbackNeverFreesQuotaNorBillsTwice(t *testing.T) {
 	}
 	t.Logf("admitted %d of 500, %d of 300", admittedOpen, admittedFull)
 }
+
+// TestFlushRebasesRolledBackCounter rolls a tenant's state hash back to
+// an older copy (RESTORE of a DUMP taken earlier, which is what a replica
+// promoted after missing its master's last writes holds) and checks that
+// the worker's next flush recognises it as behind Postgres: the old
+// master's units are not counted again, the counter is raised to
+// Postgres's figure, and a limiter that never saw the tenant (nothing in
+// its memory to compare with) admits only what is left.
+func TestFlushRebasesRolledBackCounter(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// cut takes the copy, with part of the usage unflushed or claimed
+		cut func(t *testing.T, b *bundle, k limitstore.PendingKey) [2]string
+	}{
+		{"unflushed usage", func(t *testing.T, b *bundle, k limitstore.PendingKey) [2]string {
+			return dumpState(t, b, k)
+		}},
+		{"claim pending", func(t *testing.T, b *bundle, k limitstore.PendingKey) [2]string {
+			if _, ok, err := b.store.ClaimPending(b.ctx, k); err != nil || !ok {
+				t.Fatalf("claim: %v %v", ok, err)
+			}
+			return dumpState(t, b, k)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := setup(t)
+			k, lim := rollbackTenant(t, b, 100)
+			admit := func(lim *limiter.Limiter, n int) int64 {
+				var a int64
+				for i := 0; i < n; i++ {
+					d, err := lim.Allow(b.ctx, k.Tenant, limiter.Request{Cost: 1})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if d.Allowed {
+						a++
+					}
+				}
+				return a
+			}
+			admitted := admit(lim, 30)
+			flushOnce(t, b)
+			admitted += admit(lim, 10)
+			saved := tc.cut(t, b, k)
+			flushOnce(t, b)
+			admitted += admit(lim, 20)
+			flushOnce(t, b)
+			if got := b.durable(t, k.Tenant, k.Meter, k.PeriodStart); got != 60 || admitted != 60 {
+				t.Fatalf("Postgres %d, admitted %d before the rollback, want 60", got, admitted)
+			}
+
+			restoreState(t, b, k, saved)
+			st := flushOnce(t, b)
+			if got := b.durable(t, k.Tenant, k.Meter, k.PeriodStart); got != 60 {
+				t.Errorf("Postgres has %d after the rolled-back hash was flushed, want 60 (counted twice)", got)
+			}
+			if used, _, _ := b.store.Used(b.ctx, k.Tenant, k.Meter, k.PeriodStart); used != 60 || st.Stale != 1 {
+				t.Errorf("Redis counter %d (stale claims %d) after the flush, want 60 (1)", used, st.Stale)
+			}
+
+			fresh, err := limiter.New(b.rdb, limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, UsageLoader: b.svc.LoadUsage})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { fresh.Close() })
+			admitted += admit(fresh, 60)
+			flushOnce(t, b)
+			if got := b.durable(t, k.Tenant, k.Meter, k.PeriodStart); admitted != 100 || got != 100 {
+				t.Errorf("admitted %d of 100, Postgres %d", admitted, got)
+			}
+		})
+	}
+}
+
+// TestDecisionRebasesRolledBackCounter is the rollback of
+// TestFlushRebasesRolledBackCounter met by a decision before any flush: a
+// limiter that decided the tenant knows its counter held 60 and finds 40,
+// checks Postgres and goes on from 60.
+func TestDecisionRebasesRolledBackCounter(t *testing.T) {
+	b := setup(t)
+	k, lim := rollbackTenant(t, b, 100)
+	var admitted int64
+	admit := func(n int) {
+		for i := 0; i < n; i++ {
+			d, err := lim.Allow(b.ctx, k.Tenant, limiter.Request{Cost: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+	}
+	admit(30)
+	flushOnce(t, b)
+	admit(10)
+	saved := dumpState(t, b, k)
+	flushOnce(t, b)
+	admit(20)
+	flushOnce(t, b)
+	restoreState(t, b, k, saved)
+	admit(100)
+	flushOnce(t, b)
+	if got := b.durable(t, k.Tenant, k.Meter, k.PeriodStart); admitted != 100 || got != 100 {
+		t.Errorf("admitted %d of 100, Postgres %d", admitted, got)
+	}
+}
+
+func rollbackTenant(t *testing.T, b *bundle, limit int64) (limitstore.PendingKey, *limiter.Limiter) {
+	tenant := b.newTenant(t, time.Now().Add(-24*time.Hour))
+	tp, err := loadTenantPeriods(b.ctx, b.db, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := tp.at(time.Now())
+	snap := limiter.Snapshot{TenantID: tenant, Plan: "test", Status: "active", Version: 1,
+		Rate:        &limiter.Rate{PerSecond: 1e6, Burst: 1e6},
+		Quotas:      map[string]limiter.Quota{"requests": {Limit: limit, Mode: "hard"}},
+		PeriodStart: p.Start, PeriodEnd: p.End, NextPeriodEnd: tp.at(p.End).End}
+	if err := b.store.PutSnapshot(b.ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	lim, err := limiter.New(b.rdb, limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, DisableRefusalCache: true, UsageLoader: b.svc.LoadUsage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lim.Close() })
+	return limitstore.PendingKey{Tenant: tenant, Meter: "requests", PeriodStart: p.Start}, lim
+}
+
+func flushOnce(t *testing.T, b *bundle) FlushStats {
+	t.Helper()
+	st, err := b.svc.FlushOnce(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// dumpState copies the tenant's state hash and the dirty marks' set, the
+// keys a flush reads.
+func dumpState(t *testing.T, b *bundle, k limitstore.PendingKey) [2]string {
+	t.Helper()
+	var out [2]string
+	for i, key := range []string{b.store.Keys().State(k.Tenant), b.store.Keys().DirtyPending(k.Tenant)} {
+		s, err := b.rdb.Dump(b.ctx, key).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = s
+	}
+	return out
+}
+
+func restoreState(t *testing.T, b *bundle, k limitstore.PendingKey, saved [2]string) {
+	t.Helper()
+	for i, key := range []string{b.store.Keys().State(k.Tenant), b.store.Keys().DirtyPending(k.Tenant)} {
+		if err := b.rdb.RestoreReplace(b.ctx, key, 0, saved[i]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
