@@ -51,20 +51,8 @@ func newLimiter(cfg config.Config, ents *entitlements.Service, usage limiter.Usa
 	return lim, func() { lim.Close(); rdb.Close() }, nil
 }
 
-// limiterRedis is a client like cfg.NewRedis's with ContextTimeoutEnabled.
+// limiterRedis is cfg.NewRedis's client (ContextTimeoutEnabled, and a
+// Sentinel or Cluster client when configured so), one of the limiter's own.
 func limiterRedis(cfg config.Config) (redis.UniversalClient, error) {
-	if cfg.RedisClusterURL != "" {
-		opt, err := redis.ParseClusterURL(cfg.RedisClusterURL)
-		if err != nil {
-			return nil, &config.Error{Var: "REDIS_CLUSTER_URL", Err: err}
-		}
-		opt.ContextTimeoutEnabled = true
-		return redis.NewClusterClient(opt), nil
-	}
-	opt, err := redis.ParseURL(cfg.RedisURL)
-	if err != nil {
-		return nil, &config.Error{Var: "REDIS_URL", Err: err}
-	}
-	opt.ContextTimeoutEnabled = true
-	return redis.NewClient(opt), nil
+	return cfg.NewRedis()
 }

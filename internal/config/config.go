@@ -28,6 +28,20 @@ type Config struct {
 	RedisURL string
 	// RedisClusterURL (REDIS_CLUSTER_URL), empty by default; when set it wins over RedisURL.
 	RedisClusterURL string
+	// RedisSentinelAddrs (REDIS_SENTINEL_ADDRS, "host:port,host:port"),
+	// empty by default: the Sentinels that name the master, with
+	// RedisSentinelMaster (REDIS_SENTINEL_MASTER). When set, clients follow
+	// the master the Sentinels elect (go-redis's failover client) and
+	// RedisURL only gives the master's user, password, database and TLS.
+	// Not with REDIS_CLUSTER_URL.
+	RedisSentinelAddrs  []string
+	RedisSentinelMaster string
+	// RedisSentinelUsername and RedisSentinelPassword
+	// (REDIS_SENTINEL_USERNAME, REDIS_SENTINEL_PASSWORD), empty by default:
+	// the Sentinels' own credentials (requirepass in sentinel.conf), which
+	// may differ from the master's.
+	RedisSentinelUsername string
+	RedisSentinelPassword string
 	// HTTPAddr (HTTP_ADDR), default 127.0.0.1:8080.
 	HTTPAddr string
 	// PublicURL (PUBLIC_URL): how people reach the api, for printed links;
@@ -153,6 +167,9 @@ func Load(getenv func(string) string) (Config, error) {
 		DatabaseURL:                 get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/tollgate?sslmode=disable"),
 		RedisURL:                    get("REDIS_URL", "redis://127.0.0.1:6379/0"),
 		RedisClusterURL:             get("REDIS_CLUSTER_URL", ""),
+		RedisSentinelMaster:         get("REDIS_SENTINEL_MASTER", ""),
+		RedisSentinelUsername:       get("REDIS_SENTINEL_USERNAME", ""),
+		RedisSentinelPassword:       get("REDIS_SENTINEL_PASSWORD", ""),
 		HTTPAddr:                    get("HTTP_ADDR", "127.0.0.1:8080"),
 		AdminToken:                  get("ADMIN_TOKEN", ""),
 		StripeWebhookSecret:         get("STRIPE_WEBHOOK_SECRET", ""),
@@ -178,6 +195,24 @@ func Load(getenv func(string) string) (Config, error) {
 		}
 	} else if _, err := redis.ParseURL(c.RedisURL); err != nil {
 		bad("REDIS_URL", err)
+	}
+	if v := get("REDIS_SENTINEL_ADDRS", ""); v != "" {
+		for _, a := range strings.Split(v, ",") {
+			a = strings.TrimSpace(a)
+			if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+				bad("REDIS_SENTINEL_ADDRS", fmt.Errorf("%q: want host:port,host:port", a))
+				break
+			}
+			c.RedisSentinelAddrs = append(c.RedisSentinelAddrs, a)
+		}
+		switch {
+		case c.RedisSentinelMaster == "":
+			bad("REDIS_SENTINEL_MASTER", errors.New("the master's name (sentinel monitor <name> …) is needed with REDIS_SENTINEL_ADDRS"))
+		case c.RedisClusterURL != "":
+			bad("REDIS_SENTINEL_ADDRS", errors.New("Sentinel and REDIS_CLUSTER_URL exclude each other: a Cluster fails over by itself"))
+		}
+	} else if c.RedisSentinelMaster != "" {
+		bad("REDIS_SENTINEL_ADDRS", errors.New("the Sentinels' host:port list is needed with REDIS_SENTINEL_MASTER"))
 	}
 	if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 		bad("HTTP_ADDR", errors.New("want host:port"))
@@ -308,7 +343,8 @@ func planKey(s string) bool {
 }
 
 // NewRedis builds the go-redis client the configuration names: a cluster
-// client when REDIS_CLUSTER_URL is set, else a single-node client.
+// client when REDIS_CLUSTER_URL is set, a failover client following the
+// Sentinels' master with REDIS_SENTINEL_ADDRS, else a single-node client.
 func (c Config) NewRedis() (redis.UniversalClient, error) {
 	if c.RedisClusterURL != "" {
 		opt, err := redis.ParseClusterURL(c.RedisClusterURL)
@@ -325,6 +361,21 @@ func (c Config) NewRedis() (redis.UniversalClient, error) {
 		return nil, &Error{Var: "REDIS_URL", Err: err}
 	}
 	opt.ContextTimeoutEnabled = true
+	if len(c.RedisSentinelAddrs) > 0 {
+		// The master is whichever the Sentinels name: on a failover the
+		// client drops its connections and dials the new one.
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName:            c.RedisSentinelMaster,
+			SentinelAddrs:         c.RedisSentinelAddrs,
+			SentinelUsername:      c.RedisSentinelUsername,
+			SentinelPassword:      c.RedisSentinelPassword,
+			Username:              opt.Username,
+			Password:              opt.Password,
+			DB:                    opt.DB,
+			TLSConfig:             opt.TLSConfig,
+			ContextTimeoutEnabled: true,
+		}), nil
+	}
 	return redis.NewClient(opt), nil
 }
 
