@@ -16,30 +16,16 @@ import (
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
-// failoverRig is a master and a replica of the test's own, every client
-// (the worker's store, two limiters) reaching them through a Switch, and
-// Postgres: the setup of issue 22's failover.
+// failoverRig is the setup of issue 22's failover: Postgres, and Redis
+// (a master and a replica, or a Cluster with a replica per shard) reached
+// by the worker's store and two limiters, each with a client of its own.
 type failoverRig struct {
-	b       *bundle
-	master  *redistest.Server
-	replica *redistest.Server
-	sw      *redistest.Switch
-	lims    []*limiter.Limiter
+	b    *bundle
+	lims []*limiter.Limiter
 }
 
-func newFailoverRig(t *testing.T) *failoverRig {
-	if testing.Short() {
-		t.Skip("private redis-servers")
-	}
-	master := redistest.StartServer(t)
-	replica := redistest.StartReplica(t, master)
-	sw := redistest.NewSwitch(master.Addr)
-	client := func() *redis.Client {
-		c := redis.NewClient(&redis.Options{Addr: "redis-master", Dialer: sw.Dialer, MaxRetries: -1, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	r := &failoverRig{master: master, replica: replica, sw: sw}
+func newFailoverRig(t *testing.T, client func() redis.UniversalClient) *failoverRig {
+	r := &failoverRig{}
 	r.b = newBundle(t, pgtest.New(t), client(), redistest.Prefix())
 	for i := 0; i < 2; i++ { // two api instances, each its own client
 		lim, err := limiter.New(client(), limiter.Options{Prefix: r.b.prefix, Timeout: 2 * time.Second,
@@ -109,18 +95,73 @@ func (r *failoverRig) flushUntilCaughtUp(t *testing.T, k limitstore.PendingKey, 
 	})
 }
 
-// TestFailoverRollbackNeverFreesQuotaNorBillsTwice is issue 22's failover:
-// the replica is cut off with part of the usage unflushed, the master goes
-// on (Postgres catches up with it), then dies and the replica, whose
-// counters, flushed marks and claims are older than Postgres's, is
-// promoted and takes the traffic. A tenant not exhausted is admitted
-// exactly its quota in all, and a tenant exhausted before the failover
-// nothing more; Postgres holds exactly what was admitted (nothing was
-// admitted in the gap that no flush saw: the master was flushed before
-// it died).
+// TestFailoverRollbackNeverFreesQuotaNorBillsTwice is issue 22's failover,
+// on one Redis and on a Cluster: the replica is cut off with part of the
+// usage unflushed, the master goes on (Postgres catches up with it), then
+// dies and the replica, whose counters, flushed marks and claims are
+// older than Postgres's, is promoted and takes the traffic. A tenant not
+// exhausted is admitted exactly its quota in all, and a tenant exhausted
+// before the failover nothing more; Postgres holds exactly what was
+// admitted (nothing was admitted in the gap that no flush saw: the master
+// was flushed before it died).
 func TestFailoverRollbackNeverFreesQuotaNorBillsTwice(t *testing.T) {
-	r := newFailoverRig(t)
-	open, full := r.tenant(t, 500), r.tenant(t, 300)
+	if testing.Short() {
+		t.Skip("private redis-servers")
+	}
+	t.Run("single", func(t *testing.T) {
+		master := redistest.StartServer(t)
+		replica := redistest.StartReplica(t, master)
+		sw := redistest.NewSwitch(master.Addr)
+		r := newFailoverRig(t, func() redis.UniversalClient {
+			c := redis.NewClient(&redis.Options{Addr: "redis-master", Dialer: sw.Dialer, MaxRetries: -1, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { c.Close() })
+			return c
+		})
+		r.rollback(t, func(limitstore.PendingKey, limitstore.PendingKey) {
+			redistest.WaitReplicated(t, master)
+			redistest.CutReplication(t, replica)
+		}, func() {
+			master.Kill()
+			redistest.Promote(t, replica)
+			sw.Point(replica.Addr) // as a Sentinel or a DNS name would
+		})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		rc := redistest.StartReplicatedCluster(t)
+		r := newFailoverRig(t, func() redis.UniversalClient {
+			c := rc.Client(&redis.ClusterOptions{ContextTimeoutEnabled: true, MaxRedirects: 8})
+			t.Cleanup(func() { c.Close() })
+			return c
+		})
+		var master, replica [2]*redistest.Server
+		r.rollback(t, func(open, full limitstore.PendingKey) {
+			for i, k := range []limitstore.PendingKey{open, full} {
+				master[i], replica[i] = rc.Shard(t, r.b.store.Keys().State(k.Tenant))
+			}
+			for i := range master {
+				rc.WaitReplicated(t, master[i])
+			}
+			for i := range replica {
+				if i == 0 || replica[i] != replica[0] {
+					rc.CutReplica(t, replica[i])
+				}
+			}
+		}, func() {
+			for i := range master {
+				if i == 0 || master[i] != master[0] {
+					master[i].Kill()
+					rc.TakeOver(t, replica[i])
+				}
+			}
+		})
+	})
+}
+
+// rollback runs the failover: cut stops the replicas of the two tenants'
+// shards from replicating, failover kills their masters and promotes the
+// replicas.
+func (r *failoverRig) rollback(t *testing.T, cut func(open, full limitstore.PendingKey), failover func()) {
+	open, full, probe := r.tenant(t, 500), r.tenant(t, 300), r.tenant(t, 1e9)
 
 	// Before the cut: flushed, then some more not flushed yet.
 	a := r.drive(open, 150) + r.drive(full, 100)
@@ -130,8 +171,7 @@ func TestFailoverRollbackNeverFreesQuotaNorBillsTwice(t *testing.T) {
 	r.flushUntilCaughtUp(t, open, 150)
 	r.flushUntilCaughtUp(t, full, 100)
 	admittedOpen, admittedFull := 150+r.drive(open, 50), 100+r.drive(full, 50)
-	redistest.WaitReplicated(t, r.master)
-	redistest.CutReplication(t, r.replica)
+	cut(open, full)
 
 	// The master goes on, alone: Postgres catches up with it.
 	admittedOpen += r.drive(open, 230)
@@ -143,10 +183,20 @@ func TestFailoverRollbackNeverFreesQuotaNorBillsTwice(t *testing.T) {
 	r.flushUntilCaughtUp(t, full, admittedFull)
 
 	// The master dies; the replica, 230 and 200 behind, is promoted.
-	r.master.Kill()
-	redistest.Promote(t, r.replica)
-	r.sw.Point(r.replica.Addr)
-
+	failover()
+	// Traffic resumes once each limiter has Redis again (a Cluster client
+	// finds the new master after a few errors), so that the attempts below
+	// meet Redis, not the fail modes.
+	redistest.WaitFor(t, 60*time.Second, "decisions on the promoted replica", func() bool {
+		for _, lim := range r.lims {
+			d, err := lim.Allow(r.b.ctx, probe.Tenant, limiter.Request{Cost: 1})
+			if err != nil || !d.Allowed || d.Fallback != limiter.FallbackNone {
+				time.Sleep(50 * time.Millisecond) // polling interval
+				return false
+			}
+		}
+		return true
+	})
 	admittedOpen += r.drive(open, 1000)
 	admittedFull += r.drive(full, 1000)
 	if admittedOpen > 500 || admittedFull > 300 {
