@@ -354,6 +354,14 @@ func (c Config) NewRedis() (redis.UniversalClient, error) {
 		// Deadlines of callers' contexts bound socket I/O too, so a slow
 		// or dead Redis never holds a request past its deadline.
 		opt.ContextTimeoutEnabled = true
+		// A master that dies answers no MOVED: go-redis learns of its
+		// replica's promotion only when it reloads the slots, by default
+		// every 60 s, and every decision of that shard fails until then.
+		// Reloading every 2 s (one CLUSTER SLOTS, and only while the client
+		// is used) puts decisions back within seconds of the failover.
+		if opt.ClusterStateReloadInterval == 0 {
+			opt.ClusterStateReloadInterval = 2 * time.Second
+		}
 		return redis.NewClusterClient(opt), nil
 	}
 	opt, err := redis.ParseURL(c.RedisURL)

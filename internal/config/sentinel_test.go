@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -45,5 +46,27 @@ func TestSentinelConfiguration(t *testing.T) {
 		if _, err := Load(envOf(tc.env)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: err = %v, want it to name %s", tc.env, err, tc.want)
 		}
+	}
+}
+
+// A Cluster client reloads the slots every 2 s (go-redis's default is
+// 60 s), so that it finds a dead master's promoted replica within seconds:
+// a dead master answers no MOVED to send it there.
+func TestClusterClientReloadsSlotsWithinSeconds(t *testing.T) {
+	c, err := Load(envOf(map[string]string{"REDIS_CLUSTER_URL": "redis://10.0.0.1:7000?addr=10.0.0.2:7000"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdb, err := c.NewRedis()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	cl, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		t.Fatalf("client %T", rdb)
+	}
+	if o := cl.Options(); o.ClusterStateReloadInterval != 2*time.Second || !o.ContextTimeoutEnabled {
+		t.Errorf("reload interval %s, context timeouts %v", o.ClusterStateReloadInterval, o.ContextTimeoutEnabled)
 	}
 }

@@ -128,8 +128,22 @@ func TestFailoverRollbackNeverFreesQuotaNorBillsTwice(t *testing.T) {
 	})
 	t.Run("cluster", func(t *testing.T) {
 		rc := redistest.StartReplicatedCluster(t)
+		t.Logf("%s cluster up", time.Now().Format(time.StampMilli))
+		// The clients the configuration builds from REDIS_CLUSTER_URL:
+		// they must find the new master by themselves.
+		u := "redis://:" + rc.Password + "@" + rc.Nodes[0].Addr + "?"
+		for _, n := range rc.Nodes[1:] {
+			u += "addr=" + n.Addr + "&"
+		}
+		cfg, err := config.Load(func(k string) string { return map[string]string{"REDIS_CLUSTER_URL": u}[k] })
+		if err != nil {
+			t.Fatal(err)
+		}
 		r := newFailoverRig(t, func() redis.UniversalClient {
-			c := rc.Client(&redis.ClusterOptions{ContextTimeoutEnabled: true, MaxRedirects: 8})
+			c, err := cfg.NewRedis()
+			if err != nil {
+				t.Fatal(err)
+			}
 			t.Cleanup(func() { c.Close() })
 			return c
 		})
@@ -161,7 +175,7 @@ func TestFailoverRollbackNeverFreesQuotaNorBillsTwice(t *testing.T) {
 // shards from replicating, failover kills their masters and promotes the
 // replicas.
 func (r *failoverRig) rollback(t *testing.T, cut func(open, full limitstore.PendingKey), failover func()) {
-	open, full, probe := r.tenant(t, 500), r.tenant(t, 300), r.tenant(t, 1e9)
+	open, full := r.tenant(t, 500), r.tenant(t, 300)
 
 	// Before the cut: flushed, then some more not flushed yet.
 	a := r.drive(open, 150) + r.drive(full, 100)
@@ -172,6 +186,7 @@ func (r *failoverRig) rollback(t *testing.T, cut func(open, full limitstore.Pend
 	r.flushUntilCaughtUp(t, full, 100)
 	admittedOpen, admittedFull := 150+r.drive(open, 50), 100+r.drive(full, 50)
 	cut(open, full)
+	t.Logf("%s replication cut", time.Now().Format(time.StampMilli))
 
 	// The master goes on, alone: Postgres catches up with it.
 	admittedOpen += r.drive(open, 230)
@@ -184,19 +199,28 @@ func (r *failoverRig) rollback(t *testing.T, cut func(open, full limitstore.Pend
 
 	// The master dies; the replica, 230 and 200 behind, is promoted.
 	failover()
+	promoted := time.Now()
+	t.Logf("%s replicas promoted", promoted.Format(time.StampMilli))
 	// Traffic resumes once each limiter has Redis again (a Cluster client
 	// finds the new master after a few errors), so that the attempts below
-	// meet Redis, not the fail modes.
+	// meet Redis, not the fail modes: a peek (which takes nothing) of each
+	// tenant reaches its shard's new master.
 	redistest.WaitFor(t, 60*time.Second, "decisions on the promoted replica", func() bool {
 		for _, lim := range r.lims {
-			d, err := lim.Allow(r.b.ctx, probe.Tenant, limiter.Request{Cost: 1})
-			if err != nil || !d.Allowed || d.Fallback != limiter.FallbackNone {
-				time.Sleep(50 * time.Millisecond) // polling interval
-				return false
+			for _, k := range []limitstore.PendingKey{open, full} {
+				d, err := lim.Allow(r.b.ctx, k.Tenant, limiter.Request{Cost: 1, Peek: true})
+				if err != nil || d.Fallback != limiter.FallbackNone {
+					time.Sleep(50 * time.Millisecond) // polling interval
+					return false
+				}
 			}
 		}
 		return true
 	})
+	t.Logf("%s decisions resume", time.Now().Format(time.StampMilli))
+	if d := time.Since(promoted); d > 10*time.Second {
+		t.Errorf("decisions resumed %s after the promotion, want a few seconds", d)
+	}
 	admittedOpen += r.drive(open, 1000)
 	admittedFull += r.drive(full, 1000)
 	if admittedOpen > 500 || admittedFull > 300 {

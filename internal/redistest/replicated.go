@@ -87,9 +87,18 @@ func (c *ReplicatedCluster) Client(opt *redis.ClusterOptions) *redis.ClusterClie
 	return redis.NewClusterClient(opt)
 }
 
-// Shard returns the master serving key's slot and its replica.
+// Shard returns the master serving key's slot and its replica, once the
+// cluster's view (gossip) names both.
 func (c *ReplicatedCluster) Shard(t testing.TB, key string) (master, replica *Server) {
 	t.Helper()
+	WaitFor(t, 30*time.Second, "the master and the replica of "+key, func() bool {
+		master, replica, _ = c.shard(t, key)
+		return master != nil && replica != nil
+	})
+	return master, replica
+}
+
+func (c *ReplicatedCluster) shard(t testing.TB, key string) (master, replica *Server, nodes string) {
 	cl := c.node(c.Nodes[0].Addr)
 	defer cl.Close()
 	ctx := context.Background()
@@ -97,9 +106,9 @@ func (c *ReplicatedCluster) Shard(t testing.TB, key string) (master, replica *Se
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes, err := cl.ClusterNodes(ctx).Result()
+	nodes, err = cl.ClusterNodes(ctx).Result()
 	if err != nil {
-		t.Fatal(err)
+		return nil, nil, ""
 	}
 	byAddr := map[string]*Server{}
 	for _, s := range c.Nodes {
@@ -128,10 +137,7 @@ func (c *ReplicatedCluster) Shard(t testing.TB, key string) (master, replica *Se
 			replica = byAddr[strings.Split(f[1], "@")[0]]
 		}
 	}
-	if master == nil || replica == nil {
-		t.Fatalf("redistest: no master and replica for slot %d in\n%s", slot, nodes)
-	}
-	return master, replica
+	return master, replica, nodes
 }
 
 func atoi(s string) int64 {
