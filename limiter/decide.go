@@ -49,6 +49,15 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 			return nil, err
 		}
 		if status == 4 {
+			if attempt >= 3 {
+				// others keep raising the floor past what Redis holds
+				// (refunds racing): decide on what Redis has
+				for _, f := range pl.floor {
+					if f != nil {
+						f.Store(0)
+					}
+				}
+			}
 			if err := l.rebase(ctx, pl, res); err != nil {
 				if errors.Is(err, errRedisDown) {
 					return nil, err
