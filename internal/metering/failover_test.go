@@ -568,3 +568,46 @@ func TestSentinelFailoverUnderTraffic(t *testing.T) {
 		t.Errorf("admitted %d of %d, Postgres %d, %d admitted that no flush saw: over the bound or billed what was not admitted", admitted, limit, got, gap)
 	}
 }
+
+// TestRefundBelowFloorIsNotARollback: a reservation settled below its
+// estimate in one limiter lowers the counter under what another limiter
+// saw it hold. That limiter's next decision checks Postgres (the counter
+// is below its floor) and must find no rollback: nothing is lost or
+// counted twice, and the floor is forgotten.
+func TestRefundBelowFloorIsNotARollback(t *testing.T) {
+	b := setup(t)
+	k, a := rollbackTenant(t, b, 100)
+	other, err := limiter.New(b.rdb, limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, DisableRefusalCache: true, UsageLoader: b.svc.LoadUsage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Close() })
+	for i := 0; i < 30; i++ {
+		if d, err := a.Allow(b.ctx, k.Tenant, limiter.Request{Cost: 1}); err != nil || !d.Allowed {
+			t.Fatalf("decision: %+v %v", d, err)
+		}
+	}
+	flushOnce(t, b)
+	d, err := other.Allow(b.ctx, k.Tenant, limiter.Request{Cost: 20, Reserve: true})
+	if err != nil || !d.Allowed || d.Reservation == nil {
+		t.Fatalf("reserve: %+v %v", d, err)
+	}
+	if d, err := a.Allow(b.ctx, k.Tenant, limiter.Request{Cost: 1}); err != nil || !d.Allowed { // a sees 51
+		t.Fatalf("decision: %+v %v", d, err)
+	}
+	if _, err := other.Settle(b.ctx, k.Tenant, d.Reservation.ID, 2); err != nil { // 18 back: 33
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if d, err := a.Allow(b.ctx, k.Tenant, limiter.Request{Cost: 1}); err != nil || !d.Allowed {
+			t.Fatalf("decision after the refund: %+v %v", d, err)
+		}
+	}
+	flushOnce(t, b)
+	if got := b.durable(t, k.Tenant, k.Meter, k.PeriodStart); got != 38 {
+		t.Errorf("Postgres has %d, want 30 + 2 + 1 + 5 = 38", got)
+	}
+	if used, _, _ := b.store.Used(b.ctx, k.Tenant, k.Meter, k.PeriodStart); used != 38 {
+		t.Errorf("Redis counter %d, want 38", used)
+	}
+}
