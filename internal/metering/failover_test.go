@@ -221,8 +221,14 @@ func (r *failoverRig) rollback(t *testing.T, cut func(open, full limitstore.Pend
 	if d := time.Since(promoted); d > 10*time.Second {
 		t.Errorf("decisions resumed %s after the promotion, want a few seconds", d)
 	}
-	admittedOpen += r.drive(open, 1000)
-	admittedFull += r.drive(full, 1000)
+	// Traffic goes on for 3 s: long enough for each limiter's invalidation
+	// subscription to be renewed on the new master, which drops cached
+	// refusals (the exhausted tenant must stay refused without them).
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); {
+		admittedOpen += r.drive(open, 100)
+		admittedFull += r.drive(full, 100)
+		time.Sleep(20 * time.Millisecond) // pacing, not synchronisation
+	}
 	if admittedOpen > 500 || admittedFull > 300 {
 		t.Errorf("admitted %d of 500 and %d of 300: the rollback handed quota back", admittedOpen, admittedFull)
 	}
