@@ -22,6 +22,7 @@ import (
 type jobMetrics struct {
 	flushes     *prometheus.CounterVec
 	flushUnits  prometheus.Counter
+	flushStale  prometheus.Counter
 	lastFlushOK atomic.Int64 // unix nanoseconds of the last pass without error
 	closed      prometheus.Counter
 }
@@ -36,6 +37,10 @@ func newJobMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, log *slog.Logg
 			Name: "tollgate_usage_flush_units_total",
 			Help: "Usage units this worker's flush added to Postgres.",
 		}),
+		flushStale: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_usage_flush_stale_claims_total",
+			Help: "Claims this worker's flush found behind Postgres (a Redis replica promoted after losing writes): not counted, their counters raised to Postgres's figure.",
+		}),
 		closed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tollgate_usage_periods_closed_total",
 			Help: "Usage periods this worker closed.",
@@ -48,7 +53,7 @@ func newJobMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, log *slog.Logg
 		Name: "tollgate_usage_flush_lag_seconds",
 		Help: "Seconds since this worker's last flush pass that succeeded: how far Postgres may be behind Redis (alert when it grows beyond a few flush intervals).",
 	}, func() float64 { return time.Since(time.Unix(0, m.lastFlushOK.Load())).Seconds() })
-	for _, c := range []prometheus.Collector{m.flushes, m.flushUnits, m.closed, lag, newStateCollector(pool, log)} {
+	for _, c := range []prometheus.Collector{m.flushes, m.flushUnits, m.flushStale, m.closed, lag, newStateCollector(pool, log)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -64,6 +69,7 @@ func (m *jobMetrics) onFlush(st metering.FlushStats, err error) {
 	}
 	m.flushes.WithLabelValues("ok").Inc()
 	m.flushUnits.Add(float64(st.Units))
+	m.flushStale.Add(float64(st.Stale))
 	m.lastFlushOK.Store(time.Now().UnixNano())
 }
 

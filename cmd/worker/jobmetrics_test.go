@@ -56,7 +56,7 @@ func TestJobMetricsReportTheState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.onFlush(metering.FlushStats{Units: 7}, nil)
+	m.onFlush(metering.FlushStats{Units: 7, Stale: 2}, nil)
 	m.onFlush(metering.FlushStats{}, errTest)
 	for name, want := range map[string]float64{
 		`tollgate_usage_periods_overdue`:                                             2,
@@ -68,6 +68,7 @@ func TestJobMetricsReportTheState(t *testing.T) {
 		`tollgate_usage_flush_passes_total{result="ok"}`:                             1,
 		`tollgate_usage_flush_passes_total{result="error"}`:                          1,
 		`tollgate_usage_flush_units_total`:                                           7,
+		`tollgate_usage_flush_stale_claims_total`:                                    2,
 	} {
 		if got := gathered(t, reg, name); got != want {
 			t.Errorf("%s = %v, want %v", name, got, want)
