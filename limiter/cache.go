@@ -30,6 +30,9 @@ type prepared struct {
 	// floors are the tenant's counter floors (plan.floor), handed from
 	// one cached snapshot of the tenant to the next (endFill).
 	floors *tenantFloors
+	// earlier is this snapshot moved one window back (Limiter.earlier).
+	earlierOnce sync.Once
+	earlier     *prepared
 }
 
 // planKey is what of a Request shapes a snapshot's plan; meter is "" when
@@ -61,6 +64,7 @@ type preparedQuota struct {
 	nextS   string    // next period end, ms
 	endMs   int64
 	nextMs  int64
+	startMs int64 // the window's start when the window before it is known, else 0
 	starts  [2]time.Time
 	endsT   [2]time.Time
 	windows [2]time.Duration
@@ -103,6 +107,10 @@ func (k keyNames) prepare(s Snapshot) *prepared {
 			// No next period known: assume one of the same length.
 			next = s.PeriodEnd.Add(s.PeriodEnd.Sub(s.PeriodStart))
 		}
+		var startMs int64
+		if !s.PrevPeriodStart.IsZero() && s.PrevPeriodStart.Before(s.PeriodStart) {
+			startMs = s.PeriodStart.UnixMilli()
+		}
 		for m, q := range s.Quotas {
 			c0, c1 := counterSuffix(m, s.PeriodStart), counterSuffix(m, s.PeriodEnd)
 			pq := &preparedQuota{
@@ -116,6 +124,7 @@ func (k keyNames) prepare(s Snapshot) *prepared {
 				endS:    strconv.FormatInt(s.PeriodEnd.UnixMilli(), 10),
 				nextS:   strconv.FormatInt(next.UnixMilli(), 10),
 				endMs:   s.PeriodEnd.UnixMilli(),
+				startMs: startMs,
 				nextMs:  next.UnixMilli(),
 				starts:  [2]time.Time{s.PeriodStart, s.PeriodEnd},
 				endsT:   [2]time.Time{s.PeriodEnd, next},

@@ -48,6 +48,19 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 		if err != nil {
 			return nil, err
 		}
+		if status == 5 {
+			// The snapshot's window has not begun by Redis's clock.
+			if e := l.earlier(pl, req); e != nil && attempt < 3 {
+				pl = e
+				keys = pl.keys
+				if due != nil {
+					keys = append(keys[:len(keys):len(keys)], due.entKey)
+				}
+				script, args = l.decideArgs(pl, req, due != nil, leaseID, l.opts.UsageLoader != nil)
+				continue
+			}
+			return nil, fmt.Errorf("limiter: the snapshot's window of %q has not begun by Redis's clock", pl.tenant)
+		}
 		if status == 4 {
 			if attempt >= 3 {
 				// others keep raising the floor past what Redis holds

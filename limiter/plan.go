@@ -61,6 +61,30 @@ type plan struct {
 	// across snapshot re-reads (tenantFloors), nil for plans without one.
 	floor  [2]*atomic.Int64
 	packed atomic.Pointer[packedFloors]
+
+	// src is the snapshot a snapshot plan was built from: a decision whose
+	// window has not begun by Redis's clock is made on its earlier window
+	// (earlier).
+	src *prepared
+}
+
+// earlier returns the plan of req on the window before the snapshot's,
+// for a decision Redis made no sense of because the snapshot's window has
+// not begun by Redis's clock (its writer's clock was ahead); nil when the
+// snapshot does not know that window.
+func (l *Limiter) earlier(pl *plan, req *Request) *plan {
+	p := pl.src
+	if p == nil || p.snap.PrevPeriodStart.IsZero() || !p.snap.PrevPeriodStart.Before(p.snap.PeriodStart) {
+		return nil
+	}
+	p.earlierOnce.Do(func() {
+		s := p.snap
+		s.PrevPeriodStart, s.PeriodStart, s.PeriodEnd, s.NextPeriodEnd = time.Time{}, s.PrevPeriodStart, s.PeriodStart, s.PeriodEnd
+		e := l.keys.prepare(s)
+		e.floors, e.fromLoader = p.floors, p.fromLoader
+		p.earlier = e
+	})
+	return l.snapshotPlan(p.earlier, req)
 }
 
 // tenantFloors holds a tenant's counter floors (plan.floor) by counter
@@ -152,7 +176,7 @@ func (l *Limiter) snapshotPlan(p *prepared, req *Request) *plan {
 	if v, ok := p.plans.Load(k); ok {
 		return v.(*plan)
 	}
-	pl := &plan{tenant: p.snap.TenantID, planName: p.snap.Plan, refKey: p.snap.TenantID, hash: p.state, base: p.base, rfBase: p.rfBase, dirty: p.dirty}
+	pl := &plan{tenant: p.snap.TenantID, planName: p.snap.Plan, refKey: p.snap.TenantID, hash: p.state, base: p.base, rfBase: p.rfBase, dirty: p.dirty, src: p}
 	pl.pol = make([]policy, 0, 3)
 	if r := p.rate; r != nil {
 		pl.add(policy{typ: 'r', name: PolicyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, ei: r.eiF, fail: l.opts.FailMode.Rate})
@@ -193,7 +217,8 @@ func (pl *plan) finish(seed bool) {
 		f := q.fields
 		nums := []float64{r.ei, float64(r.rate.Burst), float64(q.limit), 0, float64(q.endMs), float64(q.nextMs), 0,
 			float64(len(f[0])), float64(len(pl.base)), float64(len(pl.dirty)), float64(len(q.meter)), float64(len(f[2])),
-			0, 0} // the floors (fastArg)
+			0, 0, // the floors (fastArg)
+			float64(q.startMs)}
 		if q.hard {
 			nums[3] = 1
 		}

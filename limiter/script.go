@@ -350,7 +350,11 @@ end
 // prefix, the quota's name, the q and f fields of the next period (only
 // rare paths read those), and the floors of the current and of the next
 // period's counter (plan.floor, 0 none): a counter below its floor makes
-// the reply {4, period}, and the limiter checks it against Postgres. One string instead of one ARGV each: Redis makes
+// the reply {4, period}, and the limiter checks it against Postgres; and
+// the window's start ms (0 when the window before it is unknown): Redis's
+// time before it makes the reply {5}, and the limiter decides on the
+// window before (Limiter.earlier), so a snapshot written by a clock that
+// runs ahead never resets a quota early. One string instead of one ARGV each: Redis makes
 // an object of every ARGV and Lua interns it, a few thousand instructions
 // apiece. A 3rd ARGV reads the stored snapshot (KEYS[2]) back, as in
 // decideLua. KEYS[1] the state hash. Reply: fastCore's, then the stored
@@ -359,18 +363,23 @@ var fastBody = `
 local KEYS, ARGV = KEYS, ARGV
 local floor, ceil, sub = math.floor, math.ceil, string.sub
 local P = ARGV[2]
-local ei, burst, lim, hard, pend, nxt, seed, l0, lb, ld, lm, lq, fl0, fl1 = struct.unpack('<dddddddddddddd', P)
+local ei, burst, lim, hard, pend, nxt, seed, l0, lb, ld, lm, lq, fl0, fl1, st = struct.unpack('<ddddddddddddddd', P)
 local t = redis.call('TIME')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now_ms = floor(now_us / 1000)
-local R = 112 + 2 * l0 -- where the rare strings start, less one
+if now_ms < st then
+  -- the snapshot's window has not begun by this clock (its writer's ran
+  -- ahead): the limiter decides on the window before it
+  return {5, 0}
+end
+local R = 120 + 2 * l0 -- where the rare strings start, less one
 local pend0 = pend
 local period, qf, ff
 if now_ms >= pend then
   local o = R + lb + ld + lm
   period, pend, qf, ff, fl0 = 1, nxt, sub(P, o + 1, o + lq), sub(P, o + lq + 1), fl1
 else
-  period, qf, ff = 0, sub(P, 113, 112 + l0), sub(P, 113 + l0, R)
+  period, qf, ff = 0, sub(P, 121, 120 + l0), sub(P, 121 + l0, R)
 end
 local h = KEYS[1]
 local hv = redis.call('HMGET', h, 'x', 'r', qf, ff)
@@ -380,7 +389,7 @@ if not usedS then
   local o = R + lb + ld + lm
   local A = {ARGV[1], '0', '1', sub(P, R + 1, R + lb), '', '0', 2, sub(P, R + lb + 1, R + lb + ld),
     'r', 'rate', ei, burst, 'q', sub(P, R + lb + ld + 1, o), lim, hard, pend0, nxt,
-    sub(P, 113, 112 + l0), sub(P, 113 + l0, R), sub(P, o + 1, o + lq), sub(P, o + lq + 1)}
+    sub(P, 121, 120 + l0), sub(P, 121 + l0, R), sub(P, o + 1, o + lq), sub(P, o + lq + 1)}
   if seed == 1 then A[6] = '1' end
   if ARGV[3] then A[23] = '1' end
 ` + decideBody + `

@@ -24,6 +24,11 @@ type Snapshot struct {
 	// NextPeriodEnd is the end of the period after this one, so that a
 	// request after PeriodEnd rolls over without waiting for the server.
 	NextPeriodEnd time.Time `json:"next_period_end"`
+	// PrevPeriodStart is the start of the period before this one (zero if
+	// unknown), so that a snapshot whose writer's clock ran ahead (its
+	// period has not begun by Redis's clock) is decided in the period
+	// Redis is in, never by an early reset.
+	PrevPeriodStart time.Time `json:"prev_period_start,omitempty"`
 }
 
 // Rate is a token bucket: Burst tokens of capacity, refilled at PerSecond.

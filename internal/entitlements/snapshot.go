@@ -184,6 +184,10 @@ func (s *Service) compute(in inputs, why *explainer) limiter.Snapshot {
 	p := period.In(w, in.tenant.PeriodAnchor, subPeriod, in.now)
 	snap.PeriodStart, snap.PeriodEnd = p.Start, p.End
 	snap.NextPeriodEnd = period.In(w, in.tenant.PeriodAnchor, subPeriod, p.End).End
+	// The window before, so that a limiter whose Redis clock is behind
+	// this process's (the window has not begun there) decides in it
+	// instead of resetting the quota early.
+	snap.PrevPeriodStart = period.In(w, in.tenant.PeriodAnchor, subPeriod, p.Start.Add(-time.Second)).Start
 	return snap
 }
 
