@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -57,10 +55,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stderr, err)
 		return exitConfig
 	}
-	if cfg.AdminToken == "" {
-		cfg.AdminToken, cfg.AdminTokenGenerated = randomToken(), true
+	// One admin token per deployment: serve refuses to make one up (each
+	// api instance would make its own), and nothing logs it.
+	tokenFile := ""
+	if cmd == "serve" || (cmd == "seed-demo" && cfg.Dev) {
+		if tokenFile, err = cfg.ResolveAdminToken(); err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitConfig
+		}
 	}
 	log := logging.New(stderr, cfg.LogLevel)
+	if tokenFile != "" {
+		log.Warn("ADMIN_TOKEN is empty; TOLLGATE_DEV uses the token in this file", "admin_token_file", tokenFile)
+	}
 	switch cmd {
 	case "migrate":
 		err = migrate(ctx, cfg, log)
@@ -107,10 +114,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if cfg.AdminTokenGenerated {
-		// Logged once, on purpose: without it nobody could use the admin API.
-		log.Warn("ADMIN_TOKEN is empty; generated one for this process", "admin_token", cfg.AdminToken)
-	}
 	ents := newEntitlements(pool, rdb, cfg, log)
 	// The revocation subscription lives as long as the server; it must end
 	// before rdb is closed.
@@ -268,9 +271,10 @@ func seedDemo(ctx context.Context, cfg config.Config, log *slog.Logger, stdout i
 	}
 	fmt.Fprintf(stdout, "tenant_id: %s\n", tenantID)
 	fmt.Fprintf(stdout, "api_key: %s\n", key.Key)
-	fmt.Fprintf(stdout, "admin_token: %s\n", cfg.AdminToken)
-	if cfg.AdminTokenGenerated {
-		fmt.Fprintln(stdout, "note: ADMIN_TOKEN is not set, so the token above is new; start api with ADMIN_TOKEN set to it")
+	if cfg.AdminToken != "" {
+		fmt.Fprintf(stdout, "admin_token: %s\n", cfg.AdminToken)
+	} else {
+		fmt.Fprintln(stdout, "note: ADMIN_TOKEN is not set; api serve needs it (or TOLLGATE_DEV=true)")
 	}
 	fmt.Fprintf(stdout, "dashboard: %s/dashboard\n", cfg.PublicURL)
 	fmt.Fprintf(stdout, "try: curl -H \"Authorization: Bearer %s\" %s/v1/entitlements\n", key.Key, cfg.PublicURL)
@@ -296,10 +300,4 @@ func findDemoTenant(ctx context.Context, ents *entitlements.Service) (string, er
 		}
 		q.Cursor = page.NextCursor
 	}
-}
-
-func randomToken() string {
-	var b [24]byte
-	_, _ = rand.Read(b[:])
-	return "tga_" + hex.EncodeToString(b[:])
 }

@@ -33,10 +33,18 @@ type Config struct {
 	// PublicURL (PUBLIC_URL): how people reach the api, for printed links;
 	// default http://<HTTP_ADDR>.
 	PublicURL string
-	// AdminToken (ADMIN_TOKEN); when empty api makes a random one and logs it once.
+	// AdminToken (ADMIN_TOKEN): required by api serve (one secret for the
+	// whole deployment: every api process must accept the same token, so
+	// none may make one up); see Dev for development.
 	AdminToken string
-	// AdminTokenGenerated is true when AdminToken was made up at start.
-	AdminTokenGenerated bool
+	// Dev (TOLLGATE_DEV), default false: development mode. Without
+	// ADMIN_TOKEN, api serve then uses the token make run generates in
+	// DataDir/admin_token (creating the file once), shared by every
+	// process started from the same checkout.
+	Dev bool
+	// DataDir (TOLLGATE_DATA), default .data: where make run keeps its
+	// throwaway data and the generated admin token.
+	DataDir string
 	// AdminTokens (ADMIN_TOKENS, "alice:token,bob:token"): named admin
 	// credentials, so that the audit trail says who acted. ADMIN_TOKEN
 	// stays valid under the name "admin".
@@ -221,6 +229,10 @@ func Load(getenv func(string) string) (Config, error) {
 		bad("LOG_LEVEL", errors.New("want debug, info, warn or error"))
 	}
 	var err error
+	if c.Dev, err = strconv.ParseBool(get("TOLLGATE_DEV", "false")); err != nil {
+		bad("TOLLGATE_DEV", errors.New("want true or false"))
+	}
+	c.DataDir = get("TOLLGATE_DATA", ".data")
 	if c.MigrateOnStart, err = strconv.ParseBool(get("MIGRATE_ON_START", "true")); err != nil {
 		bad("MIGRATE_ON_START", errors.New("want true or false"))
 	}
