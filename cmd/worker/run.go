@@ -67,7 +67,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 			return err
 		}
 	}
-	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
+	pool, err := postgres.Open(ctx, cfg.DatabaseURL, cfg.DatabaseMaxConns)
 	if err != nil {
 		return err
 	}

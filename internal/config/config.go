@@ -24,6 +24,15 @@ import (
 type Config struct {
 	// DatabaseURL (DATABASE_URL), default postgres://postgres@127.0.0.1:5432/tollgate?sslmode=disable.
 	DatabaseURL string
+	// DatabaseMaxConns (DATABASE_MAX_CONNS), default 10: the most Postgres
+	// connections one process holds (its pool's size; it overrides the URL's
+	// pool_max_conns).
+	DatabaseMaxConns int32
+	// DatabaseTimeout (DATABASE_TIMEOUT), default 5s: the longest an HTTP
+	// request of the api waits on Postgres (the request's deadline; routes
+	// that also call Stripe get Stripe's 10 s on top). Past it the answer is
+	// 503 with Retry-After, so a hung Postgres never holds a client.
+	DatabaseTimeout time.Duration
 	// RedisURL (REDIS_URL), default redis://127.0.0.1:6379/0.
 	RedisURL string
 	// RedisClusterURL (REDIS_CLUSTER_URL), empty by default; when set it wins over RedisURL.
@@ -244,6 +253,12 @@ func Load(getenv func(string) string) (Config, error) {
 		return d
 	}
 	c.GracePeriod = dur("GRACE_PERIOD", "168h", 0)
+	c.DatabaseTimeout = dur("DATABASE_TIMEOUT", "5s", 100*time.Millisecond)
+	if n, err := strconv.ParseInt(get("DATABASE_MAX_CONNS", "10"), 10, 32); err != nil || n < 2 {
+		bad("DATABASE_MAX_CONNS", errors.New("want a whole number of at least 2"))
+	} else {
+		c.DatabaseMaxConns = int32(n)
+	}
 	c.LimiterTimeout = dur("LIMITER_TIMEOUT", "50ms", time.Millisecond)
 	c.LeaseTTL = dur("LEASE_TTL", "60s", time.Second)
 	c.RedisTimeout = dur("REDIS_TIMEOUT", "250ms", time.Millisecond)

@@ -54,6 +54,10 @@ type Deps struct {
 	// DashboardLinks mints the tenant dashboard's login links (web); nil
 	// answers POST /admin/v1/tenants/{id}/dashboard-links 503.
 	DashboardLinks DashboardLinks
+	// RequestTimeout (DATABASE_TIMEOUT) is every request's deadline, the
+	// pages' included; 0 sets none. OutboundTimeout is added for the routes
+	// that call Stripe (default 10s, billing's per-call bound).
+	RequestTimeout, OutboundTimeout time.Duration
 }
 
 // Server is the HTTP API.
@@ -77,6 +81,9 @@ func NewServer(d Deps) (*Server, error) {
 	}
 	if d.Entitlements == nil {
 		return nil, errors.New("httpapi: Entitlements is required")
+	}
+	if d.OutboundTimeout == 0 {
+		d.OutboundTimeout = defaultOutboundTimeout
 	}
 	if d.AuthLimiter == nil && d.Limiter != nil {
 		d.AuthLimiter = NewAuthLimiter(d.Limiter, AuthLimitOptions{})
