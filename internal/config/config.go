@@ -127,6 +127,11 @@ type Config struct {
 	// the worker serves /metrics (its job counters live only in its process);
 	// "off" disables it.
 	WorkerMetricsAddr string
+	// WorkerHeartbeatTimeout (WORKER_HEARTBEAT_TIMEOUT), default 10s, at
+	// least 2s: a worker that has not marked itself alive for this long is
+	// dead, and another worker makes the jobs it was running available again
+	// (River alone waited about two minutes).
+	WorkerHeartbeatTimeout time.Duration
 	// Retention: how long the worker's hourly retention job keeps rows.
 	// UsageEventsRetention (USAGE_EVENTS_RETENTION), default 2160h (90 days),
 	// at least 864h: an event's row is its idempotency record, so it must
@@ -268,6 +273,7 @@ func Load(getenv func(string) string) (Config, error) {
 	c.StripeEventsRetention = dur("STRIPE_EVENTS_RETENTION", "2160h", 744*time.Hour)
 	c.EntitlementVersionsRetention = dur("ENTITLEMENT_VERSIONS_RETENTION", "4320h", time.Hour)
 	c.ExpiredOverridesRetention = dur("EXPIRED_OVERRIDES_RETENTION", "720h", 0)
+	c.WorkerHeartbeatTimeout = dur("WORKER_HEARTBEAT_TIMEOUT", "10s", 2*time.Second)
 	c.WorkerMetricsAddr = get("WORKER_METRICS_ADDR", "127.0.0.1:9091")
 	if c.WorkerMetricsAddr == "off" {
 		c.WorkerMetricsAddr = ""
