@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -155,17 +157,36 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	}
 	srv, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, Registry: reg, AdminToken: cfg.AdminToken,
 		AdminTokens: cfg.AdminTokens, Audit: trail, Entitlements: ents, PlanChanger: planChanger(cfg, ents, bill), Billing: bill, Metering: meter, Limiter: lim,
-		AuthLimiter: authLim, DashboardLinks: pages, RequestTimeout: cfg.DatabaseTimeout, OutboundTimeout: billing.DefaultStripeTimeout})
+		AuthLimiter: authLim, DashboardLinks: pages, RequestTimeout: cfg.DatabaseTimeout, OutboundTimeout: billing.DefaultStripeTimeout,
+		TrustedProxies: cfg.TrustedProxies, MetricsToken: cfg.MetricsToken, MetricsElsewhere: cfg.MetricsAddr != ""})
 	if err != nil {
 		return err
 	}
 	pages.Register(srv.Echo())
+	if cfg.MetricsAddr != "" {
+		go serveMetrics(ctx, cfg.MetricsAddr, reg, cfg.MetricsToken, log)
+	}
 	return httpapi.ListenAndServe(ctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, func(addr string) {
 		log.Info("api listening", "addr", addr)
 		if ready != nil {
 			ready(addr)
 		}
 	})
+}
+
+// serveMetrics serves /metrics on METRICS_ADDR until ctx ends: off the
+// public port, so that traffic per route and the Stripe queue are not shown
+// to whoever reaches the api. A port that cannot be bound is logged, not
+// fatal (as the worker's): requests matter more than their metrics.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, token string, log *slog.Logger) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", httpapi.MetricsHandler(reg, token))
+	err := httpapi.ListenAndServe(ctx, mux, addr, 5*time.Second, func(bound string) {
+		log.Info("api metrics listening", "addr", bound)
+	})
+	if err != nil {
+		log.Error("api metrics server failed", "addr", addr, "err", err)
+	}
 }
 
 // newEntitlements builds the entitlements service of a process: snapshots

@@ -36,6 +36,7 @@ func serveEnv(t *testing.T) map[string]string {
 		"REDIS_URL":    redistest.URL(),
 		"HTTP_ADDR":    "127.0.0.1:0",
 		"ADMIN_TOKEN":  "tga_test_admin_token",
+		"METRICS_ADDR": "127.0.0.1:0", // tests run side by side
 		// Not a fail-mode test: the production 50 ms would turn a slow
 		// reply on loaded cores into a fallback decision.
 		"LIMITER_TIMEOUT": "5s",

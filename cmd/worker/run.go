@@ -133,7 +133,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	meter.Start(ctx)
 	defer meter.Wait()
 	if cfg.WorkerMetricsAddr != "" {
-		go serveMetrics(ctx, cfg.WorkerMetricsAddr, reg, log)
+		go serveMetrics(ctx, cfg.WorkerMetricsAddr, reg, cfg.MetricsToken, log)
 	}
 	log.Info("worker started")
 	if started != nil {

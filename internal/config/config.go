@@ -123,6 +123,15 @@ type Config struct {
 	// measured within the machine's noise of one call per decision
 	// (BENCHMARKS.md), while the library alone gains from it.
 	LimiterBatching bool
+	// MetricsAddr (METRICS_ADDR), default 127.0.0.1:9090: where api serves
+	// /metrics on a listener of its own; "off" disables it. The public port's
+	// /metrics is then 404, unless MetricsToken is set.
+	MetricsAddr string
+	// MetricsToken (METRICS_TOKEN), empty by default: when set, every
+	// /metrics (the api's public port and METRICS_ADDR, the worker's
+	// WORKER_METRICS_ADDR) answers only Authorization: Bearer <it>, and the
+	// api's public port serves /metrics too.
+	MetricsToken string
 	// WorkerMetricsAddr (WORKER_METRICS_ADDR), default 127.0.0.1:9091: where
 	// the worker serves /metrics (its job counters live only in its process);
 	// "off" disables it.
@@ -274,6 +283,15 @@ func Load(getenv func(string) string) (Config, error) {
 	c.EntitlementVersionsRetention = dur("ENTITLEMENT_VERSIONS_RETENTION", "4320h", time.Hour)
 	c.ExpiredOverridesRetention = dur("EXPIRED_OVERRIDES_RETENTION", "720h", 0)
 	c.WorkerHeartbeatTimeout = dur("WORKER_HEARTBEAT_TIMEOUT", "10s", 2*time.Second)
+	c.MetricsAddr = get("METRICS_ADDR", "127.0.0.1:9090")
+	if c.MetricsAddr == "off" {
+		c.MetricsAddr = ""
+	} else if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+		bad("METRICS_ADDR", errors.New("want host:port, or off"))
+	}
+	if c.MetricsToken = get("METRICS_TOKEN", ""); c.MetricsToken != "" && len(c.MetricsToken) < 16 {
+		bad("METRICS_TOKEN", errors.New("want at least 16 characters"))
+	}
 	c.WorkerMetricsAddr = get("WORKER_METRICS_ADDR", "127.0.0.1:9091")
 	if c.WorkerMetricsAddr == "off" {
 		c.WorkerMetricsAddr = ""
