@@ -317,9 +317,9 @@ func TestUnknownRevokedAndMissingCredentialsNeverPass(t *testing.T) {
 	ctx := context.Background()
 
 	for name, d := range map[string]*ratelimitv3.RateLimitDescriptor{
-		"unknown key":   keyDescriptor("tg_" + strings.Repeat("x", len(key)-3)),
-		"malformed key": keyDescriptor("not-a-key"),
-		"no credential": {Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "api"}}},
+		"unknown key":                       keyDescriptor("tg_" + strings.Repeat("x", len(key)-3)),
+		"malformed key":                     keyDescriptor("not-a-key"),
+		"no credential":                     {Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "api"}}},
 		"tenant_id without a service token": {Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "tenant_id", Value: tenantID}}},
 	} {
 		resp := ask(t, a, ctx, 0, d)
