@@ -98,7 +98,7 @@ Tollgate is running (logs: $data/api.log, $data/worker.log). Ctrl-C stops it.
   api          $base
   dashboard    ${dashboard:-$base/dashboard}
   admin        $base/admin
-  metrics      $( [ "${METRICS_ADDR:-}" = off ] && echo "(METRICS_ADDR=off)" || echo "http://${METRICS_ADDR:-127.0.0.1:9090}/metrics")$( [ "${WORKER_METRICS_ADDR:-}" = off ] || echo " (worker: http://${WORKER_METRICS_ADDR:-127.0.0.1:9091}/metrics)")
+  metrics      $( [ "${METRICS_ADDR:-}" = off ] && echo "(METRICS_ADDR=off)" || echo "http://${METRICS_ADDR:-127.0.0.1:9464}/metrics")$( [ "${WORKER_METRICS_ADDR:-}" = off ] || echo " (worker: http://${WORKER_METRICS_ADDR:-127.0.0.1:9091}/metrics)")
   admin token  $ADMIN_TOKEN
   demo API key ${api_key:-(seed-demo printed none)}
 

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tollgatehq/tollgate/cmd/internal/wire"
 	"github.com/tollgatehq/tollgate/internal/apperr"
@@ -166,12 +167,22 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	if cfg.MetricsAddr != "" {
 		go serveMetrics(ctx, cfg.MetricsAddr, reg, cfg.MetricsToken, log)
 	}
-	return httpapi.ListenAndServe(ctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, func(addr string) {
+	listening := func(addr string) {
 		log.Info("api listening", "addr", addr)
 		if ready != nil {
 			ready(addr)
 		}
-	})
+	}
+	if cfg.GRPCAddr != "" {
+		// The gRPC listener lives as long as the HTTP one: either failing
+		// (a port that cannot be bound) ends both, since an Envoy without
+		// its rate limit service lets every request through.
+		g, gctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return serveRLS(gctx, cfg, ents, lim, pool, rdb, reg, log, nil) })
+		g.Go(func() error { return httpapi.ListenAndServe(gctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, listening) })
+		return g.Wait()
+	}
+	return httpapi.ListenAndServe(ctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, listening)
 }
 
 // serveMetrics serves /metrics on METRICS_ADDR until ctx ends: off the

@@ -123,7 +123,7 @@ type Config struct {
 	// measured within the machine's noise of one call per decision
 	// (BENCHMARKS.md), while the library alone gains from it.
 	LimiterBatching bool
-	// MetricsAddr (METRICS_ADDR), default 127.0.0.1:9090: where api serves
+	// MetricsAddr (METRICS_ADDR), default 127.0.0.1:9464: where api serves
 	// /metrics on a listener of its own; "off" disables it. The public port's
 	// /metrics is then 404, unless MetricsToken is set.
 	MetricsAddr string
@@ -132,6 +132,13 @@ type Config struct {
 	// WORKER_METRICS_ADDR) answers only Authorization: Bearer <it>, and the
 	// api's public port serves /metrics too.
 	MetricsToken string
+	// GRPCAddr (GRPC_ADDR), empty (off) by default: where the api answers
+	// Envoy's rate limit service protocol (gRPC ShouldRateLimit and
+	// grpc.health.v1); set, it listens.
+	GRPCAddr string
+	// GRPCRLSDomain (GRPC_RLS_DOMAIN), default tollgate: the rate limit
+	// domain answered; calls for another domain are answered OK.
+	GRPCRLSDomain string
 	// WorkerMetricsAddr (WORKER_METRICS_ADDR), default 127.0.0.1:9091: where
 	// the worker serves /metrics (its job counters live only in its process);
 	// "off" disables it.
@@ -283,7 +290,7 @@ func Load(getenv func(string) string) (Config, error) {
 	c.EntitlementVersionsRetention = dur("ENTITLEMENT_VERSIONS_RETENTION", "4320h", time.Hour)
 	c.ExpiredOverridesRetention = dur("EXPIRED_OVERRIDES_RETENTION", "720h", 0)
 	c.WorkerHeartbeatTimeout = dur("WORKER_HEARTBEAT_TIMEOUT", "10s", 2*time.Second)
-	c.MetricsAddr = get("METRICS_ADDR", "127.0.0.1:9090")
+	c.MetricsAddr = get("METRICS_ADDR", "127.0.0.1:9464")
 	if c.MetricsAddr == "off" {
 		c.MetricsAddr = ""
 	} else if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
@@ -292,6 +299,15 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.MetricsToken = get("METRICS_TOKEN", ""); c.MetricsToken != "" && len(c.MetricsToken) < 16 {
 		bad("METRICS_TOKEN", errors.New("want at least 16 characters"))
 	}
+	c.GRPCAddr = get("GRPC_ADDR", "")
+	if c.GRPCAddr == "off" {
+		c.GRPCAddr = ""
+	} else if c.GRPCAddr != "" {
+		if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
+			bad("GRPC_ADDR", errors.New("want host:port, or empty for off"))
+		}
+	}
+	c.GRPCRLSDomain = get("GRPC_RLS_DOMAIN", "tollgate")
 	c.WorkerMetricsAddr = get("WORKER_METRICS_ADDR", "127.0.0.1:9091")
 	if c.WorkerMetricsAddr == "off" {
 		c.WorkerMetricsAddr = ""

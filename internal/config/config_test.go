@@ -211,14 +211,14 @@ func TestResolveAdminToken(t *testing.T) {
 // METRICS_TOKEN must be long enough to be a secret.
 func TestMetricsAddrAndToken(t *testing.T) {
 	c, err := Load(envOf(nil))
-	if err != nil || c.MetricsAddr != "127.0.0.1:9090" || c.MetricsToken != "" {
+	if err != nil || c.MetricsAddr != "127.0.0.1:9464" || c.MetricsToken != "" {
 		t.Fatalf("defaults: %q %q %v", c.MetricsAddr, c.MetricsToken, err)
 	}
 	c, err = Load(envOf(map[string]string{"METRICS_ADDR": "off", "METRICS_TOKEN": "0123456789abcdef"}))
 	if err != nil || c.MetricsAddr != "" || c.MetricsToken != "0123456789abcdef" {
 		t.Fatalf("off: %q %q %v", c.MetricsAddr, c.MetricsToken, err)
 	}
-	for name, v := range map[string]string{"METRICS_ADDR": "9090", "METRICS_TOKEN": "short"} {
+	for name, v := range map[string]string{"METRICS_ADDR": "9464", "METRICS_TOKEN": "short"} {
 		if _, err := Load(envOf(map[string]string{name: v})); err == nil || !strings.Contains(err.Error(), name) || strings.Contains(err.Error(), v+" ") {
 			t.Errorf("%s=%s: %v, want an error naming it", name, v, err)
 		}
