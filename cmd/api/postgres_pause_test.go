@@ -37,8 +37,10 @@ func TestPostgresPauseAnswers503WithinDatabaseTimeout(t *testing.T) {
 		"quotas": map[string]any{"exports": map[string]any{"limit": 1000, "mode": "soft"}}}, http.StatusCreated, nil)
 	var tenant struct{ ID string }
 	api.must("POST", "/admin/v1/tenants", api.admin, map[string]any{"name": "hang", "plan": plan}, http.StatusCreated, &tenant)
-	var key struct{ ID, Key string }
+	var key, fresh struct{ ID, Key string }
 	api.must("POST", "/admin/v1/tenants/"+tenant.ID+"/api-keys", api.admin, map[string]any{"name": "k"}, http.StatusCreated, &key)
+	// Never used before the pause: authenticating it needs Postgres.
+	api.must("POST", "/admin/v1/tenants/"+tenant.ID+"/api-keys", api.admin, map[string]any{"name": "fresh"}, http.StatusCreated, &fresh)
 	now := time.Now().UTC().Format(time.RFC3339)
 	events := func(id string) map[string]any {
 		return map[string]any{"events": []any{map[string]any{"id": id, "meter": "exports", "quantity": 2, "timestamp": now}}}
@@ -59,6 +61,7 @@ func TestPostgresPauseAnswers503WithinDatabaseTimeout(t *testing.T) {
 		{"GET", "/admin/v1/tenants", api.admin, nil},
 		{"POST", "/admin/v1/tenants", api.admin, map[string]any{"name": "during", "plan": plan}},
 		{"GET", "/admin/v1/plans", api.admin, nil},
+		{"GET", "/v1/entitlements", fresh.Key, nil}, // a 503, not a 401: the key may well be valid
 	}
 	pg.Pause(t)
 	// DATABASE_TIMEOUT, plus two seconds for -race on two loaded cores.
