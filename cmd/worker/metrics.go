@@ -22,6 +22,7 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, to
 	mux.Handle("GET /metrics", httpapi.MetricsHandler(reg, token))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
 	})
 	err := httpapi.ListenAndServe(ctx, mux, addr, 5*time.Second, func(bound string) {

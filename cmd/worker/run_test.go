@@ -277,6 +277,15 @@ func TestRunMetricsBehindMetricsToken(t *testing.T) {
 	if code, body := get(e["METRICS_TOKEN"]); code != http.StatusOK || !strings.Contains(body, "tollgate_usage_flush_lag_seconds") {
 		t.Errorf("worker /metrics with METRICS_TOKEN: %d %.200s, want 200", code, body)
 	}
+	// The liveness probe's /healthz needs no token.
+	res, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || res.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("worker /healthz with METRICS_TOKEN set: %d %v, want 200 with nosniff", res.StatusCode, res.Header)
+	}
 	cancel()
 	if code := <-exited; code != exitOK {
 		t.Fatalf("exit %d", code)
