@@ -45,6 +45,9 @@ func TestPostgresPauseAnswers503WithinDatabaseTimeout(t *testing.T) {
 	events := func(id string) map[string]any {
 		return map[string]any{"events": []any{map[string]any{"id": id, "meter": "exports", "quantity": 2, "timestamp": now}}}
 	}
+	var link struct{ URL string }
+	api.must("POST", "/admin/v1/tenants/"+tenant.ID+"/dashboard-links", api.admin, nil, http.StatusCreated, &link)
+	api.dashboardLogin(link.URL)
 	// Warm: the key is then in the api's key cache, so what follows
 	// reaches each route's own Postgres steps.
 	api.must("POST", "/v1/usage/events", key.Key, events("before"), http.StatusOK, nil)
@@ -82,6 +85,14 @@ func TestPostgresPauseAnswers503WithinDatabaseTimeout(t *testing.T) {
 		if r.took > bound {
 			t.Errorf("%s %s took %v with Postgres paused, want under %v (DATABASE_TIMEOUT=1s)", c.method, c.path, r.took, bound)
 		}
+	}
+
+	// The dashboard (its session is in Postgres) answers within the
+	// deadline too.
+	r := doWithin(t, api, 20*time.Second, "GET", "/dashboard", "", nil)
+	t.Logf("GET /dashboard with Postgres paused: %d in %v", r.status, r.took)
+	if r.status != http.StatusServiceUnavailable || r.took > bound {
+		t.Errorf("GET /dashboard with Postgres paused: %d in %v, want 503 within %v", r.status, r.took, bound)
 	}
 
 	pg.Resume(t)
