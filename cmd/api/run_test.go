@@ -316,6 +316,30 @@ func TestRunServeDevUsesOneTokenFileForEveryProcess(t *testing.T) {
 			t.Errorf("api %d: logs show the token, or not the file's path:\n%s", i, logs)
 		}
 	}
+	// seed-demo prints the same token (make run shows it to the user). It
+	// seeds a database of its own: the package's has a seed test counting
+	// the demo tenant's keys.
+	seedEnv := map[string]string{}
+	for k, v := range e {
+		seedEnv[k] = v
+	}
+	seedDB := "tollgate_devseed_" + strings.ToLower(randomToken()[4:16])
+	seedEnv["DATABASE_URL"] = withDatabase(pgtest.BaseURL(), seedDB)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, pgtest.BaseURL()); err == nil {
+			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{seedDB}.Sanitize()+" WITH (FORCE)")
+			conn.Close(ctx)
+		}
+	})
+	var out, errOut testkit.Buffer
+	if code := run(t.Context(), []string{"seed-demo"}, testkit.Getenv(seedEnv), &out, &errOut); code != exitOK {
+		t.Fatalf("seed-demo: exit %d: %s", code, errOut.String())
+	}
+	if got := seedLines(t, out.String())["admin_token"]; got != token {
+		t.Errorf("seed-demo with TOLLGATE_DEV printed admin_token %q, want the file's", got)
+	}
 	cancel()
 	for _, p := range procs {
 		if code := waitExit(t, p.exited, p.stderr.String); code != exitOK {
