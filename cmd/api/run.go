@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +25,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/logging"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/postgres"
+	"github.com/tollgatehq/tollgate/internal/tracing"
 	"github.com/tollgatehq/tollgate/limiter"
 	"github.com/tollgatehq/tollgate/web"
 )
@@ -66,7 +68,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "migrate":
 		err = migrate(ctx, cfg, log)
 	case "serve":
+		var stopTracing func(context.Context) error
+		if stopTracing, err = tracing.Setup(ctx, "tollgate-api", "", getenv); err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitConfig
+		}
 		err = serve(ctx, cfg, log, nil)
+		flushTraces(ctx, stopTracing, log)
 	case "seed-demo":
 		err = seedDemo(ctx, cfg, log, stdout)
 	default:
@@ -313,4 +321,14 @@ func randomToken() string {
 	var b [24]byte
 	_, _ = rand.Read(b[:])
 	return "tga_" + hex.EncodeToString(b[:])
+}
+
+// flushTraces sends the spans still buffered, within a few seconds: a
+// collector that does not answer must not hold the exit.
+func flushTraces(ctx context.Context, stop func(context.Context) error, log *slog.Logger) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := stop(fctx); err != nil {
+		log.Warn("traces not flushed", "err", err)
+	}
 }
