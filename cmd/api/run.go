@@ -25,6 +25,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/logging"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/postgres"
+	"github.com/tollgatehq/tollgate/internal/tracing"
 	"github.com/tollgatehq/tollgate/limiter"
 	"github.com/tollgatehq/tollgate/web"
 )
@@ -76,7 +77,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "migrate":
 		err = migrate(ctx, cfg, log)
 	case "serve":
+		var stopTracing func(context.Context) error
+		if stopTracing, err = tracing.Setup(ctx, "tollgate-api", "", getenv); err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitConfig
+		}
 		err = serve(ctx, cfg, log, nil)
+		flushTraces(ctx, stopTracing, log)
 	case "seed-demo":
 		err = seedDemo(ctx, cfg, log, stdout)
 	default:
@@ -332,5 +339,15 @@ func findDemoTenant(ctx context.Context, ents *entitlements.Service) (string, er
 			return oldest, nil
 		}
 		q.Cursor = page.NextCursor
+	}
+}
+
+// flushTraces sends the spans still buffered, within a few seconds: a
+// collector that does not answer must not hold the exit.
+func flushTraces(ctx context.Context, stop func(context.Context) error, log *slog.Logger) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := stop(fctx); err != nil {
+		log.Warn("traces not flushed", "err", err)
 	}
 }
