@@ -9,6 +9,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/config"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
+	"github.com/tollgatehq/tollgate/internal/tracing"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -54,5 +55,12 @@ func newLimiter(cfg config.Config, ents *entitlements.Service, usage limiter.Usa
 // limiterRedis is cfg.NewRedis's client (ContextTimeoutEnabled, and a
 // Sentinel or Cluster client when configured so), one of the limiter's own.
 func limiterRedis(cfg config.Config) (redis.UniversalClient, error) {
-	return cfg.NewRedis()
+	c, err := cfg.NewRedis()
+	if err != nil {
+		return nil, err
+	}
+	if tracing.Enabled() {
+		c.AddHook(tracing.RedisHook{}) // round trips per decision span
+	}
+	return c, nil
 }
