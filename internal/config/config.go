@@ -247,7 +247,7 @@ func Load(getenv func(string) string) (Config, error) {
 		case c.RedisSentinelMaster == "":
 			bad("REDIS_SENTINEL_MASTER", errors.New("the master's name (sentinel monitor <name> …) is needed with REDIS_SENTINEL_ADDRS"))
 		case c.RedisClusterURL != "":
-			bad("REDIS_SENTINEL_ADDRS", errors.New("Sentinel and REDIS_CLUSTER_URL exclude each other: a Cluster fails over by itself"))
+			bad("REDIS_SENTINEL_ADDRS", errors.New("not with REDIS_CLUSTER_URL: a Cluster fails over by itself, without Sentinels"))
 		}
 	} else if c.RedisSentinelMaster != "" {
 		bad("REDIS_SENTINEL_ADDRS", errors.New("the Sentinels' host:port list is needed with REDIS_SENTINEL_MASTER"))
