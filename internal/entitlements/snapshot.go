@@ -186,8 +186,13 @@ func (s *Service) compute(in inputs, why *explainer) limiter.Snapshot {
 	snap.NextPeriodEnd = period.In(w, in.tenant.PeriodAnchor, subPeriod, p.End).End
 	// The window before, so that a limiter whose Redis clock is behind
 	// this process's (the window has not begun there) decides in it
-	// instead of resetting the quota early.
-	snap.PrevPeriodStart = period.In(w, in.tenant.PeriodAnchor, subPeriod, p.Start.Add(-time.Second)).Start
+	// instead of resetting the quota early. Only when it ends where this
+	// one starts: before a subscription's period the rules fall back to
+	// the tenant's anchor months, which may not be the window the limiter
+	// counted in (then the limiter goes by the snapshot as before).
+	if prev := period.In(w, in.tenant.PeriodAnchor, subPeriod, p.Start.Add(-time.Second)); prev.End.Equal(p.Start) {
+		snap.PrevPeriodStart = prev.Start
+	}
 	return snap
 }
 
