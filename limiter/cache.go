@@ -64,7 +64,8 @@ type preparedQuota struct {
 	nextS   string    // next period end, ms
 	endMs   int64
 	nextMs  int64
-	startMs int64 // the window's start when the window before it is known, else 0
+	startMs int64  // the window's start when the window before it is known, else 0
+	startS  string // startMs formatted
 	starts  [2]time.Time
 	endsT   [2]time.Time
 	windows [2]time.Duration
@@ -125,6 +126,7 @@ func (k keyNames) prepare(s Snapshot) *prepared {
 				nextS:   strconv.FormatInt(next.UnixMilli(), 10),
 				endMs:   s.PeriodEnd.UnixMilli(),
 				startMs: startMs,
+				startS:  strconv.FormatInt(startMs, 10),
 				nextMs:  next.UnixMilli(),
 				starts:  [2]time.Time{s.PeriodStart, s.PeriodEnd},
 				endsT:   [2]time.Time{s.PeriodEnd, next},

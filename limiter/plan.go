@@ -202,14 +202,14 @@ func (l *Limiter) snapshotPlan(p *prepared, req *Request) *plan {
 func (pl *plan) finish(seed bool) {
 	pl.keys = make([]string, 0, 1+pl.nkeys)
 	pl.keys = append(pl.keys, pl.hash)
-	pl.args = make([]any, 0, 5+10*len(pl.pol))
+	pl.args = make([]any, 0, 5+11*len(pl.pol))
 	pl.args = append(pl.args, pl.base, "", "", len(pl.pol), pl.dirty) // ARGV 4-8; 5 and 6 are set per call
 	for _, p := range pl.pol {
 		pl.keys = append(pl.keys, p.keys...)
 		pl.args = append(pl.args, string(p.typ), p.name, p.a, p.b)
 		if p.typ == 'q' {
 			f := p.quota.fields
-			pl.args = append(pl.args, p.c, p.d, f[0], f[1], f[2], f[3])
+			pl.args = append(pl.args, p.c, p.d, f[0], f[1], f[2], f[3], p.quota.startS)
 		}
 	}
 	if len(pl.pol) == 2 && pl.pol[0].typ == 'r' && pl.pol[1].typ == 'q' && pl.nkeys == 0 {

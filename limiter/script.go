@@ -45,7 +45,9 @@ end
 //
 //	r rate        ei (emission interval µs), burst               fields r, x of KEYS[1]
 //	q quota       limit, hard(1)|soft(0), end ms, next end ms,   fields of KEYS[1]
-//	              q and f field of the current period, of the next
+//	              q and f field of the current period, of the next,
+//	              the period's start ms (0: unknown; before it the
+//	              reply is {5, 0}: decide on the window before)
 //	c concurrency limit, lease TTL ms                            its own KEY (a sorted set)
 //	w window      limit, length ms                               its own KEY (a hash)
 //
@@ -87,6 +89,7 @@ local h = KEYS[1]
 -- Which fields of the hash this decision reads. Each policy's table is
 -- made with every field it may get, so that it is never rehashed.
 local st = {}
+local early = false -- a quota's window has not begun by this clock
 local fields = {'x'}
 local nf = 1
 local o = 8
@@ -109,12 +112,18 @@ for i = 1, n do
     end
     nf = nf + 1; fields[nf] = s.qf; s.fi = nf
     nf = nf + 1; fields[nf] = s.ff
-    o = o + 10
+    if now_ms < (tonumber(ARGV[o + 11]) or 0) then early = true end
+    o = o + 11
   else
     s.key = KEYS[ki]; ki = ki + 1
     o = o + 4
   end
   st[i] = s
+end
+if early then
+  -- the snapshot's writer's clock ran ahead: the limiter decides on the
+  -- window before (see fastBody)
+  return {5, 0}
 end
 local hv = fields
 if nf > 1 then hv = redis.call('HMGET', h, unpack(fields)) else hv[1] = false end
@@ -389,9 +398,9 @@ if not usedS then
   local o = R + lb + ld + lm
   local A = {ARGV[1], '0', '1', sub(P, R + 1, R + lb), '', '0', 2, sub(P, R + lb + 1, R + lb + ld),
     'r', 'rate', ei, burst, 'q', sub(P, R + lb + ld + 1, o), lim, hard, pend0, nxt,
-    sub(P, 121, 120 + l0), sub(P, 121 + l0, R), sub(P, o + 1, o + lq), sub(P, o + lq + 1)}
+    sub(P, 121, 120 + l0), sub(P, 121 + l0, R), sub(P, o + 1, o + lq), sub(P, o + lq + 1), st}
   if seed == 1 then A[6] = '1' end
-  if ARGV[3] then A[23] = '1' end
+  if ARGV[3] then A[24] = '1' end
 ` + decideBody + `
   return decide(KEYS, A)
 end
@@ -640,6 +649,7 @@ if h[5] and ARGV[9] ~= '1' then
   local c0, c1 = m .. ':' .. s0, m .. ':' .. s1
   A[#A + 1] = 'q'; A[#A + 1] = m; A[#A + 1] = lim; A[#A + 1] = hard; A[#A + 1] = e; A[#A + 1] = nx
   A[#A + 1] = 'q:' .. c0; A[#A + 1] = 'f:' .. c0; A[#A + 1] = 'q:' .. c1; A[#A + 1] = 'f:' .. c1
+  A[#A + 1] = 0 -- the window's start: a limits hash has none, the check is off
   n = n + 1
 end
 if h[4] and ARGV[10] == '1' then

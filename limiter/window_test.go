@@ -60,3 +60,47 @@ func TestSnapshotFromAClockAheadResetsNothingEarly(t *testing.T) {
 		t.Errorf("the current period's counter is %d, want 3", used)
 	}
 }
+
+// The general decision script (peeks, concurrency slots, or every plan
+// with GeneralScript) goes by Redis's clock too.
+func TestSnapshotFromAClockAheadGeneralScript(t *testing.T) {
+	b := singleRedis(t)
+	ctx := context.Background()
+	rdb := b.client()
+	st := limitstore.New(rdb, b.prefix)
+	now, err := rdb.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	boundary := now.UTC().Add(5 * time.Minute).Truncate(time.Second)
+	prev := boundary.AddDate(0, -1, 0)
+	put(t, st, snapshot("ahead", func(s *limiter.Snapshot) {
+		s.PrevPeriodStart, s.PeriodStart, s.PeriodEnd, s.NextPeriodEnd = prev, boundary, boundary.AddDate(0, 1, 0), boundary.AddDate(0, 2, 0)
+		s.Rate = &limiter.Rate{PerSecond: 1000, Burst: 1000}
+		s.Concurrency = 10
+		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 5, Mode: limiter.ModeHard}}
+	}))
+	keys := limitstore.Keys{Prefix: b.prefix}
+	rdb.HSet(ctx, keys.State("ahead"), limitstore.CounterOf("requests", prev).Used(), 5)
+	for name, tc := range map[string]struct {
+		opt limiter.Options
+		req limiter.Request
+	}{
+		"peek":             {limiter.Options{}, limiter.Request{Cost: 1, Peek: true}},
+		"concurrency slot": {limiter.Options{}, limiter.Request{Cost: 1, Concurrency: true}},
+		"general script":   {limiter.GeneralScript(limiter.Options{}), limiter.Request{Cost: 1}},
+	} {
+		tc.opt.Prefix, tc.opt.DisableRefusalCache = b.prefix, true
+		l := newLimiter(t, b.client(), tc.opt)
+		d, err := l.Allow(ctx, "ahead", tc.req)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if d.Allowed || d.Policy != "requests" {
+			t.Errorf("%s: a snapshot 10 minutes ahead reset the quota early: %+v", name, d)
+		}
+	}
+	if _, ok, _ := st.Used(ctx, "ahead", "requests", boundary); ok {
+		t.Error("the next period's counter was written before the period began")
+	}
+}
