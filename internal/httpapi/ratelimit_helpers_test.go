@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -41,6 +42,7 @@ type limitInstance struct {
 type limitSetup struct {
 	opts     limiter.Options   // Prefix, Loader and Hooks are filled in
 	authOpts *AuthLimitOptions // nil: the default AuthLimiter
+	log      *slog.Logger      // nil: discarded
 }
 
 // newLimitInstance starts an instance on Redis at addr (a redis:// URL's
@@ -88,7 +90,7 @@ func newLimitInstance(t *testing.T, pool *pgxpool.Pool, addr, prefix string, set
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lim.Close() })
-	d := Deps{DB: pool, Redis: rdb, Registry: reg, AdminToken: limitTestAdminToken, Entitlements: ents, Metering: meter, Limiter: lim}
+	d := Deps{Log: set.log, DB: pool, Redis: rdb, Registry: reg, AdminToken: limitTestAdminToken, Entitlements: ents, Metering: meter, Limiter: lim}
 	if set.authOpts != nil {
 		d.AuthLimiter = NewAuthLimiter(lim, *set.authOpts)
 	}

@@ -16,6 +16,7 @@ const (
 // list against api/openapi.yaml.
 func (s *Server) routes() {
 	e := s.echo
+	e.Use(s.accessLog) // request id in and out, one line per request (accesslog.go)
 	e.Use(s.m.observe)
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableErrorHandler: false, LogErrorFunc: s.logPanic}))
 	e.Use(s.rejectBadText) // NUL or invalid UTF-8 in a path or query: 400, for the pages too

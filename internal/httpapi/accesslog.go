@@ -1,0 +1,100 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"log/slog"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// HeaderRequestID carries a request's id in and out: a caller's (a proxy's
+// or the SaaS backend's) is kept, otherwise one is made, and the response
+// always names it, so that a 429 or 503 a customer reports can be found in
+// the access log.
+const HeaderRequestID = "X-Request-Id"
+
+// Context keys of what the access log line reports beside the request.
+const (
+	ctxDecision = "tollgate.decision" // allowed, refused, impossible, unavailable, overloaded
+	ctxPolicy   = "tollgate.policy"   // the policy that refused
+)
+
+type requestIDKey struct{}
+
+// RequestID is the id of the request ctx belongs to ("" outside a request).
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+// setDecision records the limiter's verdict for the access log.
+func setDecision(c echo.Context, decision, policy string) {
+	c.Set(ctxDecision, decision)
+	if policy != "" {
+		c.Set(ctxPolicy, policy)
+	}
+}
+
+// validRequestID accepts a caller's id when it is short visible ASCII: it is
+// echoed in a header and written in logs, so nothing else is taken.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] <= ' ' || id[i] > '~' {
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// accessLog is the outermost middleware: it settles the request id, then
+// writes one line per request with the route template (never the raw path,
+// which may hold ids or junk), status, duration, the tenant when an API key
+// authenticated one, and the limiter's decision.
+func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		r := c.Request()
+		id := r.Header.Get(HeaderRequestID)
+		if !validRequestID(id) {
+			id = newRequestID()
+		}
+		c.Response().Header().Set(HeaderRequestID, id)
+		c.SetRequest(r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+		err := next(c)
+		if err != nil {
+			c.Error(err) // write the response now so the status is known
+		}
+		st := c.Response().Status
+		attrs := make([]slog.Attr, 0, 9)
+		attrs = append(attrs,
+			slog.String("request_id", id),
+			slog.String("method", methodLabel(r.Method)),
+			slog.String("route", routeLabel(c.Path(), st)),
+			slog.Int("status", st),
+			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+		)
+		if t := tenantIDFrom(c); t != "" {
+			attrs = append(attrs, slog.String("tenant", t))
+		}
+		if d, _ := c.Get(ctxDecision).(string); d != "" {
+			attrs = append(attrs, slog.String("decision", d))
+		}
+		if p, _ := c.Get(ctxPolicy).(string); p != "" {
+			attrs = append(attrs, slog.String("policy", p))
+		}
+		s.log.LogAttrs(c.Request().Context(), slog.LevelInfo, "http request", attrs...)
+		return nil
+	}
+}
