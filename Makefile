@@ -12,10 +12,14 @@ help: ## list the targets
 services: ## make sure Postgres and Redis answer (starts throwaway ones if not)
 	@scripts/services.sh
 
+# VERSION is stamped into both binaries (`api version`, tollgate_build_info).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS := -X github.com/tollgatehq/tollgate/internal/buildinfo.Version=$(VERSION)
+
 .PHONY: build
 build: ## build bin/api and bin/worker
-	$(GO) build -o bin/api ./cmd/api
-	$(GO) build -o bin/worker ./cmd/worker
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/api ./cmd/api
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/worker ./cmd/worker
 
 .PHONY: run
 run: services build ## migrate, seed the demo, run api and worker, print the dashboard URL and a demo key

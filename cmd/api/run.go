@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/cmd/internal/wire"
+	"github.com/tollgatehq/tollgate/internal/buildinfo"
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/config"
@@ -27,11 +28,12 @@ import (
 	"github.com/tollgatehq/tollgate/web"
 )
 
-const usage = `usage: api [serve|migrate|seed-demo]
+const usage = `usage: api [serve|migrate|seed-demo|version]
 
   serve      apply migrations (unless MIGRATE_ON_START=false) and serve HTTP (default)
   migrate    create the database if missing and apply every migration
   seed-demo  create the demo plans, tenant and API key; print how to use them
+  version    print the build (version, VCS revision, Go version)
 `
 
 // Exit statuses.
@@ -50,6 +52,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if cmd == "-h" || cmd == "--help" || cmd == "help" {
 		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	if cmd == "version" || cmd == "--version" {
+		// No configuration needed: it answers on a host without any.
+		fmt.Fprintln(stdout, "api", buildinfo.Read())
 		return exitOK
 	}
 	cfg, err := config.Load(getenv)
@@ -106,7 +113,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	defer rdb.Close()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
 	if cfg.AdminTokenGenerated {
 		// Logged once, on purpose: without it nobody could use the admin API.
 		log.Warn("ADMIN_TOKEN is empty; generated one for this process", "admin_token", cfg.AdminToken)
@@ -156,12 +163,22 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 		return err
 	}
 	pages.Register(srv.Echo())
-	return httpapi.ListenAndServe(ctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, func(addr string) {
-		log.Info("api listening", "addr", addr)
+	// SIGTERM is otherwise silent until the process is gone: say that the
+	// drain began and how long it may take, and when it ended.
+	stopDrainLog := context.AfterFunc(ctx, func() {
+		log.Info("api draining", "timeout", cfg.ShutdownTimeout.String())
+	})
+	defer stopDrainLog()
+	err = httpapi.ListenAndServe(ctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, func(addr string) {
+		log.Info("api listening", "addr", addr, "version", buildinfo.Read().Version)
 		if ready != nil {
 			ready(addr)
 		}
 	})
+	if err == nil {
+		log.Info("api stopped")
+	}
+	return err
 }
 
 // newEntitlements builds the entitlements service of a process: snapshots
