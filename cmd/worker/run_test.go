@@ -140,6 +140,11 @@ func TestRunStartsAndStopsCleanlyOnCancel(t *testing.T) {
 	if !strings.Contains(stderr.String(), `"msg":"worker stopped"`) {
 		t.Fatalf("no \"worker stopped\" log line:\n%s", stderr.String())
 	}
+	// River narrates at DEBUG: its client and producer lines (job counts
+	// every few seconds) were most of an INFO log.
+	if strings.Contains(stderr.String(), `"level":"INFO","msg":"River client`) {
+		t.Fatalf("River's routine lines are at INFO:\n%s", stderr.String())
+	}
 }
 
 func TestRunMigrateOnStartFalseSkipsMigrations(t *testing.T) {

@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/tollgatehq/tollgate/internal/logging"
 )
 
 // Queues of the worker. Stripe events get their own queue so a backlog of
@@ -43,7 +45,9 @@ func NewWorkerClient(pool *pgxpool.Pool, log *slog.Logger, c Config) (*river.Cli
 		c.FetchPoll = 100 * time.Millisecond
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger: log,
+		// River's routine (job counts every few seconds) is DEBUG here:
+		// at INFO it was most of a worker's log.
+		Logger: logging.Demote(log),
 		Queues: map[string]river.QueueConfig{
 			QueueDefault: {MaxWorkers: c.MaxWorkers},
 			QueueStripe:  {MaxWorkers: c.MaxWorkers},
@@ -67,7 +71,7 @@ func NewWorkerClient(pool *pgxpool.Pool, log *slog.Logger, c Config) (*river.Cli
 
 // NewInsertClient returns a client that only enqueues (used by api).
 func NewInsertClient(pool *pgxpool.Pool, log *slog.Logger) (*river.Client[pgx.Tx], error) {
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: log})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logging.Demote(log)})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: river insert client: %w", err)
 	}
