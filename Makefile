@@ -41,8 +41,9 @@ bench: services ## side-by-side benchmarks (libbench, side-by-side.sh from PERF_
 	@scripts/bench.sh
 
 .PHONY: clean
-clean: ## remove built binaries and throwaway service data
-	rm -rf bin .data
+clean: ## stop the throwaway Postgres and Redis, remove their data (TOLLGATE_DATA, default .data) and bin/
+	@scripts/services.sh clean
+	rm -rf bin
 
 .PHONY: screenshots
 screenshots: services ## refresh docs/screenshots/ from the browser tests
