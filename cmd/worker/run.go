@@ -14,6 +14,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/buildinfo"
 	"github.com/tollgatehq/tollgate/internal/config"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/idempotency"
 	"github.com/tollgatehq/tollgate/internal/jobs"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/logging"
@@ -110,7 +111,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	}
 	meter := newMetering(pool, rdb, ents, cfg, log, jm)
 	periodic = append(periodic, meter.Register(workers)...)
-	river.AddWorker(workers, &jobs.RetentionWorker{Log: log, Rules: retention(cfg, ents, bill, meter)})
+	river.AddWorker(workers, &jobs.RetentionWorker{Log: log, Rules: retention(cfg, ents, bill, meter, idempotency.New(pool))})
 	periodic = append(periodic, jobs.RetentionPeriodic())
 
 	client, err := jobs.NewWorkerClient(pool, log, jobs.Config{Workers: workers, Periodic: periodic})

@@ -26,7 +26,8 @@ func (s *Server) routes() {
 	e.GET("/metrics", s.handleMetrics())
 
 	// authFailures counts wrong tokens per client address (429 once out).
-	admin := e.Group("/admin/v1", middleware.BodyLimit(bodyLimitDefault), s.authFailures(AuthAdmin), s.requireAdmin)
+	// idempotent: Idempotency-Key on POSTs (idempotency.go).
+	admin := e.Group("/admin/v1", middleware.BodyLimit(bodyLimitDefault), s.authFailures(AuthAdmin), s.requireAdmin, s.idempotent)
 	// --- admin: plans, tenants, plan changes, API keys (entitlements) ---
 	admin.POST("/plans", s.handleCreatePlan(), s.audited("plan.create"))
 	admin.GET("/plans", s.handleListPlans())
