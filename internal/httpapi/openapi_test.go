@@ -269,3 +269,16 @@ func resolveRef(doc map[string]any, ref string) (any, string) {
 	}
 	return node, ""
 }
+
+// GET /openapi.yaml serves this very document, without credentials.
+func TestServesItsOwnOpenAPIDocument(t *testing.T) {
+	a := newTestAPI(t, testAPIOptions{})
+	r := a.do(t, "GET", "/openapi.yaml", "", nil)
+	want, err := os.ReadFile(openAPIPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != 200 || string(r.Raw) != string(want) || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/yaml") {
+		t.Fatalf("GET /openapi.yaml: %d %q, %d bytes (want %d)", r.Status, r.Header.Get("Content-Type"), len(r.Raw), len(want))
+	}
+}

@@ -24,6 +24,7 @@ func (s *Server) routes() {
 	e.GET("/healthz", s.handleHealthz())
 	e.GET("/readyz", s.handleReadyz())
 	e.GET("/metrics", s.handleMetrics())
+	e.GET("/openapi.yaml", s.handleOpenAPI()) // this build's api/openapi.yaml
 
 	// authFailures counts wrong tokens per client address (429 once out).
 	// idempotent: Idempotency-Key on POSTs (idempotency.go).
