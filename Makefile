@@ -28,7 +28,8 @@ run: services build ## migrate, seed the demo, run api and worker, print the das
 .PHONY: test
 test: services ## run every test against real Postgres, Redis (and Cluster), stripe-mock and Chromium
 	$(GO) build -o bin/stripe-mock github.com/stripe/stripe-mock
-	$(GO) test -race -count=1 -timeout 20m ./...
+	@echo "$(GO) test -race -count=1 -timeout 20m ./..."
+	@status=0; $(GO) test -race -count=1 -timeout 20m ./... || status=$$?; scripts/test-notes.sh; exit $$status
 
 .PHONY: lint
 lint: ## go vet, gofmt check and staticcheck (pinned in go.mod as a tool)
