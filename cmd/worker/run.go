@@ -133,6 +133,8 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 		started()
 	}
 	<-ctx.Done()
+	// A signal: say so, so that the wait for running jobs is not silence.
+	log.Info("worker draining", "timeout", cfg.ShutdownTimeout.String())
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := client.Stop(stopCtx); err != nil {

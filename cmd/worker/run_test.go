@@ -137,8 +137,8 @@ func TestRunStartsAndStopsCleanlyOnCancel(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("worker did not return within 15s of cancel")
 	}
-	if !strings.Contains(stderr.String(), `"msg":"worker stopped"`) {
-		t.Fatalf("no \"worker stopped\" log line:\n%s", stderr.String())
+	if d, s := strings.Index(stderr.String(), `"msg":"worker draining"`), strings.Index(stderr.String(), `"msg":"worker stopped"`); d < 0 || s < d {
+		t.Fatalf("no \"worker draining\" then \"worker stopped\" log line:\n%s", stderr.String())
 	}
 	// River narrates at DEBUG: its client and producer lines (job counts
 	// every few seconds) were most of an INFO log.
