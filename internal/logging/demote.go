@@ -10,7 +10,11 @@ import (
 // every few seconds, rivermigrate's line per migration that we log
 // ourselves) then stay out of an INFO log, yet show with LOG_LEVEL=debug;
 // their warnings and errors are kept as they are.
+// A nil log stays nil (the library's own default).
 func Demote(log *slog.Logger) *slog.Logger {
+	if log == nil {
+		return nil
+	}
 	return slog.New(demoted{log.Handler()})
 }
 
