@@ -76,6 +76,10 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			c.Error(err) // write the response now so the status is known
 		}
+		ctx := c.Request().Context()
+		if !s.log.Enabled(ctx, slog.LevelInfo) {
+			return nil // LOG_LEVEL=warn: no access log, no work for it
+		}
 		st := c.Response().Status
 		attrs := make([]slog.Attr, 0, 9)
 		attrs = append(attrs,
@@ -94,7 +98,7 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 		if p, _ := c.Get(ctxPolicy).(string); p != "" {
 			attrs = append(attrs, slog.String("policy", p))
 		}
-		s.log.LogAttrs(c.Request().Context(), slog.LevelInfo, "http request", attrs...)
+		s.log.LogAttrs(ctx, slog.LevelInfo, "http request", attrs...)
 		return nil
 	}
 }
