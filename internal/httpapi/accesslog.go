@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/tollgatehq/tollgate/internal/logging"
 )
 
 // HeaderRequestID carries a request's id in and out: a caller's (a proxy's
@@ -22,13 +24,8 @@ const (
 	ctxPolicy   = "tollgate.policy"   // the policy that refused
 )
 
-type requestIDKey struct{}
-
 // RequestID is the id of the request ctx belongs to ("" outside a request).
-func RequestID(ctx context.Context) string {
-	id, _ := ctx.Value(requestIDKey{}).(string)
-	return id
-}
+func RequestID(ctx context.Context) string { return logging.RequestID(ctx) }
 
 // setDecision records the limiter's verdict for the access log.
 func setDecision(c echo.Context, decision, policy string) {
@@ -71,12 +68,15 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 			id = newRequestID()
 		}
 		c.Response().Header().Set(HeaderRequestID, id)
-		c.SetRequest(r.WithContext(context.WithValue(r.Context(), requestIDKey{}, id)))
+		// Lines logged while serving it name it too (logging.New's handler).
+		c.SetRequest(r.WithContext(logging.WithRequestID(r.Context(), id)))
 		err := next(c)
 		if err != nil {
 			c.Error(err) // write the response now so the status is known
 		}
-		ctx := c.Request().Context()
+		// The request's own context, without the id: this line names it
+		// itself (once), whatever the handler.
+		ctx := r.Context()
 		if !s.log.Enabled(ctx, slog.LevelInfo) {
 			return nil // LOG_LEVEL=warn: no access log, no work for it
 		}
