@@ -46,6 +46,13 @@ func TestREADMESnippetsCompile(t *testing.T) {
 		return ""
 	}
 	lim := goBlocks(t, "README.md")
+	for name, b := range map[string]string{"limiter/README.md": setup(lim), "README.md": setup(goBlocks(t, "../README.md"))} {
+		// A backend beside `make run` must not take Tollgate's own port,
+		// and must not drop ListenAndServe's error (it exited 0 at once).
+		if regexp.MustCompile(`ListenAndServe\("[^"]*:8080"`).MatchString(b) || !strings.Contains(b, "return http.ListenAndServe(") {
+			t.Errorf("%s: the setup snippet listens on Tollgate's port or drops ListenAndServe's error:\n%s", name, b)
+		}
+	}
 	add("limiterREADMESetup", setup(lim))
 	add("rootREADMESetup", setup(goBlocks(t, "../README.md")))
 	for _, b := range lim {
