@@ -21,14 +21,29 @@ type Limiter struct {
 	sf          singleflight.Group
 	ctxTimeouts bool
 
-	inFlight  atomic.Int64
-	downUntil atomic.Int64 // unix nanoseconds; Redis is skipped before it
+	inFlight atomic.Int64
+	adaptive *adaptiveLimit // Options.AdaptiveConcurrency
+	down     atomic.Bool    // Redis judged down on evidence (redis.go) until a probe answers
+	health   health
+	// slots bounds the Redis calls in progress to the client's pool, so
+	// that the wait for a connection is the process's own queue (bounded
+	// and shed, see callLate), apart from Redis's answer time. Nil for
+	// Cluster and Ring clients (a pool per node).
+	slots     chan struct{}
+	lastPong  atomic.Int64 // unix ns of the last probe Redis answered
+	lastOK    atomic.Int64 // unix ns (to 1ms) of the last call Redis answered
+	probeMu   sync.Mutex
+	probeConn *redis.Conn // alive's connection (single-node clients)
+	loop      loopback    // alive's measure of this process's own lateness
 	closed    atomic.Bool
+	live      atomic.Int64 // instances alive by their heartbeats (instances.go)
+	id        string       // this instance's heartbeat member
 
 	refusalMu sync.Mutex
 	refusals  *lru[string, []cachedRefusal]
 	refusalN  atomic.Int64 // entries in refusals, read without the lock
 	tally     refusalTally // cached refusals not yet added to Redis
+	charges   chargeTally  // quota units the fail modes admitted, not yet in Redis
 
 	local   *localStates
 	leases  *leases       // Options.LocalLeases
@@ -43,6 +58,7 @@ type Limiter struct {
 	refShapes atomic.Pointer[shapeMap] // decisions by reference (byref.go)
 
 	pubsub *redis.PubSub
+	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -72,6 +88,10 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	switch c := rdb.(type) {
 	case *redis.Client:
 		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
+		// Less the probe's connection, and one spare.
+		if n := c.Options().PoolSize - 2; n > 0 {
+			l.slots = make(chan struct{}, n)
+		}
 	case *redis.ClusterClient:
 		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
 		l.keys.cluster = true
@@ -79,7 +99,12 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l.cancel = cancel
+	l.ctx, l.cancel = ctx, cancel
+	l.id = newID()
+	l.live.Store(int64(opts.ExpectedInstances))
+	if opts.AdaptiveConcurrency {
+		l.adaptive = newAdaptiveLimit(opts.MaxInFlight)
+	}
 	if opts.Batching {
 		l.batch = newBatcher(ctx, l, opts.MaxBatch)
 	}
@@ -112,6 +137,12 @@ func (l *Limiter) Close() error {
 	l.cancel()
 	err := l.pubsub.Close() // unblocks the subscription's read
 	l.wg.Wait()
+	l.probeMu.Lock()
+	if l.probeConn != nil {
+		_ = l.probeConn.Close()
+	}
+	l.probeMu.Unlock()
+	l.loop.close()
 	if err != nil && !errors.Is(err, redis.ErrClosed) {
 		return fmt.Errorf("limiter: closing subscription: %w", err)
 	}
@@ -130,7 +161,13 @@ func (l *Limiter) Allow(ctx context.Context, tenant string, req Request) (*Decis
 	if err := l.validate(tenant, &req); err != nil {
 		return nil, err
 	}
-	if max := l.opts.MaxInFlight; max > 0 {
+	if a := l.adaptive; a != nil {
+		start, ok := a.acquire()
+		if !ok {
+			return nil, ErrOverloaded
+		}
+		defer func() { a.release(start) }()
+	} else if max := l.opts.MaxInFlight; max > 0 {
 		if l.inFlight.Add(1) > int64(max) {
 			l.inFlight.Add(-1)
 			return nil, ErrOverloaded
@@ -180,9 +217,15 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 			return nil, err
 		}
 		if p == nil { // Redis or the loader down and nothing known of the tenant
-			return l.fallbackUnknown()
+			return l.fallbackUnknown(req)
 		}
 		pl = l.snapshotPlan(p, req)
+		if err != nil && errors.Is(err, errRedisDown) && !l.redisDown() {
+			// One slow read is not an outage: the decision still goes to
+			// Redis, with the limits just read (the Loader's, or the last
+			// known), and only its own failure goes to the fail modes.
+			err = nil
+		}
 		if err != nil {
 			// Units leased before Redis went away are still ours to spend
 			// (until the lease expires), on the limits they were taken under.
@@ -195,6 +238,7 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 			if d := l.cachedRefusal(pl, req); d != nil {
 				return d, nil
 			}
+			l.seedKnown(ctx, pl)
 			return l.fallback(pl, req)
 		}
 	}
@@ -215,6 +259,7 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 	// A lease already held decides even while Redis is down; only taking
 	// more needs Redis (and falls to the fail modes without it).
 	if l.redisDown() && !leased {
+		l.seedKnown(ctx, pl)
 		return l.fallback(pl, req)
 	}
 	var d *Decision
@@ -225,9 +270,13 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 		d, err = l.decide(ctx, pl, req, due)
 	}
 	if errors.Is(err, errRedisDown) {
-		return l.fallback(pl, req)
+		l.seedKnown(ctx, pl)
+		d, ferr := l.fallback(pl, req)
+		fellBack(err, d) // d is nil with ferr
+		return d, ferr
 	}
 	if err != nil {
+		fellBack(err, nil)
 		return nil, err
 	}
 	if d.Fallback != FallbackNone { // decided without a counter (see unbuilt)
