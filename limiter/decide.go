@@ -92,8 +92,8 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 			continue
 		}
 		if err := l.seed(ctx, pl, res); err != nil {
-			if errors.Is(err, errRedisDown) {
-				return nil, err
+			if errors.Is(err, errRedisDown) || errors.Is(err, ErrOverloaded) {
+				return nil, err // not the UsageLoader's failure
 			}
 			return l.unbuilt(pl, req)
 		}

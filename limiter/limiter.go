@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
@@ -100,6 +101,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l.ctx, l.cancel = ctx, cancel
+	l.health.lastOK = time.Now()
 	l.id = newID()
 	l.live.Store(int64(opts.ExpectedInstances))
 	if opts.AdaptiveConcurrency {
@@ -112,6 +114,15 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		l.leases = newLeases(l)
 	}
 	l.pubsub = rdb.Subscribe(ctx, l.keys.invalidations())
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		// Dial the probe's connection now: a first PING that must dial
+		// would take more round trips than the timeout allows.
+		pctx, cancel := context.WithTimeout(ctx, l.hardWait())
+		_ = l.ping(pctx)
+		cancel()
+	}()
 	l.wg.Add(1)
 	go func() { defer l.wg.Done(); l.flushRefusalsLoop(ctx) }()
 	l.wg.Add(1)
@@ -220,11 +231,8 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 			return l.fallbackUnknown(req)
 		}
 		pl = l.snapshotPlan(p, req)
-		if err != nil && errors.Is(err, errRedisDown) && !l.redisDown() {
-			// One slow read is not an outage: the decision still goes to
-			// Redis, with the limits just read (the Loader's, or the last
-			// known), and only its own failure goes to the fail modes.
-			err = nil
+		if err != nil && errors.Is(err, errRedisDown) && !l.redisDown() && pl.hasLocal() {
+			return nil, lostCall(err)
 		}
 		if err != nil {
 			// Units leased before Redis went away are still ours to spend
@@ -269,6 +277,10 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 	} else {
 		d, err = l.decide(ctx, pl, req, due)
 	}
+	if errors.Is(err, errRedisDown) && !l.redisDown() && pl.hasLocal() {
+		fellBack(err, nil)
+		return nil, lostCall(err)
+	}
 	if errors.Is(err, errRedisDown) {
 		l.seedKnown(ctx, pl)
 		d, ferr := l.fallback(pl, req)
@@ -287,4 +299,23 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 	}
 	l.noteQuotas(pl, d)
 	return d, nil
+}
+
+// hasLocal says whether a policy of the plan has the local fail mode.
+func (pl *plan) hasLocal() bool {
+	for i := range pl.pol {
+		if pl.pol[i].fail == FailLocal {
+			return true
+		}
+	}
+	return false
+}
+
+// lostCall is the answer to a decision whose Redis call was lost while
+// Redis is not judged down (it answers others, or has not failed for long):
+// the local mode's shares are for outages, and admitting here beside the
+// instances Redis still serves would overshoot. The client may retry; a
+// late answer that took units gives them back (lateDecision).
+func lostCall(err error) error {
+	return fmt.Errorf("%w (Redis did not answer this decision in time; retry): %w", ErrUnavailable, err)
 }

@@ -25,8 +25,11 @@ import (
 // that fires late (the process waited for a CPU) extends the wait rather
 // than blaming Redis. One call past its deadline fails over that decision
 // only. Redis is down after a refused, reset or closed connection, or when
-// at least half of at least healthMinCalls calls (or of healthMinFailures
-// failures in a row on a quiet instance) failed in the last healthWindow.
+// at least half of at least healthMinCalls calls failed in the last
+// healthWindow, or (a quiet instance) healthMinFailures failed in a row
+// with nothing answered for healthQuiet. A call fails when neither it nor
+// a PING on the limiter's own connection answered in time while the
+// process had its CPU.
 
 // errRedisDown marks a decision that must go to the fail modes.
 var errRedisDown = errors.New("limiter: redis down")
@@ -48,6 +51,7 @@ const (
 	healthBuckets     = 10
 	healthMinCalls    = 20
 	healthMinFailures = 3
+	healthQuiet       = 250 * time.Millisecond
 )
 
 // health is a sliding window of Redis call outcomes in healthBuckets
@@ -57,7 +61,8 @@ type health struct {
 	slot    [healthBuckets]int64 // bucket's time index
 	calls   [healthBuckets]int
 	fails   [healthBuckets]int
-	inARow  int // failures since the last success
+	inARow  int       // failures since the last success
+	lastOK  time.Time // the last success (or the Limiter's start)
 	probing bool
 }
 
@@ -73,6 +78,7 @@ func (h *health) record(now time.Time, failed bool) bool {
 	h.calls[b]++
 	if !failed {
 		h.inARow = 0
+		h.lastOK = now
 		return false
 	}
 	h.fails[b]++
@@ -84,12 +90,19 @@ func (h *health) record(now time.Time, failed bool) bool {
 			fails += h.fails[i]
 		}
 	}
-	return 2*fails >= calls && (calls >= healthMinCalls || h.inARow >= healthMinFailures)
+	if 2*fails >= calls && calls >= healthMinCalls {
+		return true
+	}
+	// A quieter instance: failures in a row and nothing answered for a
+	// while (a stall of the process or the network a moment long is not
+	// an outage).
+	return h.inARow >= healthMinFailures && now.Sub(h.lastOK) >= healthQuiet
 }
 
 func (h *health) reset() {
 	h.mu.Lock()
 	h.slot, h.calls, h.fails, h.inARow = [healthBuckets]int64{}, [healthBuckets]int{}, [healthBuckets]int{}, 0
+	h.lastOK = time.Now()
 	h.mu.Unlock()
 }
 
@@ -269,16 +282,15 @@ wait:
 						t.Reset(rest)
 						continue
 					}
-				} else {
-					// Redis did not answer a PING on a connection of its
-					// own while this process had its CPU: evidence.
-					l.markDown()
 				}
 			}
 			var ok bool
 			if r, ok = giveUp(); ok {
 				break wait
 			}
+			// Neither this call nor a PING answered while the process had
+			// its CPU: a failure. Redis is down once failures keep on (see
+			// health.record); until then this decision alone is lost.
 			if h := l.opts.Hooks.OnRedisError; h != nil {
 				h(op, context.DeadlineExceeded)
 			}
@@ -342,8 +354,8 @@ func (l *Limiter) answeredSince(start time.Time) bool {
 	return l.lastOK.Load() > start.UnixNano()
 }
 
-// alive says whether Redis answers a PING within Options.Timeout (or did
-// within the last Timeout). One probe runs at a time, on a connection of
+// alive says whether Redis answers a PING within twice Options.Timeout
+// (or did within the last Timeout). One probe runs at a time, on a connection of
 // the limiter's own for a single-node client, so that a busy pool does not
 // delay it.
 func (l *Limiter) alive() bool {
@@ -360,16 +372,26 @@ func (l *Limiter) alive() bool {
 		return nil, err
 	})
 	before := schedLatencies()
-	t := time.NewTimer(l.opts.Timeout)
+	// Twice the timeout: a PING is one round trip, and a Redis as far
+	// away as the timeout allows must not be judged gone for it.
+	t := time.NewTimer(2 * l.opts.Timeout)
 	defer t.Stop()
 	select {
 	case r := <-ch:
+		if r.Err != nil && evidence(r.Err) {
+			l.markDown() // Redis refused or reset the probe's connection
+		}
 		return r.Err == nil
 	case <-t.C:
-		// No PONG in time. If this process's goroutines queued for a CPU
-		// meanwhile, or its own loopback socket is not read in time (the
-		// network poller starved), the PONG may be here, unread: Redis is
-		// not to blame.
+		// No PONG in time. A Redis that refuses connections is down (the
+		// client's own dial retries would hide it for a while).
+		if l.refused() {
+			l.markDown()
+			return false
+		}
+		// If this process's goroutines queued for a CPU meanwhile, or its
+		// own loopback socket is not read in time (the network poller
+		// starved), the PONG may be here, unread: Redis is not to blame.
 		return starved(before, schedLatencies(), l.opts.Timeout/4) || l.loop.lag(l.opts.Timeout) > l.opts.Timeout/4
 	}
 }
@@ -483,4 +505,19 @@ func (l *Limiter) ping(ctx context.Context) error {
 		l.probeConn = nil
 	}
 	return err
+}
+
+// refused says whether a TCP connection to a single-node client's Redis
+// is refused (nothing listens there).
+func (l *Limiter) refused() bool {
+	c, ok := l.rdb.(*redis.Client)
+	if !ok || c.Options().Network == "unix" {
+		return false
+	}
+	conn, err := net.DialTimeout("tcp", c.Options().Addr, l.opts.Timeout)
+	if err != nil {
+		return errors.Is(err, syscall.ECONNREFUSED)
+	}
+	conn.Close()
+	return false
 }

@@ -50,7 +50,7 @@ func checkUntilAnswered(t *testing.T, in *limitInstance, key string, body any) i
 			t.Errorf("still 503 after %d tries: %s", i+1, r.raw)
 			return r.status
 		}
-		time.Sleep(time.Duration(5+i%20) * time.Millisecond) // a client's backoff
+		time.Sleep(time.Duration(20+(i%4)*10) * time.Millisecond) // a client's backoff
 	}
 }
 
@@ -61,6 +61,16 @@ func checkUntilAnswered(t *testing.T, in *limitInstance, key string, body any) i
 // another on a hard 30 (4 admitted, then refused).
 func exactUnderLoad(t *testing.T, ins []*limitInstance) {
 	admin := ins[0]
+	// Instances that have served before (their Redis connections open):
+	// the tenants below are fresh, the instances are not.
+	warm := admin.newPlan(t, map[string]any{"per_second": 1e6, "burst": 1e6}, nil)
+	_, warmKey := admin.newTenant(t, warm)
+	var wwg sync.WaitGroup
+	for i := 0; i < 40; i++ {
+		wwg.Add(1)
+		go func() { defer wwg.Done(); checkUntilAnswered(t, ins[i%len(ins)], warmKey, nil) }()
+	}
+	wwg.Wait()
 	defer func() {
 		for i, in := range ins {
 			t.Logf("instance %d: %v fallbacks, %v Redis errors, %v shed", i, counterSum(t, in.reg, "tollgate_limiter_fallbacks_total"),
@@ -160,8 +170,8 @@ func twoInstances(t *testing.T, pool *pgxpool.Pool, addr, prefix string) []*limi
 // the default LIMITER_TIMEOUT.
 func TestExactWhileCPUStarved(t *testing.T) {
 	pool := pgtest.New(t)
-	rdb, prefix := redistest.New(t)
-	ins := twoInstances(t, pool, redisAddr(t, rdb), prefix)
+	srv := redistest.StartServer(t) // see TestExactWithRedisFarAway
+	ins := twoInstances(t, pool, srv.Addr, redistest.Prefix())
 	old := runtime.GOMAXPROCS(1)
 	defer runtime.GOMAXPROCS(old)
 	ctx, stop := context.WithCancel(context.Background())
@@ -187,9 +197,11 @@ func TestExactWhileCPUStarved(t *testing.T) {
 // LIMITER_TIMEOUT of 50 ms: every round trip takes 40 ms or more.
 func TestExactWithRedisFarAway(t *testing.T) {
 	pool := pgtest.New(t)
-	rdb, prefix := redistest.New(t)
-	proxy := redistest.StartDelayProxy(t, redisAddr(t, rdb), 20*time.Millisecond)
-	ins := twoInstances(t, pool, proxy.Addr, prefix)
+	// A Redis of its own: the shared one's pauses (other packages' tests)
+	// must not pass for this test's latency.
+	srv := redistest.StartServer(t)
+	proxy := redistest.StartDelayProxy(t, srv.Addr, 20*time.Millisecond)
+	ins := twoInstances(t, pool, proxy.Addr, redistest.Prefix())
 	exactUnderLoad(t, ins)
 }
 
