@@ -23,7 +23,7 @@ type adaptiveLimit struct {
 	mu      sync.Mutex
 	max     float64
 	cur     float64 // the limit before rounding
-	longRTT float64 // EWMA over ~adaptiveLong samples, seconds
+	longRTT float64 // EWMA over ~adaptiveLongWindows windows, seconds
 	sum     float64 // this window's latencies
 	n       int
 	peak    int64 // most in flight this window
@@ -31,11 +31,11 @@ type adaptiveLimit struct {
 }
 
 const (
-	adaptiveMin     = 8
-	adaptiveInitial = 64
-	adaptiveMaxDef  = 1000
-	adaptiveWindow  = 50 * time.Millisecond
-	adaptiveLong    = 500
+	adaptiveMin         = 8
+	adaptiveInitial     = 64
+	adaptiveMaxDef      = 1000
+	adaptiveWindow      = 50 * time.Millisecond
+	adaptiveLongWindows = 20
 	// adaptiveTolerance is how much slower than the long-run latency the
 	// recent one may be before the limit shrinks.
 	adaptiveTolerance = 1.5
@@ -83,8 +83,9 @@ func (a *adaptiveLimit) release(start time.Time) {
 	if a.longRTT == 0 {
 		a.longRTT = short
 	} else {
-		w := math.Min(1, float64(a.n)/adaptiveLong)
-		a.longRTT += (short - a.longRTT) * w
+		// The long-run latency moves a twentieth per window (about a
+		// second), so that queueing shows as short above long.
+		a.longRTT += (short - a.longRTT) / adaptiveLongWindows
 	}
 	if a.longRTT/short > 2 {
 		// Latency fell a lot (the load went away): forget the slow past.

@@ -207,3 +207,36 @@ func TestNothingKnownLocalRefusesMetered(t *testing.T) {
 		t.Fatalf("rate only, nothing known: %+v %v", d, err)
 	}
 }
+
+// With AdaptiveConcurrency, MaxInFlight is the upper bound: decisions
+// past it are shed with ErrOverloaded at once, before any Redis work.
+func TestAdaptiveConcurrencyBoundedByMaxInFlight(t *testing.T) {
+	b := singleRedis(t)
+	ctx := context.Background()
+	release := make(chan struct{})
+	var entered atomic.Int64
+	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, AdaptiveConcurrency: true, MaxInFlight: 2,
+		Loader: func(ctx context.Context, tenant string) (limiter.Snapshot, error) {
+			entered.Add(1)
+			<-release
+			return snapshot(tenant, nil), nil
+		}})
+	done := make(chan error, 2)
+	for _, tenant := range []string{"slow-a", "slow-b"} {
+		go func() { _, err := l.Allow(ctx, tenant, limiter.Request{Cost: 1}); done <- err }()
+	}
+	testkit.Eventually(t, 5*time.Second, "two decisions in the loader", func() bool { return entered.Load() == 2 })
+	start := time.Now()
+	if _, err := l.Allow(ctx, "other", limiter.Request{Cost: 1}); !errors.Is(err, limiter.ErrOverloaded) {
+		t.Fatalf("a third decision with 2 in flight and MaxInFlight 2: %v, want ErrOverloaded", err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("shedding took %v", took)
+	}
+	close(release)
+	for i := 0; i < 2; i++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
