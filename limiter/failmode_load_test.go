@@ -240,3 +240,45 @@ func TestAdaptiveConcurrencyBoundedByMaxInFlight(t *testing.T) {
 		}
 	}
 }
+
+// A decision lost while Redis is not judged down (one call unanswered in
+// time) answers ErrUnavailable, admitting nothing; when its answer comes
+// late and Redis took the unit, the unit is given back, so that a client
+// retrying it is not charged twice.
+func TestLostDecisionIsGivenBack(t *testing.T) {
+	srv := startPrivate(t)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	st := limitstore.New(rdb, "")
+	s := snapshot("lost", func(s *limiter.Snapshot) {
+		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 100, Mode: limiter.ModeHard}}
+	})
+	put(t, st, s)
+	var subscribed atomic.Bool
+	l := newLimiter(t, rdb, limiter.Options{Timeout: 50 * time.Millisecond, FailMode: limiter.FailModes{Quota: limiter.FailLocal},
+		Hooks: limiter.Hooks{OnInvalidation: func(tenant string, all bool) {
+			if all && tenant == "" {
+				subscribed.Store(true)
+			}
+		}}})
+	// Subscribed, the snapshot stays cached: the lost call is the decision.
+	testkit.Eventually(t, 5*time.Second, "subscription confirmed", subscribed.Load)
+	if d, err := l.Allow(ctx, "lost", limiter.Request{Cost: 5, Meter: "requests"}); err != nil || !d.Allowed {
+		t.Fatalf("%+v %v", d, err)
+	}
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	_, err := l.Allow(ctx, "lost", limiter.Request{Cost: 5, Meter: "requests"})
+	_ = srv.Signal(syscall.SIGCONT) // the script, queued, now runs and takes 5
+	if !errors.Is(err, limiter.ErrUnavailable) {
+		t.Fatalf("a lost decision: %v, want ErrUnavailable", err)
+	}
+	var sawLate bool
+	testkit.Eventually(t, 10*time.Second, "the late decision's units given back", func() bool {
+		used, _, _ := st.Used(ctx, "lost", "requests", s.PeriodStart)
+		sawLate = sawLate || used == 10 // Redis ran the lost script
+		return sawLate && used == 5
+	})
+}
