@@ -2,20 +2,22 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tollgatehq/tollgate/cmd/internal/wire"
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/audit"
+	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/config"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
@@ -23,6 +25,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/logging"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/postgres"
+	"github.com/tollgatehq/tollgate/internal/tracing"
 	"github.com/tollgatehq/tollgate/limiter"
 	"github.com/tollgatehq/tollgate/web"
 )
@@ -57,15 +60,30 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stderr, err)
 		return exitConfig
 	}
-	if cfg.AdminToken == "" {
-		cfg.AdminToken, cfg.AdminTokenGenerated = randomToken(), true
+	// One admin token per deployment: serve refuses to make one up (each
+	// api instance would make its own), and nothing logs it.
+	tokenFile := ""
+	if cmd == "serve" || (cmd == "seed-demo" && cfg.Dev) {
+		if tokenFile, err = cfg.ResolveAdminToken(); err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitConfig
+		}
 	}
 	log := logging.New(stderr, cfg.LogLevel)
+	if tokenFile != "" {
+		log.Warn("ADMIN_TOKEN is empty; TOLLGATE_DEV uses the token in this file", "admin_token_file", tokenFile)
+	}
 	switch cmd {
 	case "migrate":
 		err = migrate(ctx, cfg, log)
 	case "serve":
+		var stopTracing func(context.Context) error
+		if stopTracing, err = tracing.Setup(ctx, "tollgate-api", "", getenv); err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitConfig
+		}
 		err = serve(ctx, cfg, log, nil)
+		flushTraces(ctx, stopTracing, log)
 	case "seed-demo":
 		err = seedDemo(ctx, cfg, log, stdout)
 	default:
@@ -94,7 +112,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 			return err
 		}
 	}
-	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
+	pool, err := postgres.Open(ctx, cfg.DatabaseURL, cfg.DatabaseMaxConns)
 	if err != nil {
 		return err
 	}
@@ -107,10 +125,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if cfg.AdminTokenGenerated {
-		// Logged once, on purpose: without it nobody could use the admin API.
-		log.Warn("ADMIN_TOKEN is empty; generated one for this process", "admin_token", cfg.AdminToken)
-	}
 	ents := newEntitlements(pool, rdb, cfg, log)
 	// The revocation subscription lives as long as the server; it must end
 	// before rdb is closed.
@@ -151,17 +165,46 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	}
 	srv, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, Registry: reg, AdminToken: cfg.AdminToken,
 		AdminTokens: cfg.AdminTokens, Audit: trail, Entitlements: ents, PlanChanger: planChanger(cfg, ents, bill), Billing: bill, Metering: meter, Limiter: lim,
-		AuthLimiter: authLim, DashboardLinks: pages})
+		AuthLimiter: authLim, DashboardLinks: pages, RequestTimeout: cfg.DatabaseTimeout, OutboundTimeout: billing.DefaultStripeTimeout,
+		TrustedProxies: cfg.TrustedProxies, MetricsToken: cfg.MetricsToken, MetricsElsewhere: cfg.MetricsAddr != ""})
 	if err != nil {
 		return err
 	}
 	pages.Register(srv.Echo())
-	return httpapi.ListenAndServe(ctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, func(addr string) {
+	if cfg.MetricsAddr != "" {
+		go serveMetrics(ctx, cfg.MetricsAddr, reg, cfg.MetricsToken, log)
+	}
+	listening := func(addr string) {
 		log.Info("api listening", "addr", addr)
 		if ready != nil {
 			ready(addr)
 		}
+	}
+	if cfg.GRPCAddr != "" {
+		// The gRPC listener lives as long as the HTTP one: either failing
+		// (a port that cannot be bound) ends both, since an Envoy without
+		// its rate limit service lets every request through.
+		g, gctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return serveRLS(gctx, cfg, ents, lim, pool, rdb, reg, log, nil) })
+		g.Go(func() error { return httpapi.ListenAndServe(gctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, listening) })
+		return g.Wait()
+	}
+	return httpapi.ListenAndServe(ctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, listening)
+}
+
+// serveMetrics serves /metrics on METRICS_ADDR until ctx ends: off the
+// public port, so that traffic per route and the Stripe queue are not shown
+// to whoever reaches the api. A port that cannot be bound is logged, not
+// fatal (as the worker's): requests matter more than their metrics.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, token string, log *slog.Logger) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", httpapi.MetricsHandler(reg, token))
+	err := httpapi.ListenAndServe(ctx, mux, addr, 5*time.Second, func(bound string) {
+		log.Info("api metrics listening", "addr", bound)
 	})
+	if err != nil {
+		log.Error("api metrics server failed", "addr", addr, "err", err)
+	}
 }
 
 // newEntitlements builds the entitlements service of a process: snapshots
@@ -212,7 +255,7 @@ func seedDemo(ctx context.Context, cfg config.Config, log *slog.Logger, stdout i
 	if err := migrate(ctx, cfg, log); err != nil {
 		return err
 	}
-	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
+	pool, err := postgres.Open(ctx, cfg.DatabaseURL, cfg.DatabaseMaxConns)
 	if err != nil {
 		return err
 	}
@@ -268,9 +311,10 @@ func seedDemo(ctx context.Context, cfg config.Config, log *slog.Logger, stdout i
 	}
 	fmt.Fprintf(stdout, "tenant_id: %s\n", tenantID)
 	fmt.Fprintf(stdout, "api_key: %s\n", key.Key)
-	fmt.Fprintf(stdout, "admin_token: %s\n", cfg.AdminToken)
-	if cfg.AdminTokenGenerated {
-		fmt.Fprintln(stdout, "note: ADMIN_TOKEN is not set, so the token above is new; start api with ADMIN_TOKEN set to it")
+	if cfg.AdminToken != "" {
+		fmt.Fprintf(stdout, "admin_token: %s\n", cfg.AdminToken)
+	} else {
+		fmt.Fprintln(stdout, "note: ADMIN_TOKEN is not set; api serve needs it (or TOLLGATE_DEV=true)")
 	}
 	fmt.Fprintf(stdout, "dashboard: %s/dashboard\n", cfg.PublicURL)
 	fmt.Fprintf(stdout, "try: curl -H \"Authorization: Bearer %s\" %s/v1/entitlements\n", key.Key, cfg.PublicURL)
@@ -298,8 +342,12 @@ func findDemoTenant(ctx context.Context, ents *entitlements.Service) (string, er
 	}
 }
 
-func randomToken() string {
-	var b [24]byte
-	_, _ = rand.Read(b[:])
-	return "tga_" + hex.EncodeToString(b[:])
+// flushTraces sends the spans still buffered, within a few seconds: a
+// collector that does not answer must not hold the exit.
+func flushTraces(ctx context.Context, stop func(context.Context) error, log *slog.Logger) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := stop(fctx); err != nil {
+		log.Warn("traces not flushed", "err", err)
+	}
 }
