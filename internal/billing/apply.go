@@ -18,6 +18,11 @@ import (
 // is not linked yet; linking the customer re-runs them.
 const reasonUnknownCustomer = "unknown customer"
 
+// reasonUnknownSubscription starts the ignored_reason of subscription-scoped
+// events (invoices) that arrived before their subscription's first event;
+// applying that event re-runs them (issue 25).
+const reasonUnknownSubscription = "unknown subscription"
+
 // prefetched is what the worker read from Stripe before the transaction.
 type prefetched struct {
 	// features are the customer's active entitlement lookup keys, re-listed
@@ -165,7 +170,7 @@ func (s *Service) apply(ctx context.Context, w *entitlements.Writes, ev storedEv
 			return outcome{}, err
 		}
 		if plan == "" && !addon {
-			return ignored("", "price %s is not mapped to a plan or an add-on (set stripe_price_id on a plan, or PUT /admin/v1/addons/%s)", p.ID, p.ID), nil
+			return ignored("", "price %s is not mapped to a plan or an add-on (add it to a plan's stripe_price_ids, or PUT /admin/v1/addons/%s)", p.ID, p.ID), nil
 		}
 		return outcome{status: StatusProcessed}, nil
 	case ev.Type == "product.updated":
@@ -180,9 +185,6 @@ func (s *Service) apply(ctx context.Context, w *entitlements.Writes, ev storedEv
 }
 
 func isAddonPrice(ctx context.Context, w *entitlements.Writes, price string) (bool, error) {
-	var ok bool
-	if err := w.Tx().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM addon_grants WHERE stripe_price_id = $1)`, price).Scan(&ok); err != nil {
-		return false, fmt.Errorf("billing: add-on by price: %w", err)
-	}
-	return ok, nil
+	a, err := w.AddonForItem(ctx, price, "")
+	return a != "", err
 }

@@ -43,15 +43,22 @@ const (
 // Plan is a stored plan. Rate nil and Concurrency nil mean unlimited; a meter
 // without a quota is unlimited.
 type Plan struct {
-	Key           string           `json:"key"`
-	Name          string           `json:"name"`
-	StripePriceID string           `json:"stripe_price_id,omitempty"`
-	Rate          *limiter.Rate    `json:"rate"`
-	Concurrency   *int64           `json:"concurrency"`
-	Quotas        map[string]Quota `json:"quotas"`
-	Features      []string         `json:"features"`
-	CreatedAt     time.Time        `json:"created_at"`
-	UpdatedAt     time.Time        `json:"updated_at"`
+	Key  string `json:"key"`
+	Name string `json:"name"`
+	// StripePriceID is the first of StripePriceIDs (the self-serve
+	// default), kept in answers for clients of the one-price API.
+	StripePriceID string `json:"stripe_price_id,omitempty"`
+	// StripePriceIDs are every price that maps to the plan, the self-serve
+	// default first.
+	StripePriceIDs []string `json:"stripe_price_ids"`
+	// StripeProductID, when set, maps every price of the product.
+	StripeProductID string           `json:"stripe_product_id,omitempty"`
+	Rate            *limiter.Rate    `json:"rate"`
+	Concurrency     *int64           `json:"concurrency"`
+	Quotas          map[string]Quota `json:"quotas"`
+	Features        []string         `json:"features"`
+	CreatedAt       time.Time        `json:"created_at"`
+	UpdatedAt       time.Time        `json:"updated_at"`
 	// Version starts at 1 and grows by one on every edit (PatchPlan), so
 	// that an explanation of a tenant's limits can name the plan as it was.
 	Version int64 `json:"version"`
@@ -81,15 +88,22 @@ type Quota struct {
 // PlanInput is the body of a plan create (and, merged onto the stored plan,
 // of a patch). Pointers tell "absent" from zero.
 type PlanInput struct {
-	Key           string                 `json:"key"`
-	Name          string                 `json:"name"`
-	StripePriceID string                 `json:"stripe_price_id"`
-	Rate          *RateInput             `json:"rate"`        // nil = unlimited
-	Concurrency   *int64                 `json:"concurrency"` // nil or 0 = unlimited
-	Quotas        map[string]*QuotaInput `json:"quotas"`      // a nil entry removes the meter
-	Features      []string               `json:"features"`
-	QuotaWindow   string                 `json:"quota_window"` // "" = month
-	Public        *bool                  `json:"public"`       // nil = true (offered to tenants)
+	Key  string `json:"key"`
+	Name string `json:"name"`
+	// StripePriceID is the one-price form of StripePriceIDs, accepted for
+	// one release: when set it stands for stripe_price_ids [it] (unless
+	// the list starts with it already).
+	StripePriceID   string   `json:"stripe_price_id"`
+	StripePriceIDs  []string `json:"stripe_price_ids"`
+	StripeProductID string   `json:"stripe_product_id"`
+	// legacyPrice: the prices came from stripe_price_id, which errors name.
+	legacyPrice bool
+	Rate        *RateInput             `json:"rate"`        // nil = unlimited
+	Concurrency *int64                 `json:"concurrency"` // nil or 0 = unlimited
+	Quotas      map[string]*QuotaInput `json:"quotas"`      // a nil entry removes the meter
+	Features    []string               `json:"features"`
+	QuotaWindow string                 `json:"quota_window"` // "" = month
+	Public      *bool                  `json:"public"`       // nil = true (offered to tenants)
 }
 
 // RateInput is a token bucket: PerSecond refill, Burst capacity (default:
@@ -131,6 +145,7 @@ func (in *PlanInput) Validate() error {
 	if len(in.StripePriceID) > 255 || !token(in.StripePriceID) {
 		v.Add("stripe_price_id", "must be a Stripe price id such as price_123")
 	}
+	validatePrices(&v, in.prices(), in.StripeProductID)
 	if r := in.Rate; r != nil {
 		switch {
 		case r.PerSecond == nil:
@@ -188,10 +203,32 @@ func (in *PlanInput) Validate() error {
 	return v.Err()
 }
 
+// prices is stripe_price_ids with the legacy stripe_price_id applied.
+func (in *PlanInput) prices() []string {
+	if in.StripePriceID != "" && (len(in.StripePriceIDs) == 0 || in.StripePriceIDs[0] != in.StripePriceID) {
+		return []string{in.StripePriceID}
+	}
+	return in.StripePriceIDs
+}
+
+// priceField is the field a price error names: the one the client sent.
+func (in *PlanInput) priceField() string {
+	if in.legacyPrice {
+		return "stripe_price_id"
+	}
+	return "stripe_price_ids"
+}
+
 // normalized fills defaults: name from key, burst from rate, hard mode,
 // features sorted and unique, removed quotas dropped.
 func (in PlanInput) normalized() PlanInput {
 	out := in
+	out.legacyPrice = in.StripePriceID != "" && (len(in.StripePriceIDs) == 0 || in.StripePriceIDs[0] != in.StripePriceID)
+	out.StripePriceIDs = append([]string{}, in.prices()...)
+	out.StripePriceID = ""
+	if len(out.StripePriceIDs) > 0 {
+		out.StripePriceID = out.StripePriceIDs[0]
+	}
 	out.Name = strings.TrimSpace(out.Name)
 	if out.Name == "" {
 		out.Name = out.Key
@@ -237,7 +274,8 @@ func (in PlanInput) normalized() PlanInput {
 // Input is the plan as a PlanInput, the starting point of a patch.
 func (p Plan) Input() PlanInput {
 	public := p.Public
-	in := PlanInput{Key: p.Key, Name: p.Name, StripePriceID: p.StripePriceID, Features: append([]string(nil), p.Features...),
+	in := PlanInput{Key: p.Key, Name: p.Name, StripePriceIDs: append([]string{}, p.StripePriceIDs...), StripeProductID: p.StripeProductID,
+		Features:    append([]string(nil), p.Features...),
 		QuotaWindow: p.QuotaWindow, Public: &public}
 	if p.Rate != nil {
 		ps, b := p.Rate.PerSecond, p.Rate.Burst
@@ -382,7 +420,10 @@ ORDER BY 1`, key, s.opts.DefaultPlan)
 }
 
 const planSelect = `
-SELECT p.key, p.name, coalesce(p.stripe_price_id, ''), p.rate_per_second, p.rate_burst, p.concurrency,
+SELECT p.key, p.name, coalesce(p.stripe_price_id, ''),
+       coalesce((SELECT array_agg(c.stripe_price_id ORDER BY c.position) FROM catalogue_prices c WHERE c.plan_key = p.key), '{}'),
+       coalesce((SELECT c.stripe_product_id FROM catalogue_products c WHERE c.plan_key = p.key), ''),
+       p.rate_per_second, p.rate_burst, p.concurrency,
        p.features, p.quota_window, p.public, p.created_at, p.updated_at, p.version,
        coalesce((SELECT jsonb_object_agg(q.meter, jsonb_build_object('limit', q.quota_limit, 'mode', q.mode,
                         'stripe_meter_event', coalesce(q.stripe_meter_event, ''), 'stripe_report', q.stripe_report,
@@ -396,7 +437,7 @@ func scanPlan(row pgx.CollectableRow) (Plan, error) {
 		rps   *float64
 		burst *int64
 	)
-	if err := row.Scan(&p.Key, &p.Name, &p.StripePriceID, &rps, &burst, &p.Concurrency, &p.Features,
+	if err := row.Scan(&p.Key, &p.Name, &p.StripePriceID, &p.StripePriceIDs, &p.StripeProductID, &rps, &burst, &p.Concurrency, &p.Features,
 		&p.QuotaWindow, &p.Public, &p.CreatedAt, &p.UpdatedAt, &p.Version, &p.Quotas); err != nil {
 		return Plan{}, err
 	}
@@ -405,6 +446,9 @@ func scanPlan(row pgx.CollectableRow) (Plan, error) {
 	}
 	if p.Features == nil {
 		p.Features = []string{}
+	}
+	if p.StripePriceIDs == nil {
+		p.StripePriceIDs = []string{}
 	}
 	if p.Quotas == nil {
 		p.Quotas = map[string]Quota{}
@@ -435,15 +479,27 @@ func insertPlan(ctx context.Context, tx pgx.Tx, in PlanInput) error {
 	rps, burst := rateCols(in.Rate)
 	_, err := tx.Exec(ctx, `
 INSERT INTO plans (key, name, stripe_price_id, rate_per_second, rate_burst, concurrency, features, quota_window, public)
-VALUES ($1, $2, nullif($3, ''), $4, $5, $6, $7, $8, $9)`,
-		in.Key, in.Name, in.StripePriceID, rps, burst, in.Concurrency, in.Features, in.QuotaWindow, *in.Public)
+VALUES ($1, $2, NULL, $3, $4, $5, $6, $7, $8)`,
+		in.Key, in.Name, rps, burst, in.Concurrency, in.Features, in.QuotaWindow, *in.Public)
 	if err != nil {
+		return pgError(err)
+	}
+	// The prices are checked (and a price mapped twice named) before the
+	// default price goes into plans.stripe_price_id, the one-price column
+	// that older readers and the self-serve default use.
+	if err := savePrices(ctx, tx, owner{plan: in.Key}, in.priceField(), in.StripePriceIDs, in.StripeProductID); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE plans SET stripe_price_id = nullif($2, '') WHERE key = $1`, in.Key, in.StripePriceID); err != nil {
 		return pgError(err)
 	}
 	return insertQuotas(ctx, tx, in)
 }
 
 func updatePlan(ctx context.Context, tx pgx.Tx, in PlanInput) error {
+	if err := savePrices(ctx, tx, owner{plan: in.Key}, in.priceField(), in.StripePriceIDs, in.StripeProductID); err != nil {
+		return err
+	}
 	rps, burst := rateCols(in.Rate)
 	_, err := tx.Exec(ctx, `
 UPDATE plans SET name = $2, stripe_price_id = nullif($3, ''), rate_per_second = $4, rate_burst = $5,

@@ -82,6 +82,9 @@ type SubscriptionAddon struct {
 	StripePriceID string `json:"stripe_price_id"`
 	Name          string `json:"name"`
 	Quantity      int64  `json:"quantity"`
+	// SubscriptionID is the subscription the item is on: the plan's, or
+	// one that bills the add-on on its own.
+	SubscriptionID string `json:"subscription_id"`
 }
 
 // MeterUsage is the usage of one meter in the current period.
@@ -103,6 +106,13 @@ type TenantDetail struct {
 	EffectivePlan string           `json:"effective_plan"`
 	Subscription  *Subscription    `json:"subscription"`
 	Entitlements  limiter.Snapshot `json:"entitlements"`
+	// Addons are the add-on items of every live subscription (the plan's
+	// and ones that bill an add-on on its own).
+	Addons []SubscriptionAddon `json:"addons"`
+	// OverlappingSubscriptions are the other live subscriptions with a
+	// plan item: the plan comes from Subscription only (the one that
+	// started last); these are shown so that an admin can cancel them.
+	OverlappingSubscriptions []string `json:"overlapping_subscriptions"`
 	// Usage is left empty here: "used" is metering's (it owns the usage
 	// tables, and metering imports entitlements, not the other way), so
 	// the reader layer (httpapi) fills it from metering.Service.Usage,
@@ -288,7 +298,16 @@ func (s *Service) detail(ctx context.Context, id string) (TenantDetail, error) {
 		return TenantDetail{}, err
 	}
 	snap := s.compute(in, nil)
-	return TenantDetail{Tenant: t, Status: snap.Status, EffectivePlan: snap.Plan, Subscription: in.sub, Entitlements: snap}, nil
+	addons := make([]SubscriptionAddon, 0, len(in.addons))
+	for _, a := range in.addons {
+		addons = append(addons, SubscriptionAddon{StripePriceID: a.price, Name: a.name, Quantity: a.qty, SubscriptionID: a.sub})
+	}
+	overlapping := in.overlapping
+	if overlapping == nil {
+		overlapping = []string{}
+	}
+	return TenantDetail{Tenant: t, Status: snap.Status, EffectivePlan: snap.Plan, Subscription: in.sub, Entitlements: snap,
+		Addons: addons, OverlappingSubscriptions: overlapping}, nil
 }
 
 // TenantByCustomer finds the tenant linked to a Stripe customer.

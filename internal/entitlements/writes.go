@@ -237,18 +237,11 @@ func (w *Writes) SetStripeFeatures(ctx context.Context, tenantID string, keys []
 	return true, nil
 }
 
-// PlanForPrice is the plan whose stripe_price_id is price, or "".
+// PlanForPrice is the plan a price maps to (one of its stripe_price_ids),
+// or "".
 func (w *Writes) PlanForPrice(ctx context.Context, price string) (string, error) {
 	if price == "" {
 		return "", nil
 	}
-	var key string
-	err := w.tx.QueryRow(ctx, `SELECT key FROM plans WHERE stripe_price_id = $1`, price).Scan(&key)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("entitlements: plan by price: %w", err)
-	}
-	return key, nil
+	return w.PlanForItem(ctx, price, "")
 }
