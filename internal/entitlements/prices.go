@@ -110,7 +110,7 @@ VALUES ($1, nullif($2, ''), nullif($3, ''), $4)`, p, o.plan, o.addon, i); err !=
 func mappedTwice(field, what, id string, other owner) error {
 	return &apperr.Error{Code: apperr.Conflict,
 		Message: fmt.Sprintf("%s %s is already mapped to %s; a %s maps to one plan or add-on", what, id, other, what),
-		Fields:  []apperr.FieldError{{Field: field, Message: fmt.Sprintf("%s %s is %s's", what, id, other)}}}
+		Fields:  []apperr.FieldError{{Field: field, Message: fmt.Sprintf("%s %s is already mapped to %s", what, id, other)}}}
 }
 
 // pricesError is a unique violation that a concurrent save won: the same
