@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"sort"
@@ -52,13 +53,16 @@ type Plan struct {
 	// default first.
 	StripePriceIDs []string `json:"stripe_price_ids"`
 	// StripeProductID, when set, maps every price of the product.
-	StripeProductID string           `json:"stripe_product_id,omitempty"`
-	Rate            *limiter.Rate    `json:"rate"`
-	Concurrency     *int64           `json:"concurrency"`
-	Quotas          map[string]Quota `json:"quotas"`
-	Features        []string         `json:"features"`
-	CreatedAt       time.Time        `json:"created_at"`
-	UpdatedAt       time.Time        `json:"updated_at"`
+	StripeProductID string `json:"stripe_product_id,omitempty"`
+	// PriceVersions pins prices to a version of the plan: a subscription
+	// on such a price gets that version's limits (a legacy price).
+	PriceVersions map[string]int64 `json:"price_versions,omitempty"`
+	Rate          *limiter.Rate    `json:"rate"`
+	Concurrency   *int64           `json:"concurrency"`
+	Quotas        map[string]Quota `json:"quotas"`
+	Features      []string         `json:"features"`
+	CreatedAt     time.Time        `json:"created_at"`
+	UpdatedAt     time.Time        `json:"updated_at"`
 	// Version starts at 1 and grows by one on every edit (PatchPlan), so
 	// that an explanation of a tenant's limits can name the plan as it was.
 	Version int64 `json:"version"`
@@ -96,6 +100,11 @@ type PlanInput struct {
 	StripePriceID   string   `json:"stripe_price_id"`
 	StripePriceIDs  []string `json:"stripe_price_ids"`
 	StripeProductID string   `json:"stripe_product_id"`
+	// PriceVersions pins some of the prices to a version of the plan.
+	PriceVersions map[string]int64 `json:"price_versions"`
+	// Apply (PATCH only) is whom an edit reaches: ApplyAll (default), or
+	// ApplyNew, which keeps the tenants on the plan on their version.
+	Apply string `json:"apply"`
 	// legacyPrice: the prices came from stripe_price_id, which errors name.
 	legacyPrice bool
 	Rate        *RateInput             `json:"rate"`        // nil = unlimited
@@ -146,6 +155,9 @@ func (in *PlanInput) Validate() error {
 		v.Add("stripe_price_id", "must be a Stripe price id such as price_123")
 	}
 	validatePrices(&v, in.prices(), in.StripeProductID)
+	if in.Apply != "" && in.Apply != ApplyAll && in.Apply != ApplyNew {
+		v.Add("apply", `must be "all" or "new"`)
+	}
 	if r := in.Rate; r != nil {
 		switch {
 		case r.PerSecond == nil:
@@ -275,8 +287,9 @@ func (in PlanInput) normalized() PlanInput {
 func (p Plan) Input() PlanInput {
 	public := p.Public
 	in := PlanInput{Key: p.Key, Name: p.Name, StripePriceIDs: append([]string{}, p.StripePriceIDs...), StripeProductID: p.StripeProductID,
-		Features:    append([]string(nil), p.Features...),
-		QuotaWindow: p.QuotaWindow, Public: &public}
+		PriceVersions: maps.Clone(p.PriceVersions),
+		Features:      append([]string(nil), p.Features...),
+		QuotaWindow:   p.QuotaWindow, Public: &public}
 	if p.Rate != nil {
 		ps, b := p.Rate.PerSecond, p.Rate.Burst
 		in.Rate = &RateInput{PerSecond: &ps, Burst: &b}
@@ -391,7 +404,20 @@ func (s *Service) patchPlanTx(ctx context.Context, tx pgx.Tx, key string, patch 
 		return Plan{}, Plan{}, nil, err
 	}
 	in = in.normalized()
+	// Every version tenants or prices may keep has its record; with
+	// "apply": "new" the tenants on the plan keep this one.
+	if err := saveVersion(ctx, tx, before); err != nil {
+		return Plan{}, Plan{}, nil, err
+	}
+	if in.Apply == ApplyNew {
+		if err := grandfather(ctx, tx, before); err != nil {
+			return Plan{}, Plan{}, nil, err
+		}
+	}
 	if err := updatePlan(ctx, tx, in); err != nil {
+		return Plan{}, Plan{}, nil, err
+	}
+	if err := savePriceVersions(ctx, tx, in.Key, in.PriceVersions, before.Version+1); err != nil {
 		return Plan{}, Plan{}, nil, err
 	}
 	if after, err = getPlan(ctx, tx, key, false); err != nil {
@@ -408,7 +434,7 @@ func (s *Service) patchPlanTx(ctx context.Context, tx pgx.Tx, key string, patch 
 // may have sent them to it.
 func (s *Service) tenantsReachedBy(ctx context.Context, q postgres.Querier, key string) ([]string, error) {
 	rows, err := q.Query(ctx, `
-SELECT id::text FROM tenants WHERE plan_key = $1
+SELECT id::text FROM tenants WHERE plan_key = $1 AND plan_version IS NULL
 UNION
 SELECT DISTINCT tenant_id::text FROM subscriptions
  WHERE $1 = $2 AND status NOT IN ('active', 'trialing')
@@ -423,6 +449,7 @@ const planSelect = `
 SELECT p.key, p.name, coalesce(p.stripe_price_id, ''),
        coalesce((SELECT array_agg(c.stripe_price_id ORDER BY c.position) FROM catalogue_prices c WHERE c.plan_key = p.key), '{}'),
        coalesce((SELECT c.stripe_product_id FROM catalogue_products c WHERE c.plan_key = p.key), ''),
+       (SELECT jsonb_object_agg(c.stripe_price_id, c.plan_version) FROM catalogue_prices c WHERE c.plan_key = p.key AND c.plan_version IS NOT NULL),
        p.rate_per_second, p.rate_burst, p.concurrency,
        p.features, p.quota_window, p.public, p.created_at, p.updated_at, p.version,
        coalesce((SELECT jsonb_object_agg(q.meter, jsonb_build_object('limit', q.quota_limit, 'mode', q.mode,
@@ -437,7 +464,7 @@ func scanPlan(row pgx.CollectableRow) (Plan, error) {
 		rps   *float64
 		burst *int64
 	)
-	if err := row.Scan(&p.Key, &p.Name, &p.StripePriceID, &p.StripePriceIDs, &p.StripeProductID, &rps, &burst, &p.Concurrency, &p.Features,
+	if err := row.Scan(&p.Key, &p.Name, &p.StripePriceID, &p.StripePriceIDs, &p.StripeProductID, &p.PriceVersions, &rps, &burst, &p.Concurrency, &p.Features,
 		&p.QuotaWindow, &p.Public, &p.CreatedAt, &p.UpdatedAt, &p.Version, &p.Quotas); err != nil {
 		return Plan{}, err
 	}
@@ -492,6 +519,9 @@ VALUES ($1, $2, NULL, $3, $4, $5, $6, $7, $8)`,
 	}
 	if _, err := tx.Exec(ctx, `UPDATE plans SET stripe_price_id = nullif($2, '') WHERE key = $1`, in.Key, in.StripePriceID); err != nil {
 		return pgError(err)
+	}
+	if err := savePriceVersions(ctx, tx, in.Key, in.PriceVersions, 1); err != nil {
+		return err
 	}
 	return insertQuotas(ctx, tx, in)
 }

@@ -105,6 +105,29 @@ SELECT id, status, coalesce(stripe_price_id, ''), current_period_start, current_
 		in.sub = &sub
 		in.sub.Addons = []SubscriptionAddon{}
 	}
+	// The plan's limits are those of the version the tenant holds: a price
+	// pinned to a version, else the tenant's grandfathered version, else
+	// the current one (issue 25).
+	v := int64(0)
+	if in.tenant.PlanVersion != nil {
+		v = *in.tenant.PlanVersion
+	}
+	if in.sub != nil && in.sub.StripePriceID != "" {
+		var pinned *int64
+		err := q.QueryRow(ctx, `SELECT plan_version FROM catalogue_prices WHERE stripe_price_id = $1 AND plan_key = $2`,
+			in.sub.StripePriceID, in.tenant.Plan).Scan(&pinned)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("read price version: %w", err)
+		}
+		if pinned != nil {
+			v = *pinned
+		}
+	}
+	if in.plan.Key != "" {
+		if in.plan, err = planVersion(ctx, q, in.plan, v); err != nil {
+			return err
+		}
+	}
 	// Add-ons come from every live subscription, the plan's and the ones
 	// billed on their own (issue 25).
 	if err := s.readAddons(ctx, q, in); err != nil {
@@ -148,6 +171,9 @@ func (s *Service) compute(in inputs, why *explainer) limiter.Snapshot {
 		Status:   status,
 		Version:  in.tenant.EntitlementVersion,
 		Quotas:   map[string]limiter.Quota{},
+	}
+	if plan.Key != "" {
+		snap.PlanVersion = plan.Version
 	}
 	if plan.Rate != nil {
 		r := *plan.Rate

@@ -27,6 +27,9 @@ type Tenant struct {
 	EntitlementVersion int64     `json:"entitlement_version"`
 	CreatedAt          time.Time `json:"created_at"`
 	UpdatedAt          time.Time `json:"updated_at"`
+	// PlanVersion is the plan version a grandfathered tenant keeps (after
+	// a PATCH with "apply": "new"); nil = the plan's current version.
+	PlanVersion *int64 `json:"plan_version"`
 }
 
 // TenantInput is the body of a tenant create; Plan defaults to the default plan.
@@ -134,12 +137,12 @@ type Page struct {
 }
 
 const tenantCols = `t.id::text, t.name, t.plan_key, coalesce(t.stripe_customer_id, ''), t.stripe_features,
-       t.period_anchor, t.entitlement_version, t.created_at, t.updated_at`
+       t.period_anchor, t.entitlement_version, t.created_at, t.updated_at, t.plan_version`
 
 func scanTenant(row pgx.CollectableRow) (Tenant, error) {
 	var t Tenant
 	err := row.Scan(&t.ID, &t.Name, &t.Plan, &t.StripeCustomerID, &t.StripeFeatures, &t.PeriodAnchor,
-		&t.EntitlementVersion, &t.CreatedAt, &t.UpdatedAt)
+		&t.EntitlementVersion, &t.CreatedAt, &t.UpdatedAt, &t.PlanVersion)
 	if t.StripeFeatures == nil {
 		t.StripeFeatures = []string{}
 	}
@@ -367,7 +370,10 @@ func setPlanTx(ctx context.Context, tx pgx.Tx, tenantID, planKey string) error {
 	if !exists {
 		return apperr.Invalidf("plan", "no plan %q", planKey)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE tenants SET plan_key = $2, updated_at = now() WHERE id = $1`, tenantID, planKey); err != nil {
+	// A new plan is its current version; the same plan keeps the version
+	// the tenant holds (grandfathered until migrated).
+	if _, err := tx.Exec(ctx, `UPDATE tenants SET plan_version = CASE WHEN plan_key = $2 THEN plan_version END, plan_key = $2, updated_at = now()
+		WHERE id = $1`, tenantID, planKey); err != nil {
 		return pgError(err)
 	}
 	return nil

@@ -199,7 +199,7 @@ func (w *Writes) UnlinkCustomer(ctx context.Context, customer string) (string, e
 
 // SetPlan puts a tenant on a plan; changed is false when it was on it.
 func (w *Writes) SetPlan(ctx context.Context, tenantID, planKey string) (changed bool, err error) {
-	tag, err := w.tx.Exec(ctx, `UPDATE tenants SET plan_key = $2, updated_at = now() WHERE id = $1 AND plan_key <> $2`, tenantID, planKey)
+	tag, err := w.tx.Exec(ctx, `UPDATE tenants SET plan_key = $2, plan_version = NULL, updated_at = now() WHERE id = $1 AND plan_key <> $2`, tenantID, planKey)
 	if err != nil {
 		return false, fmt.Errorf("entitlements: set plan: %w", pgError(err))
 	}
