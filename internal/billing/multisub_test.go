@@ -301,3 +301,34 @@ func TestPlansAndAddonsMapSeveralPricesAndProducts(t *testing.T) {
 		}
 	}
 }
+
+// Since 2025-12-15.clover the customer portal may move the billing cycle
+// anchor: a customer.subscription.updated with a new billing_cycle_anchor
+// and the period it starts moves the tenant's quota window there at once.
+func TestAPortalAnchorChangeMovesTheQuotaWindow(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.plans()
+	cus := newCustomer()
+	tenant := e.tenant("free", cus)
+	sub := "sub_anchor_" + cus
+	base := time.Now().Add(-time.Minute).Truncate(time.Second)
+	start, end := base.AddDate(0, 0, -10), base.AddDate(0, 0, -10).AddDate(0, 1, 0)
+	p := vev{version: "2025-09-30.clover", typ: "customer.subscription.created", id: newEventID(t), sub: sub, cus: cus, price: "price_pro_test",
+		status: "active", start: start, end: end, created: base, mutate: startedAt(start)}
+	e.processed(versioned(t, "subscription", p))
+	if snap := e.snapshot(tenant); !snap.PeriodStart.Equal(start) {
+		t.Fatalf("before: window from %s, want %s", snap.PeriodStart, start)
+	}
+	// The portal resets the anchor to now: a new period from it.
+	anchor := base.Add(time.Second)
+	up := p
+	up.version, up.typ, up.id, up.created, up.start, up.end = newestVersion, "customer.subscription.updated", newEventID(t), base.Add(2*time.Second), anchor, anchor.AddDate(0, 1, 0)
+	up.mutate = func(o map[string]any) { startedAt(start)(o); o["billing_cycle_anchor"] = anchor.Unix() }
+	up.previous = map[string]any{"billing_cycle_anchor": start.Unix(), "items": map[string]any{"data": []any{map[string]any{"id": "si_" + sub,
+		"current_period_start": start.Unix(), "current_period_end": end.Unix()}}}}
+	e.processed(versioned(t, "subscription", up))
+	snap := e.snapshot(tenant)
+	if !snap.PeriodStart.Equal(anchor) || !snap.PeriodEnd.Equal(anchor.AddDate(0, 1, 0)) {
+		t.Fatalf("after the anchor change: window [%s, %s), want from the new anchor %s", snap.PeriodStart, snap.PeriodEnd, anchor)
+	}
+}
