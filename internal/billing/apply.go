@@ -156,20 +156,22 @@ func (s *Service) apply(ctx context.Context, w *entitlements.Writes, ev storedEv
 		return s.applyCustomerDeleted(ctx, w, ev)
 	case ev.Type == "price.updated":
 		var p struct {
-			ID string `json:"id"`
+			ID      string          `json:"id"`
+			Product json.RawMessage `json:"product"`
 		}
 		if err := json.Unmarshal(raw, &p); err != nil {
 			return ignored("", "data.object is not a price: %v", err), nil
 		}
-		plan, err := w.PlanForPrice(ctx, p.ID)
+		// A price maps by itself or through its product.
+		plan, err := w.PlanForItem(ctx, p.ID, expandable(p.Product))
 		if err != nil {
 			return outcome{}, err
 		}
-		addon, err := isAddonPrice(ctx, w, p.ID)
+		addon, err := w.AddonForItem(ctx, p.ID, expandable(p.Product))
 		if err != nil {
 			return outcome{}, err
 		}
-		if plan == "" && !addon {
+		if plan == "" && addon == "" {
 			return ignored("", "price %s is not mapped to a plan or an add-on (add it to a plan's stripe_price_ids, or PUT /admin/v1/addons/%s)", p.ID, p.ID), nil
 		}
 		return outcome{status: StatusProcessed}, nil
@@ -184,7 +186,3 @@ func (s *Service) apply(ctx context.Context, w *entitlements.Writes, ev storedEv
 	}
 }
 
-func isAddonPrice(ctx context.Context, w *entitlements.Writes, price string) (bool, error) {
-	a, err := w.AddonForItem(ctx, price, "")
-	return a != "", err
-}

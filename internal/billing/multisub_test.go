@@ -300,6 +300,12 @@ func TestPlansAndAddonsMapSeveralPricesAndProducts(t *testing.T) {
 			t.Fatalf("item %d: plan %s requests %d, want %s with 100 + 2×50", i, snap.Plan, snap.Quotas["requests"].Limit, key)
 		}
 	}
+	// price.updated of a price mapped only through its product is not
+	// reported as unmapped.
+	id := newEventID(t)
+	e.processed(fixture(t, "real/price.updated.json", id, base, func(o map[string]any) {
+		o["id"], o["product"] = "price_unlisted_"+sfx, product
+	}))
 }
 
 // Since 2025-12-15.clover the customer portal may move the billing cycle
