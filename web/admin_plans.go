@@ -447,9 +447,5 @@ func (w *Web) confirmPlanEdit(c echo.Context, e entitlements.PlanEffect) error {
 
 // splitList reads ids one per line or comma-separated.
 func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '\n' || r == '\r' || r == ' ' || r == '\t' }) {
-		out = append(out, f)
-	}
-	return out
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '\n' || r == '\r' || r == ' ' || r == '\t' })
 }

@@ -185,4 +185,3 @@ func (s *Service) apply(ctx context.Context, w *entitlements.Writes, ev storedEv
 		return ignored("", "event type %s is not handled", ev.Type), nil
 	}
 }
-
