@@ -356,7 +356,8 @@ func (w *Web) handleAdminEditPlan() echo.HandlerFunc {
 			if public == nil {
 				public = cur.Public // a form without the field leaves it as it was
 			}
-			*cur = entitlements.PlanInput{Key: key, Name: in.Name, StripePriceIDs: in.StripePriceIDs, StripeProductID: in.StripeProductID, Rate: in.Rate,
+			// Price pins are not on the form: they stay as they are.
+			*cur = entitlements.PlanInput{Key: key, Name: in.Name, StripePriceIDs: in.StripePriceIDs, StripeProductID: in.StripeProductID, PriceVersions: cur.PriceVersions, Rate: in.Rate,
 				Concurrency: in.Concurrency, Quotas: quotas, Features: in.Features, QuotaWindow: in.QuotaWindow, Public: public}
 			return nil
 		}

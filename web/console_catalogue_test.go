@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
 // The new-plan and add-on forms show placeholders, never real values a
@@ -53,6 +55,18 @@ func TestConsolePlanFormTakesSeveralPricesAndAProduct(t *testing.T) {
 	}
 	page := br.get("/admin/plans/" + key)
 	wantIn(t, page.body, "price_m_"+key+"\nprice_y_"+key, `value="prod_`+key+`"`)
+	// A console edit keeps what its form does not show: the price pins.
+	if _, err := b.ents.PatchPlan(b.ctx, key, func(in *entitlements.PlanInput) error {
+		in.PriceVersions = map[string]int64{"price_y_" + key: 1}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	edit := quotaRows(url.Values{"csrf": {tok}, "confirm": {"1"}, "stripe_price_ids": {"price_m_" + key + "\nprice_y_" + key}}, "requests 6000 hard")
+	wantRedirect(t, br.post("/admin/plans/"+key, edit), "/admin/plans/"+key+"?done=edited", "edit plan")
+	if p, _ := b.ents.GetPlan(b.ctx, key); p.PriceVersions["price_y_"+key] != 1 || p.Quotas["requests"].Limit != 6000 {
+		t.Fatalf("after a console edit: pins %v, requests %d", p.PriceVersions, p.Quotas["requests"].Limit)
+	}
 	other := url.Values{"csrf": {tok}, "key": {uniq("dup")}, "stripe_price_ids": {"price_y_" + key}}
 	quotaRows(other, "requests 5 hard")
 	r := br.post("/admin/plans", other)
