@@ -338,3 +338,36 @@ func TestAPortalAnchorChangeMovesTheQuotaWindow(t *testing.T) {
 		t.Fatalf("after the anchor change: window [%s, %s), want from the new anchor %s", snap.PeriodStart, snap.PeriodEnd, anchor)
 	}
 }
+
+// An admin's plan change through Stripe moves a yearly subscriber to the
+// target plan's yearly price (not its monthly default): the price with the
+// subscription's interval and currency, read from Stripe.
+func TestAPlanChangeKeepsTheSubscriptionsInterval(t *testing.T) {
+	fs := newFakeStripe(t)
+	e := newEnv(t, envOpts{stripeBase: fs.URL})
+	e.plans()
+	sfx := strings.ToLower(newCustomer()[5:])
+	cheap, monthly, yearly := "price_cy_"+sfx, "price_bm_"+sfx, "price_by_"+sfx
+	fs.setPrice(cheap, "year", "eur", 10000)
+	fs.setPrice(monthly, "month", "eur", 2000)
+	fs.setPrice(yearly, "year", "eur", 20000)
+	from, to := "cy-"+sfx[:16], "big-"+sfx[:16]
+	for key, prices := range map[string][]string{from: {cheap}, to: {monthly, yearly}} {
+		if _, err := e.ents.CreatePlan(context.Background(), entitlements.PlanInput{Key: key, StripePriceIDs: prices}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cus := newCustomer()
+	sub := "sub_iv_" + cus
+	tenant := e.tenant("free", cus)
+	base := time.Now().Add(-time.Minute).Truncate(time.Second)
+	fs.setSub(fakeSub(sub, cus, "active", base.Add(-time.Hour).Unix(), base.Add(-time.Hour).AddDate(1, 0, 0).Unix(), [3]any{"si_" + sub, cheap, 1}))
+	e.processed(subEvent(t, "customer.subscription.created", newEventID(t), cus, sub, "active", cheap, base))
+	if r := e.admin(http.MethodPut, "/admin/v1/tenants/"+tenant+"/plan", []byte(`{"plan":"`+to+`"}`)); r.Status != http.StatusOK {
+		t.Fatalf("plan change: %d %s", r.Status, r.Raw)
+	}
+	reqs := fs.postsTo("/v1/subscriptions/" + sub)
+	if len(reqs) != 1 || reqs[0].Form.Get("items[0][price]") != yearly {
+		t.Fatalf("Stripe was sent %+v, want the yearly price %s", reqs, yearly)
+	}
+}

@@ -106,3 +106,38 @@ func (s *Service) readPrice(ctx context.Context, id string) PriceInfo {
 	}
 	return info
 }
+
+// priceLike is the price of plan to move a subscription on price current
+// to: the first with current's interval and currency, else the first with
+// its interval, else the plan's default. A yearly subscriber moved to
+// another plan stays yearly (issue 25).
+func (s *Service) priceLike(ctx context.Context, plan []string, current string) string {
+	if len(plan) == 0 {
+		return ""
+	}
+	if len(plan) == 1 || current == "" {
+		return plan[0]
+	}
+	info := s.Prices(ctx, append(append([]string{}, plan...), current))
+	cur := info[current]
+	if !cur.Known {
+		return plan[0]
+	}
+	pick := ""
+	for _, id := range plan {
+		p := info[id]
+		if !p.Known || p.Interval != cur.Interval || p.IntervalCount != cur.IntervalCount {
+			continue
+		}
+		if p.Currency == cur.Currency {
+			return id
+		}
+		if pick == "" {
+			pick = id
+		}
+	}
+	if pick != "" {
+		return pick
+	}
+	return plan[0]
+}
