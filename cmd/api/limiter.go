@@ -9,6 +9,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/config"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
+	"github.com/tollgatehq/tollgate/internal/tracing"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -59,12 +60,20 @@ func limiterRedis(cfg config.Config) (redis.UniversalClient, error) {
 			return nil, &config.Error{Var: "REDIS_CLUSTER_URL", Err: err}
 		}
 		opt.ContextTimeoutEnabled = true
-		return redis.NewClusterClient(opt), nil
+		c := redis.NewClusterClient(opt)
+		if tracing.Enabled() {
+			c.AddHook(tracing.RedisHook{}) // round trips per decision span
+		}
+		return c, nil
 	}
 	opt, err := redis.ParseURL(cfg.RedisURL)
 	if err != nil {
 		return nil, &config.Error{Var: "REDIS_URL", Err: err}
 	}
 	opt.ContextTimeoutEnabled = true
-	return redis.NewClient(opt), nil
+	c := redis.NewClient(opt)
+	if tracing.Enabled() {
+		c.AddHook(tracing.RedisHook{})
+	}
+	return c, nil
 }

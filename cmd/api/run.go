@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tollgatehq/tollgate/cmd/internal/wire"
 	"github.com/tollgatehq/tollgate/internal/apperr"
@@ -23,6 +25,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/logging"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/postgres"
+	"github.com/tollgatehq/tollgate/internal/tracing"
 	"github.com/tollgatehq/tollgate/limiter"
 	"github.com/tollgatehq/tollgate/web"
 )
@@ -65,7 +68,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	case "migrate":
 		err = migrate(ctx, cfg, log)
 	case "serve":
+		var stopTracing func(context.Context) error
+		if stopTracing, err = tracing.Setup(ctx, "tollgate-api", "", getenv); err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitConfig
+		}
 		err = serve(ctx, cfg, log, nil)
+		flushTraces(ctx, stopTracing, log)
 	case "seed-demo":
 		err = seedDemo(ctx, cfg, log, stdout)
 	default:
@@ -156,12 +165,22 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 		return err
 	}
 	pages.Register(srv.Echo())
-	return httpapi.ListenAndServe(ctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, func(addr string) {
+	listening := func(addr string) {
 		log.Info("api listening", "addr", addr)
 		if ready != nil {
 			ready(addr)
 		}
-	})
+	}
+	if cfg.GRPCAddr != "" {
+		// The gRPC listener lives as long as the HTTP one: either failing
+		// (a port that cannot be bound) ends both, since an Envoy without
+		// its rate limit service lets every request through.
+		g, gctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return serveRLS(gctx, cfg, ents, lim, pool, rdb, reg, log, nil) })
+		g.Go(func() error { return httpapi.ListenAndServe(gctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, listening) })
+		return g.Wait()
+	}
+	return httpapi.ListenAndServe(ctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, listening)
 }
 
 // newEntitlements builds the entitlements service of a process: snapshots
@@ -302,4 +321,14 @@ func randomToken() string {
 	var b [24]byte
 	_, _ = rand.Read(b[:])
 	return "tga_" + hex.EncodeToString(b[:])
+}
+
+// flushTraces sends the spans still buffered, within a few seconds: a
+// collector that does not answer must not hold the exit.
+func flushTraces(ctx context.Context, stop func(context.Context) error, log *slog.Logger) {
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := stop(fctx); err != nil {
+		log.Warn("traces not flushed", "err", err)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -17,6 +18,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/logging"
 	"github.com/tollgatehq/tollgate/internal/postgres"
+	"github.com/tollgatehq/tollgate/internal/tracing"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -49,7 +51,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return exitConfig
 	}
 	log := logging.New(stderr, cfg.LogLevel)
-	if err := work(ctx, cfg, log, nil); err != nil {
+	stopTracing, err := tracing.Setup(ctx, "tollgate-worker", "", getenv)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return exitConfig
+	}
+	err = work(ctx, cfg, log, nil)
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if terr := stopTracing(fctx); terr != nil {
+		log.Warn("traces not flushed", "err", terr)
+	}
+	if err != nil {
 		log.Error("worker failed", "err", err)
 		return exitFailed
 	}

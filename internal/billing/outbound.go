@@ -18,13 +18,14 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/ids"
+	"github.com/tollgatehq/tollgate/internal/tracing"
 )
 
 // newStripeClient builds a client of its own (not stripe-go's globals) so
 // that several services in one process can point at different bases.
 func newStripeClient(key, base string) *client.API {
 	cfg := &stripe.BackendConfig{
-		HTTPClient:        &http.Client{},
+		HTTPClient:        &http.Client{Transport: tracing.Transport(nil)}, // a client span per call while tracing is on
 		MaxNetworkRetries: stripe.Int64(2),
 		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
 	}

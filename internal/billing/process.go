@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/postgres"
@@ -140,6 +142,9 @@ func (s *Service) ProcessEvent(ctx context.Context, eventID string, replay bool)
 	}
 	s.m.processed.WithLabelValues(typeLabel(ev.Type), res.status).Inc()
 	s.m.lag.Observe(s.opts.Now().Sub(ev.ReceivedAt).Seconds())
+	// On the job's span (a no-op while tracing is off).
+	trace.SpanFromContext(ctx).SetAttributes(attribute.String("stripe.event_id", eventID), attribute.String("stripe.event_type", ev.Type),
+		attribute.String("tollgate.stripe.outcome", res.status), attribute.String("tollgate.tenant_id", res.tenantID))
 	switch res.status {
 	case StatusIgnored:
 		s.log.InfoContext(ctx, "stripe event ignored", "event_id", eventID, "type", ev.Type, "reason", res.reason)

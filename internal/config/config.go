@@ -106,6 +106,13 @@ type Config struct {
 	// measured within the machine's noise of one call per decision
 	// (BENCHMARKS.md), while the library alone gains from it.
 	LimiterBatching bool
+	// GRPCAddr (GRPC_ADDR), empty (off) by default: where the api answers
+	// Envoy's rate limit service protocol (gRPC ShouldRateLimit and
+	// grpc.health.v1); set, it listens.
+	GRPCAddr string
+	// GRPCRLSDomain (GRPC_RLS_DOMAIN), default tollgate: the rate limit
+	// domain answered; calls for another domain are answered OK.
+	GRPCRLSDomain string
 	// WorkerMetricsAddr (WORKER_METRICS_ADDR), default 127.0.0.1:9091: where
 	// the worker serves /metrics (its job counters live only in its process);
 	// "off" disables it.
@@ -241,6 +248,15 @@ func Load(getenv func(string) string) (Config, error) {
 	c.StripeEventsRetention = dur("STRIPE_EVENTS_RETENTION", "2160h", 744*time.Hour)
 	c.EntitlementVersionsRetention = dur("ENTITLEMENT_VERSIONS_RETENTION", "4320h", time.Hour)
 	c.ExpiredOverridesRetention = dur("EXPIRED_OVERRIDES_RETENTION", "720h", 0)
+	c.GRPCAddr = get("GRPC_ADDR", "")
+	if c.GRPCAddr == "off" {
+		c.GRPCAddr = ""
+	} else if c.GRPCAddr != "" {
+		if _, _, err := net.SplitHostPort(c.GRPCAddr); err != nil {
+			bad("GRPC_ADDR", errors.New("want host:port, or empty for off"))
+		}
+	}
+	c.GRPCRLSDomain = get("GRPC_RLS_DOMAIN", "tollgate")
 	c.WorkerMetricsAddr = get("WORKER_METRICS_ADDR", "127.0.0.1:9091")
 	if c.WorkerMetricsAddr == "off" {
 		c.WorkerMetricsAddr = ""

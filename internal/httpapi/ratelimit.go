@@ -40,7 +40,7 @@ func (s *Server) decide(c echo.Context, req limiter.Request) (*limiter.Decision,
 	if tenant == "" {
 		return nil, apperr.New(apperr.Unauthorized, "missing bearer token: send Authorization: Bearer <API key>")
 	}
-	d, err := s.Limiter.Allow(c.Request().Context(), tenant, req)
+	d, err := s.allow(c.Request().Context(), tenant, req)
 	if err != nil {
 		return nil, s.limiterError(c, err)
 	}

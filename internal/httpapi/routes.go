@@ -3,6 +3,8 @@ package httpapi
 import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/tollgatehq/tollgate/internal/tracing"
 )
 
 // Body limits: JSON APIs take small bodies; usage batches of 1000 events and
@@ -17,6 +19,9 @@ const (
 func (s *Server) routes() {
 	e := s.echo
 	e.Use(s.m.observe)
+	if tracing.Enabled() {
+		e.Use(s.traceRequests) // off, it costs the request path nothing
+	}
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableErrorHandler: false, LogErrorFunc: s.logPanic}))
 	e.Use(s.rejectBadText) // NUL or invalid UTF-8 in a path or query: 400, for the pages too
 

@@ -6,6 +6,8 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/billing"
@@ -34,6 +36,9 @@ func (s *Server) handleStripeWebhook() echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
+		// On the request's span (a no-op while tracing is off).
+		trace.SpanFromContext(r.Context()).SetAttributes(attribute.String("stripe.event_id", rc.ID),
+			attribute.String("stripe.event_type", rc.Type), attribute.Bool("stripe.duplicate", rc.Duplicate))
 		return c.JSON(http.StatusOK, rc)
 	}
 }

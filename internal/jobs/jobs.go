@@ -12,6 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/tollgatehq/tollgate/internal/tracing"
 )
 
 // Queues of the worker. Stripe events get their own queue so a backlog of
@@ -48,7 +50,9 @@ func NewWorkerClient(pool *pgxpool.Pool, log *slog.Logger, c Config) (*river.Cli
 			QueueDefault: {MaxWorkers: c.MaxWorkers},
 			QueueStripe:  {MaxWorkers: c.MaxWorkers},
 		},
-		Workers:           c.Workers,
+		Workers: c.Workers,
+		// A span per job, linked to the span that enqueued it, while tracing is on.
+		Middleware:        tracing.RiverMiddleware(),
 		PeriodicJobs:      c.Periodic,
 		FetchPollInterval: c.FetchPoll,
 		FetchCooldown:     c.FetchPoll / 2,
@@ -67,7 +71,7 @@ func NewWorkerClient(pool *pgxpool.Pool, log *slog.Logger, c Config) (*river.Cli
 
 // NewInsertClient returns a client that only enqueues (used by api).
 func NewInsertClient(pool *pgxpool.Pool, log *slog.Logger) (*river.Client[pgx.Tx], error) {
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: log})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: log, Middleware: tracing.RiverMiddleware()})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: river insert client: %w", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tollgatehq/tollgate/internal/period"
+	"github.com/tollgatehq/tollgate/internal/tracing"
 )
 
 // MeterEvent is one usage report to a Stripe Billing Meter.
@@ -42,7 +43,7 @@ type stripeSender struct{ c meterevent.Client }
 // client of its own; base overrides Stripe's API URL (stripe-mock in tests).
 func NewStripeMeterSender(key, base string) MeterSender {
 	cfg := &stripe.BackendConfig{
-		HTTPClient:        &http.Client{Timeout: 20 * time.Second},
+		HTTPClient:        &http.Client{Timeout: 20 * time.Second, Transport: tracing.Transport(nil)},
 		MaxNetworkRetries: stripe.Int64(2),
 		LeveledLogger:     &stripe.LeveledLogger{Level: stripe.LevelNull},
 	}

@@ -1,0 +1,41 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/internal/config"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/rls"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+// rlsKeys adapts the entitlements service to the credentials rls checks.
+type rlsKeys struct{ *entitlements.Service }
+
+func (k rlsKeys) TenantOfKey(ctx context.Context, raw string) (string, error) {
+	info, err := k.AuthenticateKey(ctx, raw, false)
+	return info.TenantID, err
+}
+
+// serveRLS answers Envoy's rate limit service on GRPC_ADDR until ctx ends,
+// with the same limiter, keys and plans as POST /v1/check. Its health is
+// SERVING while Postgres and Redis answer.
+func serveRLS(ctx context.Context, cfg config.Config, ents *entitlements.Service, lim *limiter.Limiter,
+	pool *pgxpool.Pool, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, ready func(string)) error {
+	srv, err := rls.New(rlsKeys{ents}, lim, rls.Options{Domain: cfg.GRPCRLSDomain, AdminToken: cfg.AdminToken, Log: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	return rls.Serve(ctx, cfg.GRPCAddr, srv, rls.ServeOptions{
+		Probes: []rls.Probe{
+			func(ctx context.Context) error { return pool.Ping(ctx) },
+			func(ctx context.Context) error { return rdb.Ping(ctx).Err() },
+		},
+		ShutdownTimeout: cfg.ShutdownTimeout, Log: log, Ready: ready,
+	})
+}
