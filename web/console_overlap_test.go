@@ -36,6 +36,8 @@ func TestConsoleShowsOverlappingSubscriptions(t *testing.T) {
 	br, _ := b.adminBrowser(t)
 	page := br.get("/admin/tenants/" + tn.ID)
 	wantStatus(t, page, http.StatusOK, "tenant page")
+	// The plan line names the plan version in force (issue 25).
+	wantIn(t, page.body, `<span id="plan-version">version 1</span>`)
 	sub := page.body[strings.Index(page.body, `id="sub-h"`):]
 	current := sub[:strings.Index(sub, "Other subscriptions")]
 	if !strings.Contains(current, "sub_new_"+tn.ID[:8]) {

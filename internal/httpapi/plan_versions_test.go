@@ -46,7 +46,7 @@ func TestPlanVersionsGrandfatherMigrateAndPin(t *testing.T) {
 	if ent.Status != http.StatusOK || ent.JSON["plan_version"] != 1.0 {
 		t.Fatalf("GET /v1/entitlements: %d %s, want plan_version 1", ent.Status, ent.Raw)
 	}
-	if ex := a.admin(t, http.MethodGet, "/admin/v1/tenants/"+old+"/explain", nil, 0); ex.Status == http.StatusOK && !strings.Contains(string(ex.Raw), `"plan_version":1`) {
+	if ex := a.admin(t, http.MethodGet, "/admin/v1/tenants/"+old+"/explain", nil, http.StatusOK); !strings.Contains(string(ex.Raw), `"plan_version":1`) {
 		t.Fatalf("explain must name version 1: %s", ex.Raw)
 	}
 	fresh := a.createTenant(t, plan)
