@@ -45,7 +45,7 @@ COPY --from=build /out/api /out/worker /usr/local/bin/
 # Listen on every interface inside the container; publish the port to choose
 # who can reach it.
 ENV HTTP_ADDR=0.0.0.0:8080
-EXPOSE 8080 9091
+EXPOSE 8080 9464 9091
 USER nonroot:nonroot
 ENTRYPOINT ["/usr/local/bin/api"]
 CMD ["serve"]

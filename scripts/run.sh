@@ -23,9 +23,10 @@ probe="$host:$port"
 export PUBLIC_URL=${PUBLIC_URL:-http://$probe}
 base=${PUBLIC_URL%/}
 
-# A fixed admin token, made once and kept in .data/admin_token, so that the
-# token printed here keeps working across restarts (the api would otherwise
-# make a new random one each start).
+# A fixed admin token, made once and kept in .data/admin_token (the file
+# TOLLGATE_DEV=true makes api serve read too), so that the token printed here
+# keeps working across restarts: api serve refuses to start without one,
+# since a token made up per process would differ between instances.
 if [ -z "${ADMIN_TOKEN:-}" ]; then
   if [ ! -s "$data/admin_token" ]; then
     (umask 077 && printf 'tga_%s\n' "$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')" >"$data/admin_token")
@@ -97,7 +98,7 @@ Tollgate is running (logs: $data/api.log, $data/worker.log). Ctrl-C stops it.
   api          $base
   dashboard    ${dashboard:-$base/dashboard}
   admin        $base/admin
-  metrics      $base/metrics$( [ "${WORKER_METRICS_ADDR:-}" = off ] || echo " (worker: http://${WORKER_METRICS_ADDR:-127.0.0.1:9091}/metrics)")
+  metrics      $( [ "${METRICS_ADDR:-}" = off ] && echo "(METRICS_ADDR=off)" || echo "http://${METRICS_ADDR:-127.0.0.1:9464}/metrics")$( [ "${WORKER_METRICS_ADDR:-}" = off ] || echo " (worker: http://${WORKER_METRICS_ADDR:-127.0.0.1:9091}/metrics)")
   admin token  $ADMIN_TOKEN
   demo API key ${api_key:-(seed-demo printed none)}
 

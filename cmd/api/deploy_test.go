@@ -146,8 +146,8 @@ func TestComposeAppConfigurationLoads(t *testing.T) {
 	if hc := f.Services["worker"].Healthcheck; hc != nil {
 		check = hc.Test
 	}
-	if got := interpolate(f.Services["worker"].Environment["WORKER_METRICS_ADDR"]); !strings.HasSuffix(got, ":9091") || !strings.Contains(strings.Join(check, " "), ":9091/metrics") {
-		t.Errorf("worker: metrics on %q, health check %v: the check must probe the worker's /metrics", got, check)
+	if got := interpolate(f.Services["worker"].Environment["WORKER_METRICS_ADDR"]); !strings.HasSuffix(got, ":9091") || !strings.Contains(strings.Join(check, " "), ":9091/healthz") {
+		t.Errorf("worker: metrics on %q, health check %v: the check must probe the worker's metrics listener (/healthz, open with METRICS_TOKEN too)", got, check)
 	}
 	if ep := f.Services["worker"].Entrypoint; len(ep) == 0 || !strings.HasSuffix(ep[0], "/worker") {
 		t.Errorf("worker entrypoint %v does not run the worker binary", ep)

@@ -2,11 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -18,6 +17,7 @@ import (
 	"github.com/tollgatehq/tollgate/cmd/internal/wire"
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/audit"
+	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/config"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
@@ -60,10 +60,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintln(stderr, err)
 		return exitConfig
 	}
-	if cfg.AdminToken == "" {
-		cfg.AdminToken, cfg.AdminTokenGenerated = randomToken(), true
+	// One admin token per deployment: serve refuses to make one up (each
+	// api instance would make its own), and nothing logs it.
+	tokenFile := ""
+	if cmd == "serve" || (cmd == "seed-demo" && cfg.Dev) {
+		if tokenFile, err = cfg.ResolveAdminToken(); err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitConfig
+		}
 	}
 	log := logging.New(stderr, cfg.LogLevel)
+	if tokenFile != "" {
+		log.Warn("ADMIN_TOKEN is empty; TOLLGATE_DEV uses the token in this file", "admin_token_file", tokenFile)
+	}
 	switch cmd {
 	case "migrate":
 		err = migrate(ctx, cfg, log)
@@ -103,7 +112,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 			return err
 		}
 	}
-	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
+	pool, err := postgres.Open(ctx, cfg.DatabaseURL, cfg.DatabaseMaxConns)
 	if err != nil {
 		return err
 	}
@@ -116,10 +125,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if cfg.AdminTokenGenerated {
-		// Logged once, on purpose: without it nobody could use the admin API.
-		log.Warn("ADMIN_TOKEN is empty; generated one for this process", "admin_token", cfg.AdminToken)
-	}
 	ents := newEntitlements(pool, rdb, cfg, log)
 	// The revocation subscription lives as long as the server; it must end
 	// before rdb is closed.
@@ -160,11 +165,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	}
 	srv, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, Registry: reg, AdminToken: cfg.AdminToken,
 		AdminTokens: cfg.AdminTokens, Audit: trail, Entitlements: ents, PlanChanger: planChanger(cfg, ents, bill), Billing: bill, Metering: meter, Limiter: lim,
-		AuthLimiter: authLim, DashboardLinks: pages})
+		AuthLimiter: authLim, DashboardLinks: pages, RequestTimeout: cfg.DatabaseTimeout, OutboundTimeout: billing.DefaultStripeTimeout,
+		TrustedProxies: cfg.TrustedProxies, MetricsToken: cfg.MetricsToken, MetricsElsewhere: cfg.MetricsAddr != ""})
 	if err != nil {
 		return err
 	}
 	pages.Register(srv.Echo())
+	if cfg.MetricsAddr != "" {
+		go serveMetrics(ctx, cfg.MetricsAddr, reg, cfg.MetricsToken, log)
+	}
 	listening := func(addr string) {
 		log.Info("api listening", "addr", addr)
 		if ready != nil {
@@ -181,6 +190,21 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 		return g.Wait()
 	}
 	return httpapi.ListenAndServe(ctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, listening)
+}
+
+// serveMetrics serves /metrics on METRICS_ADDR until ctx ends: off the
+// public port, so that traffic per route and the Stripe queue are not shown
+// to whoever reaches the api. A port that cannot be bound is logged, not
+// fatal (as the worker's): requests matter more than their metrics.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, token string, log *slog.Logger) {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", httpapi.MetricsHandler(reg, token))
+	err := httpapi.ListenAndServe(ctx, mux, addr, 5*time.Second, func(bound string) {
+		log.Info("api metrics listening", "addr", bound)
+	})
+	if err != nil {
+		log.Error("api metrics server failed", "addr", addr, "err", err)
+	}
 }
 
 // newEntitlements builds the entitlements service of a process: snapshots
@@ -231,7 +255,7 @@ func seedDemo(ctx context.Context, cfg config.Config, log *slog.Logger, stdout i
 	if err := migrate(ctx, cfg, log); err != nil {
 		return err
 	}
-	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
+	pool, err := postgres.Open(ctx, cfg.DatabaseURL, cfg.DatabaseMaxConns)
 	if err != nil {
 		return err
 	}
@@ -287,9 +311,10 @@ func seedDemo(ctx context.Context, cfg config.Config, log *slog.Logger, stdout i
 	}
 	fmt.Fprintf(stdout, "tenant_id: %s\n", tenantID)
 	fmt.Fprintf(stdout, "api_key: %s\n", key.Key)
-	fmt.Fprintf(stdout, "admin_token: %s\n", cfg.AdminToken)
-	if cfg.AdminTokenGenerated {
-		fmt.Fprintln(stdout, "note: ADMIN_TOKEN is not set, so the token above is new; start api with ADMIN_TOKEN set to it")
+	if cfg.AdminToken != "" {
+		fmt.Fprintf(stdout, "admin_token: %s\n", cfg.AdminToken)
+	} else {
+		fmt.Fprintln(stdout, "note: ADMIN_TOKEN is not set; api serve needs it (or TOLLGATE_DEV=true)")
 	}
 	fmt.Fprintf(stdout, "dashboard: %s/dashboard\n", cfg.PublicURL)
 	fmt.Fprintf(stdout, "try: curl -H \"Authorization: Bearer %s\" %s/v1/entitlements\n", key.Key, cfg.PublicURL)
@@ -315,12 +340,6 @@ func findDemoTenant(ctx context.Context, ents *entitlements.Service) (string, er
 		}
 		q.Cursor = page.NextCursor
 	}
-}
-
-func randomToken() string {
-	var b [24]byte
-	_, _ = rand.Read(b[:])
-	return "tga_" + hex.EncodeToString(b[:])
 }
 
 // flushTraces sends the spans still buffered, within a few seconds: a

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -35,6 +36,7 @@ func serveEnv(t *testing.T) map[string]string {
 		"REDIS_URL":    redistest.URL(),
 		"HTTP_ADDR":    "127.0.0.1:0",
 		"ADMIN_TOKEN":  "tga_test_admin_token",
+		"METRICS_ADDR": "127.0.0.1:0", // tests run side by side
 		// Not a fail-mode test: the production 50 ms would turn a slow
 		// reply on loaded cores into a fallback decision.
 		"LIMITER_TIMEOUT": "5s",
@@ -237,33 +239,112 @@ func TestRunServeAnswersThenExits0OnCancel(t *testing.T) {
 	}
 }
 
-func TestRunServeWithoutAdminTokenLogsAGeneratedOneOnce(t *testing.T) {
+// Without ADMIN_TOKEN, serve refuses to start (a token made up per process
+// would differ between the instances behind a load balancer): exit 2 and
+// one line naming ADMIN_TOKEN, before anything listens.
+func TestRunServeWithoutAdminTokenRefusesToStart(t *testing.T) {
 	e := serveEnv(t)
 	delete(e, "ADMIN_TOKEN")
 	e["MIGRATE_ON_START"] = "false"
+	for _, args := range [][]string{nil, {"serve"}} {
+		var stdout, stderr testkit.Buffer
+		// Bounded: a serve that starts anyway returns at the deadline.
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+		code := run(ctx, args, testkit.Getenv(e), &stdout, &stderr)
+		cancel()
+		out := stderr.String()
+		if code != exitConfig || strings.Count(strings.TrimSpace(out), "\n") != 0 || !strings.Contains(out, "ADMIN_TOKEN") ||
+			!strings.Contains(out, "TOLLGATE_DEV") || strings.Contains(out, "api listening") {
+			t.Fatalf("serve %v without ADMIN_TOKEN: exit %d, stderr %q; want 2 and one line naming ADMIN_TOKEN", args, code, out)
+		}
+	}
+	// migrate needs no token.
+	var stdout, stderr testkit.Buffer
+	if code := run(t.Context(), []string{"migrate"}, testkit.Getenv(e), &stdout, &stderr); code != exitOK {
+		t.Fatalf("migrate without ADMIN_TOKEN: exit %d: %s", code, stderr.String())
+	}
+}
+
+// TOLLGATE_DEV without ADMIN_TOKEN: every api started from the same data
+// directory uses the one token in <TOLLGATE_DATA>/admin_token (made once,
+// 0600, as make run does), so two instances accept the same token; the
+// token is never logged, only the file's path.
+func TestRunServeDevUsesOneTokenFileForEveryProcess(t *testing.T) {
+	e := serveEnv(t)
+	delete(e, "ADMIN_TOKEN")
+	e["MIGRATE_ON_START"] = "false"
+	e["TOLLGATE_DEV"] = "true"
+	e["TOLLGATE_DATA"] = filepath.Join(t.TempDir(), "data")
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var stdout, stderr testkit.Buffer
-	exited := make(chan int, 1)
-	go func() { exited <- run(ctx, nil, testkit.Getenv(e), &stdout, &stderr) }() // no args: serve
-
-	listeningAddr(t, stderr.String, exited)
-	var token string
-	n := 0
-	for _, line := range strings.Split(stderr.String(), "\n") {
-		var rec struct {
-			AdminToken string `json:"admin_token"`
+	type proc struct {
+		addr   string
+		stderr *testkit.Buffer
+		exited chan int
+	}
+	var procs []proc
+	for range 2 {
+		p := proc{stderr: &testkit.Buffer{}, exited: make(chan int, 1)}
+		go func() { p.exited <- run(ctx, nil, testkit.Getenv(e), &testkit.Buffer{}, p.stderr) }()
+		p.addr = listeningAddr(t, p.stderr.String, p.exited)
+		procs = append(procs, p)
+	}
+	path := filepath.Join(e["TOLLGATE_DATA"], "admin_token")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s: mode %v (%v), want 0600", path, fi.Mode().Perm(), err)
+	}
+	token := strings.TrimSpace(string(raw))
+	if !strings.HasPrefix(token, "tga_") || len(token) < 40 {
+		t.Fatalf("token file holds %q", token)
+	}
+	for i, p := range procs {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", "http://"+p.addr+"/admin/v1/plans", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if json.Unmarshal([]byte(line), &rec) == nil && rec.AdminToken != "" {
-			token, n = rec.AdminToken, n+1
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK {
+			t.Errorf("api %d: the file's token answered %d, want 200", i, res.StatusCode)
+		}
+		if logs := p.stderr.String(); strings.Contains(logs, token) || !strings.Contains(logs, path) {
+			t.Errorf("api %d: logs show the token, or not the file's path:\n%s", i, logs)
 		}
 	}
-	if n != 1 || !strings.HasPrefix(token, "tga_") {
-		t.Fatalf("want one log line with a generated tga_ admin token, got %d (%q)", n, token)
+	// seed-demo prints the same token (make run shows it to the user). It
+	// seeds a database of its own: the package's has a seed test counting
+	// the demo tenant's keys.
+	seedEnv := map[string]string{}
+	for k, v := range e {
+		seedEnv[k] = v
+	}
+	seedDB := "tollgate_devseed_" + strings.ToLower(randomToken()[4:16])
+	seedEnv["DATABASE_URL"] = withDatabase(pgtest.BaseURL(), seedDB)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, pgtest.BaseURL()); err == nil {
+			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{seedDB}.Sanitize()+" WITH (FORCE)")
+			conn.Close(ctx)
+		}
+	})
+	var out, errOut testkit.Buffer
+	if code := run(t.Context(), []string{"seed-demo"}, testkit.Getenv(seedEnv), &out, &errOut); code != exitOK {
+		t.Fatalf("seed-demo: exit %d: %s", code, errOut.String())
+	}
+	if got := seedLines(t, out.String())["admin_token"]; got != token {
+		t.Errorf("seed-demo with TOLLGATE_DEV printed admin_token %q, want the file's", got)
 	}
 	cancel()
-	if code := waitExit(t, exited, stderr.String); code != exitOK {
-		t.Fatalf("exit status = %d, want 0", code)
+	for _, p := range procs {
+		if code := waitExit(t, p.exited, p.stderr.String); code != exitOK {
+			t.Fatalf("exit status = %d, want 0", code)
+		}
 	}
 }
 
@@ -381,3 +462,10 @@ func mustConfig(t *testing.T, e map[string]string) config.Config {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// randomToken is a fresh tga_… string (tests use it for unique names).
+func randomToken() string {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return "tga_" + hex.EncodeToString(b[:])
+}

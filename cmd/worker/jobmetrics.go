@@ -24,6 +24,8 @@ type jobMetrics struct {
 	flushUnits  prometheus.Counter
 	lastFlushOK atomic.Int64 // unix nanoseconds of the last pass without error
 	closed      prometheus.Counter
+	// rescuedJobs counts the jobs this worker freed from dead workers.
+	rescuedJobs *prometheus.CounterVec
 }
 
 func newJobMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, log *slog.Logger) (*jobMetrics, error) {
@@ -40,6 +42,10 @@ func newJobMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, log *slog.Logg
 			Name: "tollgate_usage_periods_closed_total",
 			Help: "Usage periods this worker closed.",
 		}),
+		rescuedJobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_river_jobs_rescued_total",
+			Help: "Jobs left running by a worker that stopped beating (killed), made available again by this worker, by kind.",
+		}, []string{"kind"}),
 	}
 	m.flushes.WithLabelValues("ok")            // both series exist from the start
 	m.flushes.WithLabelValues("error")         // (alerts on a rate need them)
@@ -48,13 +54,16 @@ func newJobMetrics(reg prometheus.Registerer, pool *pgxpool.Pool, log *slog.Logg
 		Name: "tollgate_usage_flush_lag_seconds",
 		Help: "Seconds since this worker's last flush pass that succeeded: how far Postgres may be behind Redis (alert when it grows beyond a few flush intervals).",
 	}, func() float64 { return time.Since(time.Unix(0, m.lastFlushOK.Load())).Seconds() })
-	for _, c := range []prometheus.Collector{m.flushes, m.flushUnits, m.closed, lag, newStateCollector(pool, log)} {
+	for _, c := range []prometheus.Collector{m.flushes, m.flushUnits, m.closed, m.rescuedJobs, lag, newStateCollector(pool, log)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
 }
+
+// rescued is the heartbeat's Rescued hook.
+func (m *jobMetrics) rescued(kind string) { m.rescuedJobs.WithLabelValues(kind).Inc() }
 
 // onFlush is metering's OnFlush hook.
 func (m *jobMetrics) onFlush(st metering.FlushStats, err error) {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgatehq/tollgate/internal/httpapi"
 )
@@ -17,11 +16,13 @@ import (
 // repairs) exist only in its process, so it needs an endpoint of its own. A
 // port that cannot be bound is logged, not fatal: jobs matter more than
 // their metrics, and several workers may share a host.
-func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, log *slog.Logger) {
+// With METRICS_TOKEN, /metrics answers only that bearer token.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, token string, log *slog.Logger) {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", httpapi.MetricsHandler(reg, token))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
 	})
 	err := httpapi.ListenAndServe(ctx, mux, addr, 5*time.Second, func(bound string) {

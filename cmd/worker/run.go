@@ -80,7 +80,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 			return err
 		}
 	}
-	pool, err := postgres.Open(ctx, cfg.DatabaseURL)
+	pool, err := postgres.Open(ctx, cfg.DatabaseURL, cfg.DatabaseMaxConns)
 	if err != nil {
 		return err
 	}
@@ -124,6 +124,19 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	if err != nil {
 		return err
 	}
+	// Beats before River takes a job, so that every job it runs is freed
+	// within WORKER_HEARTBEAT_TIMEOUT if this process dies.
+	hb, err := jobs.StartHeartbeat(ctx, cfg.DatabaseURL, client.ID(), log, jobs.HeartbeatOptions{
+		DeadAfter: cfg.WorkerHeartbeatTimeout, Rescued: jm.rescued})
+	if err != nil {
+		return err
+	}
+	clean := false
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		hb.Stop(stopCtx, clean)
+	}()
 	if err := client.Start(ctx); err != nil {
 		return fmt.Errorf("worker: start river: %w", err)
 	}
@@ -132,7 +145,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	meter.Start(ctx)
 	defer meter.Wait()
 	if cfg.WorkerMetricsAddr != "" {
-		go serveMetrics(ctx, cfg.WorkerMetricsAddr, reg, log)
+		go serveMetrics(ctx, cfg.WorkerMetricsAddr, reg, cfg.MetricsToken, log)
 	}
 	log.Info("worker started")
 	if started != nil {
@@ -144,6 +157,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	if err := client.Stop(stopCtx); err != nil {
 		return fmt.Errorf("worker: stop river: %w", err)
 	}
+	clean = true // no job left running: nothing for the others to rescue
 	log.Info("worker stopped")
 	return nil
 }

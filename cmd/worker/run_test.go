@@ -240,3 +240,54 @@ func TestRunBadMetricsAddrExits2(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q; want 2 naming WORKER_METRICS_ADDR", code, stderr.String())
 	}
 }
+
+// With METRICS_TOKEN the worker's /metrics answers that bearer token only.
+func TestRunMetricsBehindMetricsToken(t *testing.T) {
+	e := workerEnv(t)
+	e["METRICS_TOKEN"] = "metrics-token-0123456789"
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var stdout, stderr testkit.Buffer
+	exited := make(chan int, 1)
+	go func() { exited <- run(ctx, nil, testkit.Getenv(e), &stdout, &stderr) }()
+	waitForLog(t, stderr.String, "worker metrics listening", exited)
+	var addr string
+	for _, line := range strings.Split(stderr.String(), "\n") {
+		var rec struct{ Msg, Addr string }
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "worker metrics listening" {
+			addr = rec.Addr
+		}
+	}
+	get := func(token string) (int, string) {
+		req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+addr+"/metrics", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	if code, body := get(""); code != http.StatusUnauthorized || strings.Contains(body, "tollgate_") {
+		t.Errorf("worker /metrics without the token: %d %.200s, want 401", code, body)
+	}
+	if code, body := get(e["METRICS_TOKEN"]); code != http.StatusOK || !strings.Contains(body, "tollgate_usage_flush_lag_seconds") {
+		t.Errorf("worker /metrics with METRICS_TOKEN: %d %.200s, want 200", code, body)
+	}
+	// The liveness probe's /healthz needs no token.
+	res, err := http.Get("http://" + addr + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK || res.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Errorf("worker /healthz with METRICS_TOKEN set: %d %v, want 200 with nosniff", res.StatusCode, res.Header)
+	}
+	cancel()
+	if code := <-exited; code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+}

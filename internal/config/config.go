@@ -24,6 +24,15 @@ import (
 type Config struct {
 	// DatabaseURL (DATABASE_URL), default postgres://postgres@127.0.0.1:5432/tollgate?sslmode=disable.
 	DatabaseURL string
+	// DatabaseMaxConns (DATABASE_MAX_CONNS), default 10: the most Postgres
+	// connections one process holds (its pool's size; it overrides the URL's
+	// pool_max_conns).
+	DatabaseMaxConns int32
+	// DatabaseTimeout (DATABASE_TIMEOUT), default 5s: the longest an HTTP
+	// request of the api waits on Postgres (the request's deadline; routes
+	// that also call Stripe get Stripe's 10 s on top). Past it the answer is
+	// 503 with Retry-After, so a hung Postgres never holds a client.
+	DatabaseTimeout time.Duration
 	// RedisURL (REDIS_URL), default redis://127.0.0.1:6379/0.
 	RedisURL string
 	// RedisClusterURL (REDIS_CLUSTER_URL), empty by default; when set it wins over RedisURL.
@@ -33,10 +42,18 @@ type Config struct {
 	// PublicURL (PUBLIC_URL): how people reach the api, for printed links;
 	// default http://<HTTP_ADDR>.
 	PublicURL string
-	// AdminToken (ADMIN_TOKEN); when empty api makes a random one and logs it once.
+	// AdminToken (ADMIN_TOKEN): required by api serve (one secret for the
+	// whole deployment: every api process must accept the same token, so
+	// none may make one up); see Dev for development.
 	AdminToken string
-	// AdminTokenGenerated is true when AdminToken was made up at start.
-	AdminTokenGenerated bool
+	// Dev (TOLLGATE_DEV), default false: development mode. Without
+	// ADMIN_TOKEN, api serve then uses the token make run generates in
+	// DataDir/admin_token (creating the file once), shared by every
+	// process started from the same checkout.
+	Dev bool
+	// DataDir (TOLLGATE_DATA), default .data: where make run keeps its
+	// throwaway data and the generated admin token.
+	DataDir string
 	// AdminTokens (ADMIN_TOKENS, "alice:token,bob:token"): named admin
 	// credentials, so that the audit trail says who acted. ADMIN_TOKEN
 	// stays valid under the name "admin".
@@ -106,6 +123,15 @@ type Config struct {
 	// measured within the machine's noise of one call per decision
 	// (BENCHMARKS.md), while the library alone gains from it.
 	LimiterBatching bool
+	// MetricsAddr (METRICS_ADDR), default 127.0.0.1:9464: where api serves
+	// /metrics on a listener of its own; "off" disables it. The public port's
+	// /metrics is then 404, unless MetricsToken is set.
+	MetricsAddr string
+	// MetricsToken (METRICS_TOKEN), empty by default: when set, every
+	// /metrics (the api's public port and METRICS_ADDR, the worker's
+	// WORKER_METRICS_ADDR) answers only Authorization: Bearer <it>, and the
+	// api's public port serves /metrics too.
+	MetricsToken string
 	// GRPCAddr (GRPC_ADDR), empty (off) by default: where the api answers
 	// Envoy's rate limit service protocol (gRPC ShouldRateLimit and
 	// grpc.health.v1); set, it listens.
@@ -117,6 +143,11 @@ type Config struct {
 	// the worker serves /metrics (its job counters live only in its process);
 	// "off" disables it.
 	WorkerMetricsAddr string
+	// WorkerHeartbeatTimeout (WORKER_HEARTBEAT_TIMEOUT), default 10s, at
+	// least 2s: a worker that has not marked itself alive for this long is
+	// dead, and another worker makes the jobs it was running available again
+	// (River alone waited about two minutes).
+	WorkerHeartbeatTimeout time.Duration
 	// Retention: how long the worker's hourly retention job keeps rows.
 	// UsageEventsRetention (USAGE_EVENTS_RETENTION), default 2160h (90 days),
 	// at least 864h: an event's row is its idempotency record, so it must
@@ -228,6 +259,10 @@ func Load(getenv func(string) string) (Config, error) {
 		bad("LOG_LEVEL", errors.New("want debug, info, warn or error"))
 	}
 	var err error
+	if c.Dev, err = strconv.ParseBool(get("TOLLGATE_DEV", "false")); err != nil {
+		bad("TOLLGATE_DEV", errors.New("want true or false"))
+	}
+	c.DataDir = get("TOLLGATE_DATA", ".data")
 	if c.MigrateOnStart, err = strconv.ParseBool(get("MIGRATE_ON_START", "true")); err != nil {
 		bad("MIGRATE_ON_START", errors.New("want true or false"))
 	}
@@ -239,6 +274,12 @@ func Load(getenv func(string) string) (Config, error) {
 		return d
 	}
 	c.GracePeriod = dur("GRACE_PERIOD", "168h", 0)
+	c.DatabaseTimeout = dur("DATABASE_TIMEOUT", "5s", 100*time.Millisecond)
+	if n, err := strconv.ParseInt(get("DATABASE_MAX_CONNS", "10"), 10, 32); err != nil || n < 2 {
+		bad("DATABASE_MAX_CONNS", errors.New("want a whole number of at least 2"))
+	} else {
+		c.DatabaseMaxConns = int32(n)
+	}
 	c.LimiterTimeout = dur("LIMITER_TIMEOUT", "50ms", time.Millisecond)
 	c.LeaseTTL = dur("LEASE_TTL", "60s", time.Second)
 	c.RedisTimeout = dur("REDIS_TIMEOUT", "250ms", time.Millisecond)
@@ -248,6 +289,16 @@ func Load(getenv func(string) string) (Config, error) {
 	c.StripeEventsRetention = dur("STRIPE_EVENTS_RETENTION", "2160h", 744*time.Hour)
 	c.EntitlementVersionsRetention = dur("ENTITLEMENT_VERSIONS_RETENTION", "4320h", time.Hour)
 	c.ExpiredOverridesRetention = dur("EXPIRED_OVERRIDES_RETENTION", "720h", 0)
+	c.WorkerHeartbeatTimeout = dur("WORKER_HEARTBEAT_TIMEOUT", "10s", 2*time.Second)
+	c.MetricsAddr = get("METRICS_ADDR", "127.0.0.1:9464")
+	if c.MetricsAddr == "off" {
+		c.MetricsAddr = ""
+	} else if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+		bad("METRICS_ADDR", errors.New("want host:port, or off"))
+	}
+	if c.MetricsToken = get("METRICS_TOKEN", ""); c.MetricsToken != "" && len(c.MetricsToken) < 16 {
+		bad("METRICS_TOKEN", errors.New("want at least 16 characters"))
+	}
 	c.GRPCAddr = get("GRPC_ADDR", "")
 	if c.GRPCAddr == "off" {
 		c.GRPCAddr = ""

@@ -151,3 +151,76 @@ func TestLimiterBatching(t *testing.T) {
 		t.Fatalf("LIMITER_BATCHING=often: err = %v, want one naming LIMITER_BATCHING", err)
 	}
 }
+
+// DATABASE_MAX_CONNS (the pool's size) and DATABASE_TIMEOUT (the api's
+// request deadline on Postgres) have their documented defaults, take a
+// value, and refuse a bad one naming the variable.
+func TestDatabasePoolAndTimeout(t *testing.T) {
+	c, err := Load(envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DatabaseMaxConns != 10 || c.DatabaseTimeout != 5*time.Second {
+		t.Errorf("defaults: DATABASE_MAX_CONNS %d, DATABASE_TIMEOUT %s; want 10, 5s", c.DatabaseMaxConns, c.DatabaseTimeout)
+	}
+	c, err = Load(envOf(map[string]string{"DATABASE_MAX_CONNS": "32", "DATABASE_TIMEOUT": "750ms"}))
+	if err != nil || c.DatabaseMaxConns != 32 || c.DatabaseTimeout != 750*time.Millisecond {
+		t.Errorf("set: %d %s %v", c.DatabaseMaxConns, c.DatabaseTimeout, err)
+	}
+	for name, v := range map[string]string{"DATABASE_MAX_CONNS": "1", "DATABASE_TIMEOUT": "10ms"} {
+		if _, err := Load(envOf(map[string]string{name: v})); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=%s: err = %v, want one naming it", name, v, err)
+		}
+	}
+	for _, v := range []string{"many", "-3", "99999999999"} {
+		if _, err := Load(envOf(map[string]string{"DATABASE_MAX_CONNS": v})); err == nil || !strings.Contains(err.Error(), "DATABASE_MAX_CONNS") {
+			t.Errorf("DATABASE_MAX_CONNS=%s: err = %v", v, err)
+		}
+	}
+}
+
+// TOLLGATE_DEV without ADMIN_TOKEN resolves the token from the data
+// directory's file, creating it once; without TOLLGATE_DEV it is an error
+// naming ADMIN_TOKEN; a set ADMIN_TOKEN wins.
+func TestResolveAdminToken(t *testing.T) {
+	dir := t.TempDir()
+	c, err := Load(envOf(map[string]string{"TOLLGATE_DEV": "true", "TOLLGATE_DATA": dir}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2 := c
+	f1, err1 := c.ResolveAdminToken()
+	f2, err2 := c2.ResolveAdminToken()
+	if err1 != nil || err2 != nil || f1 == "" || f1 != f2 || c.AdminToken == "" || c.AdminToken != c2.AdminToken {
+		t.Fatalf("dev: %q %v, %q %v; tokens %q %q", f1, err1, f2, err2, c.AdminToken, c2.AdminToken)
+	}
+	c, _ = Load(envOf(nil))
+	if _, err := c.ResolveAdminToken(); err == nil || !strings.Contains(err.Error(), "ADMIN_TOKEN") || strings.Contains(err.Error(), "\n") {
+		t.Errorf("no token, no dev: %v, want one line naming ADMIN_TOKEN", err)
+	}
+	c, _ = Load(envOf(map[string]string{"ADMIN_TOKEN": "tga_set", "TOLLGATE_DEV": "true", "TOLLGATE_DATA": t.TempDir()}))
+	if f, err := c.ResolveAdminToken(); f != "" || err != nil || c.AdminToken != "tga_set" {
+		t.Errorf("set token: %q %v %q", f, err, c.AdminToken)
+	}
+	if _, err := Load(envOf(map[string]string{"TOLLGATE_DEV": "yes please"})); err == nil || !strings.Contains(err.Error(), "TOLLGATE_DEV") {
+		t.Errorf("TOLLGATE_DEV=yes please: %v", err)
+	}
+}
+
+// METRICS_ADDR defaults to loopback (nothing public by default), takes off;
+// METRICS_TOKEN must be long enough to be a secret.
+func TestMetricsAddrAndToken(t *testing.T) {
+	c, err := Load(envOf(nil))
+	if err != nil || c.MetricsAddr != "127.0.0.1:9464" || c.MetricsToken != "" {
+		t.Fatalf("defaults: %q %q %v", c.MetricsAddr, c.MetricsToken, err)
+	}
+	c, err = Load(envOf(map[string]string{"METRICS_ADDR": "off", "METRICS_TOKEN": "0123456789abcdef"}))
+	if err != nil || c.MetricsAddr != "" || c.MetricsToken != "0123456789abcdef" {
+		t.Fatalf("off: %q %q %v", c.MetricsAddr, c.MetricsToken, err)
+	}
+	for name, v := range map[string]string{"METRICS_ADDR": "9464", "METRICS_TOKEN": "short"} {
+		if _, err := Load(envOf(map[string]string{name: v})); err == nil || !strings.Contains(err.Error(), name) || strings.Contains(err.Error(), v+" ") {
+			t.Errorf("%s=%s: %v, want an error naming it", name, v, err)
+		}
+	}
+}

@@ -6,7 +6,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tollgatehq/tollgate/internal/apperr"
 )
 
 func (s *Server) handleHealthz() echo.HandlerFunc {
@@ -48,6 +49,15 @@ func (s *Server) handleReadyz() echo.HandlerFunc {
 	}
 }
 
+// handleMetrics serves /metrics on the public port: behind MetricsToken when
+// it is set; else 404 when MetricsElsewhere (cmd/api serves them on
+// METRICS_ADDR, so nothing public leaks by default); else open (tests).
 func (s *Server) handleMetrics() echo.HandlerFunc {
-	return echo.WrapHandler(promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
+	h := echo.WrapHandler(MetricsHandler(s.Registry, s.MetricsToken))
+	return func(c echo.Context) error {
+		if s.MetricsToken == "" && s.MetricsElsewhere {
+			return apperr.New(apperr.NotFound, "metrics are not served on this port: scrape METRICS_ADDR, or set METRICS_TOKEN to serve them here behind it")
+		}
+		return h(c)
+	}
 }

@@ -24,6 +24,7 @@ func (s *Server) routes() {
 	}
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableErrorHandler: false, LogErrorFunc: s.logPanic}))
 	e.Use(s.rejectBadText) // NUL or invalid UTF-8 in a path or query: 400, for the pages too
+	e.Use(s.deadline)      // DATABASE_TIMEOUT: a hung Postgres answers 503, for the pages too
 
 	e.GET("/healthz", s.handleHealthz())
 	e.GET("/readyz", s.handleReadyz())

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -54,6 +55,18 @@ type Deps struct {
 	// DashboardLinks mints the tenant dashboard's login links (web); nil
 	// answers POST /admin/v1/tenants/{id}/dashboard-links 503.
 	DashboardLinks DashboardLinks
+	// RequestTimeout (DATABASE_TIMEOUT) is every request's deadline, the
+	// pages' included; 0 sets none. OutboundTimeout is added for the routes
+	// that call Stripe (default 10s, billing's per-call bound).
+	RequestTimeout, OutboundTimeout time.Duration
+	// TrustedProxies (TRUSTED_PROXIES): whose X-Forwarded-Proto (or
+	// Forwarded proto=) says the client came over TLS, for HSTS.
+	TrustedProxies []netip.Prefix
+	// MetricsToken (METRICS_TOKEN), when set, guards GET /metrics.
+	MetricsToken string
+	// MetricsElsewhere: metrics have a listener of their own (METRICS_ADDR),
+	// so without MetricsToken the public GET /metrics is 404.
+	MetricsElsewhere bool
 }
 
 // Server is the HTTP API.
@@ -78,6 +91,9 @@ func NewServer(d Deps) (*Server, error) {
 	if d.Entitlements == nil {
 		return nil, errors.New("httpapi: Entitlements is required")
 	}
+	if d.OutboundTimeout == 0 {
+		d.OutboundTimeout = defaultOutboundTimeout
+	}
 	if d.AuthLimiter == nil && d.Limiter != nil {
 		d.AuthLimiter = NewAuthLimiter(d.Limiter, AuthLimitOptions{})
 	}
@@ -90,6 +106,7 @@ func NewServer(d Deps) (*Server, error) {
 	}
 	s.m = m
 	e.HTTPErrorHandler = s.errorHandler
+	e.Pre(s.securityHeaders) // every answer, 404s and the pages included
 	s.routes()
 	s.m.initRoutes(e.Routes())
 	return s, nil

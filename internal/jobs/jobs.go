@@ -56,10 +56,11 @@ func NewWorkerClient(pool *pgxpool.Pool, log *slog.Logger, c Config) (*river.Cli
 		PeriodicJobs:      c.Periodic,
 		FetchPollInterval: c.FetchPoll,
 		FetchCooldown:     c.FetchPoll / 2,
-		// A worker killed mid-job leaves the job running in the table; River
-		// rescues it after this long so that it runs again, once. River
-		// refuses a rescue delay shorter than JobTimeout (the client would
-		// not start), so it is JobTimeout plus a margin.
+		// A worker killed mid-job leaves the job running in the table. The
+		// workers' heartbeats (heartbeat.go) free it within seconds; River's
+		// own rescue after this long stays as the fallback (a worker that
+		// never beat). River refuses a rescue delay shorter than JobTimeout
+		// (the client would not start), so it is JobTimeout plus a margin.
 		RescueStuckJobsAfter: 2 * time.Minute,
 		JobTimeout:           time.Minute,
 	})

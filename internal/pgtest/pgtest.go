@@ -126,7 +126,7 @@ func setup() error {
 		return fmt.Errorf("pgtest: clone template: %w", err)
 	}
 	dbURL = withDB(BaseURL(), dbName)
-	pool, err = postgres.Open(ctx, dbURL)
+	pool, err = postgres.Open(ctx, dbURL, 0)
 	return err
 }
 

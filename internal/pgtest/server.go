@@ -3,6 +3,7 @@
 package pgtest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -108,6 +110,58 @@ func (s *Server) Start(t testing.TB) {
 	}
 }
 
+// Pause stops every process of the server with SIGSTOP (the postmaster
+// first, so that it forks nothing new, then each of its children: the
+// backends run in sessions of their own, out of reach of a group signal),
+// so that Postgres hangs as a wedged host does: connections are accepted by
+// the kernel and nothing answers. Resume (SIGCONT) undoes it; the test's
+// end resumes a paused server before killing it.
+func (s *Server) Pause(t testing.TB) {
+	t.Helper()
+	if err := s.signalAll(syscall.SIGSTOP); err != nil {
+		t.Fatalf("pgtest: pause: %v", err)
+	}
+}
+
+// Resume continues a paused server.
+func (s *Server) Resume(t testing.TB) {
+	t.Helper()
+	if err := s.signalAll(syscall.SIGCONT); err != nil {
+		t.Fatalf("pgtest: resume: %v", err)
+	}
+}
+
+func (s *Server) signalAll(sig syscall.Signal) error {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return errors.New("server not running")
+	}
+	pid := s.cmd.Process.Pid
+	if err := syscall.Kill(pid, sig); err != nil {
+		return err
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // exited meanwhile
+		}
+		// "pid (comm) state ppid …": comm may hold spaces, so read after
+		// its closing parenthesis.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 2 || f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		if child, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
+			_ = syscall.Kill(child, sig)
+		}
+	}
+	return nil
+}
+
 func (s *Server) data() string { return filepath.Join(s.dir, "data") }
 
 func (s *Server) command(name string, args ...string) *exec.Cmd {
@@ -161,6 +215,7 @@ func (s *Server) kill() {
 	if s.cmd == nil {
 		return
 	}
+	_ = s.signalAll(syscall.SIGCONT) // a paused server would never exit
 	_ = s.cmd.Process.Kill()
 	<-s.done
 	s.cmd = nil

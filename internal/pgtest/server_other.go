@@ -24,3 +24,5 @@ func StartServer(t testing.TB) *Server {
 func (s *Server) URL(db string) string { return "" }
 func (s *Server) Stop(t testing.TB)    {}
 func (s *Server) Start(t testing.TB)   {}
+func (s *Server) Pause(t testing.TB)   {}
+func (s *Server) Resume(t testing.TB)  {}

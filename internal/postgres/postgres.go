@@ -14,11 +14,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Open connects a pool and checks that the server answers.
-func Open(ctx context.Context, url string) (*pgxpool.Pool, error) {
+// Open connects a pool of at most maxConns connections (DATABASE_MAX_CONNS;
+// 0 keeps the URL's pool_max_conns, else pgx's max(4, NumCPU)) and checks
+// that the server answers.
+func Open(ctx context.Context, url string, maxConns int32) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: parse url: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+		if cfg.MinConns > maxConns {
+			cfg.MinConns = maxConns
+		}
 	}
 	// A dead server must not hang a request or a start-up: fail fast and let
 	// the caller answer 503.
