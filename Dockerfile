@@ -16,9 +16,12 @@ ENV CGO_ENABLED=0 GOTOOLCHAIN=local
 COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
+# VERSION: what `api version` and tollgate_build_info say (.git is not in the
+# context): docker build --build-arg VERSION=$(git describe --tags --always --dirty) .
+ARG VERSION=devel
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
-    go build -trimpath -ldflags="-s -w" -o /out/api ./cmd/api && \
-    go build -trimpath -ldflags="-s -w" -o /out/worker ./cmd/worker
+    go build -trimpath -ldflags="-s -w -X github.com/tollgatehq/tollgate/internal/buildinfo.Version=${VERSION}" -o /out/api ./cmd/api && \
+    go build -trimpath -ldflags="-s -w -X github.com/tollgatehq/tollgate/internal/buildinfo.Version=${VERSION}" -o /out/worker ./cmd/worker
 
 # --- stripe-mock, from the tool pin in go.mod (so tests and compose agree) -
 FROM golang:${GO_VERSION}-bookworm AS stripe-mock-build

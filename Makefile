@@ -12,10 +12,14 @@ help: ## list the targets
 services: ## make sure Postgres and Redis answer (starts throwaway ones if not)
 	@scripts/services.sh
 
+# VERSION is stamped into both binaries (`api version`, tollgate_build_info).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS := -X github.com/tollgatehq/tollgate/internal/buildinfo.Version=$(VERSION)
+
 .PHONY: build
 build: ## build bin/api and bin/worker
-	$(GO) build -o bin/api ./cmd/api
-	$(GO) build -o bin/worker ./cmd/worker
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/api ./cmd/api
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/worker ./cmd/worker
 
 .PHONY: run
 run: services build ## migrate, seed the demo, run api and worker, print the dashboard URL and a demo key
@@ -24,7 +28,8 @@ run: services build ## migrate, seed the demo, run api and worker, print the das
 .PHONY: test
 test: services ## run every test against real Postgres, Redis (and Cluster), stripe-mock and Chromium
 	$(GO) build -o bin/stripe-mock github.com/stripe/stripe-mock
-	$(GO) test -race -count=1 -timeout 20m ./...
+	@echo "$(GO) test -race -count=1 -timeout 20m ./..."
+	@status=0; $(GO) test -race -count=1 -timeout 20m ./... || status=$$?; scripts/test-notes.sh; exit $$status
 
 .PHONY: lint
 lint: ## go vet, gofmt check and staticcheck (pinned in go.mod as a tool)
@@ -37,8 +42,9 @@ bench: services ## side-by-side benchmarks (libbench, side-by-side.sh from PERF_
 	@scripts/bench.sh
 
 .PHONY: clean
-clean: ## remove built binaries and throwaway service data
-	rm -rf bin .data
+clean: ## stop the throwaway Postgres and Redis, remove their data (TOLLGATE_DATA, default .data) and bin/
+	@scripts/services.sh clean
+	rm -rf bin
 
 .PHONY: screenshots
 screenshots: services ## refresh docs/screenshots/ from the browser tests

@@ -5,6 +5,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	// The generated client imports these. Importing them here keeps them in
@@ -31,15 +33,26 @@ func TestGoClientCompiles(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 
-	gen := exec.Command("go", "tool", "oapi-codegen",
-		"-generate", "types,client", "-package", "tgclient",
-		"-o", filepath.Join(dir, "client.gen.go"), "api/openapi.yaml")
+	// The README's commands, as a reader pastes them (into a folder that
+	// does not exist yet: the mkdir must be there), with tgclient renamed to
+	// this test's folder.
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```sh\n(mkdir[^`]*?go tool oapi-codegen[^`]*?)```").FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("README: no ```sh block with mkdir and go tool oapi-codegen")
+	}
+	sub := filepath.Join(filepath.Base(dir), "tgclient")
+	script := strings.ReplaceAll(string(m[1]), "tgclient/", sub+"/")
+	script = strings.ReplaceAll(script, "mkdir -p tgclient", "mkdir -p "+sub)
+	gen := exec.Command("bash", "-euc", script)
 	gen.Dir = root
 	if out, err := gen.CombinedOutput(); err != nil {
-		t.Fatalf("oapi-codegen: %v\n%s", err, out)
+		t.Fatalf("the README's oapi-codegen commands: %v\n%s\n%s", err, script, out)
 	}
-
-	pkg := "./" + filepath.Base(dir)
+	pkg := "./" + sub
 	for _, args := range [][]string{
 		{"build", "-o", os.DevNull, pkg},
 		{"vet", pkg},

@@ -422,8 +422,8 @@ func TestMiddleware(t *testing.T) {
 	if rec := do("a{b"); rec.Code != 400 {
 		t.Fatalf("bad tenant: %d", rec.Code)
 	}
-	if rec := do("ghost"); rec.Code != 401 {
-		t.Fatalf("unknown tenant: %d", rec.Code)
+	if rec := do("ghost"); rec.Code != 401 || !strings.HasPrefix(rec.Header().Get("WWW-Authenticate"), "Bearer") {
+		t.Fatalf("unknown tenant: %d, WWW-Authenticate %q", rec.Code, rec.Header().Get("WWW-Authenticate"))
 	}
 }
 

@@ -29,6 +29,9 @@ type roundTrips struct {
 func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		if background(cmd) {
+			return next(ctx, cmd)
+		}
 		h.n.Add(1)
 		c, _ := h.cmds.LoadOrStore(cmd.Name(), new(atomic.Int64))
 		c.(*atomic.Int64).Add(1)

@@ -120,7 +120,7 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 			boolArg(req.Concurrency), strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10)}, confirm...)
 	}
 	for attempt := 0; ; attempt++ {
-		res, err := l.runScript(ctx, script, keys, args)
+		res, err := l.runScript(ctx, script, keys, args, nil)
 		if err != nil {
 			return nil, false, err
 		}

@@ -37,7 +37,8 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 	}
 	script, args := l.decideArgs(pl, req, due != nil, leaseID, l.opts.UsageLoader != nil)
 	for attempt := 0; ; attempt++ {
-		res, err := l.runScript(ctx, script, keys, args)
+		ld := &lateDecision{l: l, pl: pl, cost: req.Cost, peek: req.Peek, leaseID: leaseID}
+		res, err := l.runScript(ctx, script, keys, args, ld)
 		if err != nil {
 			return nil, err
 		}
@@ -91,8 +92,8 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 			continue
 		}
 		if err := l.seed(ctx, pl, res); err != nil {
-			if errors.Is(err, errRedisDown) {
-				return nil, err
+			if errors.Is(err, errRedisDown) || errors.Is(err, ErrOverloaded) {
+				return nil, err // not the UsageLoader's failure
 			}
 			return l.unbuilt(pl, req)
 		}
@@ -148,22 +149,50 @@ func (l *Limiter) unbuilt(pl *plan, req *Request) (*Decision, error) {
 	return l.fallback(pl, req)
 }
 
-func (l *Limiter) runScript(ctx context.Context, script *redis.Script, keys []string, args []any) ([]any, error) {
+// runScript runs one decision's script. With ld, a call the caller stops
+// waiting for is reconciled when its answer comes (an error wrapping
+// *lateError carries ld to the caller, who says what it did instead).
+func (l *Limiter) runScript(ctx context.Context, script *redis.Script, keys []string, args []any, ld *lateDecision) ([]any, error) {
 	if l.batch != nil {
 		return l.batch.do(ctx, script, keys, args)
 	}
 	var res []any
-	err := l.call(ctx, "decide", func(ctx context.Context) error {
+	var late func(error)
+	if ld != nil {
+		late = func(err error) { ld.answered(res, err) }
+	}
+	err := l.callLate(ctx, "decide", func(ctx context.Context) error {
 		var err error
 		res, err = script.Run(ctx, l.rdb, keys, args...).Slice()
 		return err
-	})
+	}, late)
 	if err != nil {
-		// res is not read: a call abandoned at its deadline (client without
-		// ContextTimeoutEnabled) may still be writing it.
+		// res is not read: a call abandoned at its deadline may still be
+		// writing it (late reads it once it is done).
+		if ld != nil && (errors.Is(err, errGaveUp) || errors.Is(err, errGaveUpCtx)) {
+			return nil, &lateError{err: err, ld: ld}
+		}
 		return nil, err
 	}
 	return res, nil
+}
+
+// lateError is a decision whose call outlived the caller's wait.
+type lateError struct {
+	err error
+	ld  *lateDecision
+}
+
+func (e *lateError) Error() string { return e.err.Error() }
+func (e *lateError) Unwrap() error { return e.err }
+
+// fellBack tells a late decision (if err carries one) what the caller
+// answered instead: d, or nothing.
+func fellBack(err error, d *Decision) {
+	var le *lateError
+	if errors.As(err, &le) {
+		le.ld.fellBack(d)
+	}
 }
 
 // seed rebuilds the missing counters a needs-seed reply names, each from

@@ -23,10 +23,15 @@
 //   - A refusal is a Decision, never an error. Errors are ErrInvalidRequest,
 //     ErrUnknownTenant, ErrUnavailable, ErrOverloaded and, after Close,
 //     ErrClosed.
-//   - When Redis fails or is slower than Options.Timeout (default 50ms), each
-//     policy's fail mode decides: open, closed (ErrUnavailable) or local (an
-//     in-process bucket at the limit divided by Options.ExpectedInstances).
-//     Redis is tried again after Options.Cooldown.
+//   - A slow answer is not an outage: a call past Options.Timeout (default
+//     50ms) is waited for while Redis answers a PING (or other calls), and
+//     a process late for its CPU never blames Redis. When Redis is down on
+//     evidence (refused or reset connections, a silent PING, a failure
+//     ratio), each policy's fail mode decides with the tenant's real limits
+//     (read through Options.Loader if need be): open, closed
+//     (ErrUnavailable) or local (in-process, at the limits divided by the
+//     instances alive; what it admits is added to Redis once it answers).
+//     A probe every Options.Cooldown brings Redis back.
 //   - No logging and no global state: metrics go through Options.Hooks.
 //   - The package imports only the standard library, go-redis and
 //     golang.org/x/{time,sync} (a test enforces it).

@@ -63,6 +63,7 @@ func TestRedisFailure(t *testing.T) {
 			check := func(phase string) {
 				t.Helper()
 				admitted := 0
+				judgedDown := false
 				for i := 0; i < 20; i++ {
 					start := time.Now()
 					d, err := l.Allow(ctx, "acme", limiter.Request{Cost: 1})
@@ -80,9 +81,17 @@ func TestRedisFailure(t *testing.T) {
 							t.Fatalf("%s: open: %+v %v", phase, d, err)
 						}
 					case limiter.FailLocal:
+						if phase == "hung" && !judgedDown && errors.Is(err, limiter.ErrUnavailable) {
+							// A hang is told from a stall only once failures
+							// keep on (issue 21): until then a lost decision
+							// of a local-mode policy answers 503, admitting
+							// nothing.
+							continue
+						}
 						if err != nil || d.Fallback != limiter.FallbackLocal {
 							t.Fatalf("%s: local: %+v %v", phase, d, err)
 						}
+						judgedDown = true
 					}
 					if d.Allowed {
 						admitted++

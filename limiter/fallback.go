@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"context"
 	"math"
 	"sync"
 	"time"
@@ -29,7 +30,7 @@ type localState struct {
 type quotaKnown struct {
 	left  int64     // remaining after that decision
 	until time.Time // end of its period
-	used  int64     // taken in process since
+	used  int64     // admitted in process (fail mode) and not yet added to Redis
 }
 
 // localQuota reports whether a policy is a quota the local fail mode holds.
@@ -60,6 +61,12 @@ func (l *Limiter) noteQuotas(pl *plan, d *Decision) {
 		until := now.Add(ps.Reset)
 		if ps.Reset <= 0 {
 			until = now.Add(ps.Window)
+		}
+		// What this process admitted without Redis and has not yet added
+		// to it stays pending: Redis's figure does not include it.
+		if k := st.quotas[p.name]; k != nil && now.Before(k.until) {
+			k.left, k.until = ps.Remaining, until
+			continue
 		}
 		st.quotas[p.name] = &quotaKnown{left: ps.Remaining, until: until}
 	}
@@ -118,9 +125,13 @@ func (l *Limiter) onFallback(policy string, mode FailMode) {
 }
 
 // fallbackUnknown decides while Redis is down and nothing is known of the
-// tenant's limits: closed if the rate or quota fail mode is closed, else open.
-func (l *Limiter) fallbackUnknown() (*Decision, error) {
-	if l.opts.FailMode.Rate == FailClosed || l.opts.FailMode.Quota == FailClosed {
+// tenant's limits (the Loader failed too): closed if the rate or quota fail
+// mode is closed; a request counting a meter in the local mode is refused
+// too (it may be a hard quota, and nothing says what is left of it); else
+// open.
+func (l *Limiter) fallbackUnknown(req *Request) (*Decision, error) {
+	if l.opts.FailMode.Rate == FailClosed || l.opts.FailMode.Quota == FailClosed ||
+		(l.opts.FailMode.Quota == FailLocal && !req.SkipQuota && req.Limits == nil) {
 		l.onFallback("snapshot", FailClosed)
 		return nil, ErrUnavailable
 	}
@@ -140,7 +151,7 @@ func (l *Limiter) fallback(pl *plan, req *Request) (*Decision, error) {
 	d := &Decision{Allowed: true, Plan: pl.planName, Fallback: FallbackOpen, Policies: make([]PolicyStatus, len(pl.pol))}
 	peek := req.Peek
 	eff := req.Cost
-	n := l.opts.ExpectedInstances
+	n := l.instances()
 	now := time.Now()
 	var st *localState
 	var reservations []*rate.Reservation
@@ -254,6 +265,9 @@ func (l *Limiter) fallback(pl *plan, req *Request) (*Decision, error) {
 			d.lease = &lease{l: l, local: st}
 		}
 	}
+	if d.Allowed && !peek {
+		l.countAdmitted(pl, eff, now)
+	}
 	if !d.Allowed && !peek {
 		// Redis cannot count this refusal now: it is counted here and added
 		// to Redis by the background flush once Redis answers again, like a
@@ -264,4 +278,53 @@ func (l *Limiter) fallback(pl *plan, req *Request) (*Decision, error) {
 		d.RetryAfter = time.Millisecond
 	}
 	return d, nil
+}
+
+// seedKnown fills in what is left of the plan's local-mode hard quotas of
+// which this process knows nothing yet (no decision of Redis seen this
+// period) from the durable usage, so that a tenant whose quota is used up
+// stays refused through an outage. Without a UsageLoader, or when it
+// fails, the fail mode holds the quota to its whole limit divided.
+func (l *Limiter) seedKnown(ctx context.Context, pl *plan) {
+	if l.opts.UsageLoader == nil {
+		return
+	}
+	now := time.Now()
+	for i := range pl.pol {
+		p := &pl.pol[i]
+		if !localQuota(p) {
+			continue
+		}
+		st := l.local.get(pl.refKey)
+		st.mu.Lock()
+		k := st.quotas[p.name]
+		st.mu.Unlock()
+		if k != nil && now.Before(k.until) {
+			continue
+		}
+		period := 0
+		if !now.Before(p.quota.endsT[0]) {
+			period = 1
+		}
+		q := p.quota
+		v, err, _ := l.sf.Do("\x00usage:"+pl.tenant+"\x00"+q.meter, func() (any, error) {
+			uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.hardWait())
+			defer cancel()
+			return l.opts.UsageLoader(uctx, pl.tenant, q.meter, q.starts[period])
+		})
+		if err != nil {
+			if h := l.opts.Hooks.OnLoaderError; h != nil {
+				h("usage", err)
+			}
+			continue
+		}
+		st.mu.Lock()
+		if k := st.quotas[p.name]; k == nil || !now.Before(k.until) {
+			if st.quotas == nil {
+				st.quotas = map[string]*quotaKnown{}
+			}
+			st.quotas[p.name] = &quotaKnown{left: max(0, q.limit-v.(int64)), until: q.endsT[period]}
+		}
+		st.mu.Unlock()
+	}
 }

@@ -70,7 +70,7 @@ type backend struct {
 	client func() redis.UniversalClient
 }
 
-func singleRedis(t *testing.T) *backend {
+func singleRedis(t testing.TB) *backend {
 	t.Helper()
 	_, prefix := redistest.New(t) // skips or fails (CI) without Redis; cleans the prefix
 	opt, err := redis.ParseURL(redistest.URL())

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -141,12 +142,28 @@ func TestLeasedRateBound(t *testing.T) {
 	}
 }
 
-// countingHook counts the commands a client sends.
+// background says that cmd is the limiter's own once-a-second work, not a
+// decision's: its heartbeat (instances.go).
+func background(cmd redis.Cmder) bool {
+	for _, a := range cmd.Args() {
+		if s, ok := a.(string); ok && strings.HasSuffix(s, ":instances") {
+			return true
+		}
+	}
+	return false
+}
+
+// countingHook counts the commands a client sends (not the heartbeat).
 type countingHook struct{ n atomic.Int64 }
 
 func (h *countingHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { h.n.Add(1); return next(ctx, cmd) }
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !background(cmd) {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
 }
 func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
@@ -21,14 +22,29 @@ type Limiter struct {
 	sf          singleflight.Group
 	ctxTimeouts bool
 
-	inFlight  atomic.Int64
-	downUntil atomic.Int64 // unix nanoseconds; Redis is skipped before it
+	inFlight atomic.Int64
+	adaptive *adaptiveLimit // Options.AdaptiveConcurrency
+	down     atomic.Bool    // Redis judged down on evidence (redis.go) until a probe answers
+	health   health
+	// slots bounds the Redis calls in progress to the client's pool, so
+	// that the wait for a connection is the process's own queue (bounded
+	// and shed, see callLate), apart from Redis's answer time. Nil for
+	// Cluster and Ring clients (a pool per node).
+	slots     chan struct{}
+	lastPong  atomic.Int64 // unix ns of the last probe Redis answered
+	lastOK    atomic.Int64 // unix ns (to 1ms) of the last call Redis answered
+	probeMu   sync.Mutex
+	probeConn *redis.Conn // alive's connection (single-node clients)
+	loop      loopback    // alive's measure of this process's own lateness
 	closed    atomic.Bool
+	live      atomic.Int64 // instances alive by their heartbeats (instances.go)
+	id        string       // this instance's heartbeat member
 
 	refusalMu sync.Mutex
 	refusals  *lru[string, []cachedRefusal]
 	refusalN  atomic.Int64 // entries in refusals, read without the lock
 	tally     refusalTally // cached refusals not yet added to Redis
+	charges   chargeTally  // quota units the fail modes admitted, not yet in Redis
 
 	local   *localStates
 	leases  *leases       // Options.LocalLeases
@@ -43,6 +59,7 @@ type Limiter struct {
 	refShapes atomic.Pointer[shapeMap] // decisions by reference (byref.go)
 
 	pubsub *redis.PubSub
+	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -72,6 +89,10 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	switch c := rdb.(type) {
 	case *redis.Client:
 		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
+		// Less the probe's connection, and one spare.
+		if n := c.Options().PoolSize - 2; n > 0 {
+			l.slots = make(chan struct{}, n)
+		}
 	case *redis.ClusterClient:
 		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
 		l.keys.cluster = true
@@ -79,7 +100,13 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	l.cancel = cancel
+	l.ctx, l.cancel = ctx, cancel
+	l.health.lastOK = time.Now()
+	l.id = newID()
+	l.live.Store(int64(opts.ExpectedInstances))
+	if opts.AdaptiveConcurrency {
+		l.adaptive = newAdaptiveLimit(opts.MaxInFlight)
+	}
 	if opts.Batching {
 		l.batch = newBatcher(ctx, l, opts.MaxBatch)
 	}
@@ -87,6 +114,15 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		l.leases = newLeases(l)
 	}
 	l.pubsub = rdb.Subscribe(ctx, l.keys.invalidations())
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		// Dial the probe's connection now: a first PING that must dial
+		// would take more round trips than the timeout allows.
+		pctx, cancel := context.WithTimeout(ctx, l.hardWait())
+		_ = l.ping(pctx)
+		cancel()
+	}()
 	l.wg.Add(1)
 	go func() { defer l.wg.Done(); l.flushRefusalsLoop(ctx) }()
 	l.wg.Add(1)
@@ -112,6 +148,12 @@ func (l *Limiter) Close() error {
 	l.cancel()
 	err := l.pubsub.Close() // unblocks the subscription's read
 	l.wg.Wait()
+	l.probeMu.Lock()
+	if l.probeConn != nil {
+		_ = l.probeConn.Close()
+	}
+	l.probeMu.Unlock()
+	l.loop.close()
 	if err != nil && !errors.Is(err, redis.ErrClosed) {
 		return fmt.Errorf("limiter: closing subscription: %w", err)
 	}
@@ -130,7 +172,13 @@ func (l *Limiter) Allow(ctx context.Context, tenant string, req Request) (*Decis
 	if err := l.validate(tenant, &req); err != nil {
 		return nil, err
 	}
-	if max := l.opts.MaxInFlight; max > 0 {
+	if a := l.adaptive; a != nil {
+		start, ok := a.acquire()
+		if !ok {
+			return nil, ErrOverloaded
+		}
+		defer func() { a.release(start) }()
+	} else if max := l.opts.MaxInFlight; max > 0 {
 		if l.inFlight.Add(1) > int64(max) {
 			l.inFlight.Add(-1)
 			return nil, ErrOverloaded
@@ -180,9 +228,12 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 			return nil, err
 		}
 		if p == nil { // Redis or the loader down and nothing known of the tenant
-			return l.fallbackUnknown()
+			return l.fallbackUnknown(req)
 		}
 		pl = l.snapshotPlan(p, req)
+		if err != nil && errors.Is(err, errRedisDown) && !l.redisDown() && pl.hasLocal() {
+			return nil, lostCall(err)
+		}
 		if err != nil {
 			// Units leased before Redis went away are still ours to spend
 			// (until the lease expires), on the limits they were taken under.
@@ -195,6 +246,7 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 			if d := l.cachedRefusal(pl, req); d != nil {
 				return d, nil
 			}
+			l.seedKnown(ctx, pl)
 			return l.fallback(pl, req)
 		}
 	}
@@ -215,6 +267,7 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 	// A lease already held decides even while Redis is down; only taking
 	// more needs Redis (and falls to the fail modes without it).
 	if l.redisDown() && !leased {
+		l.seedKnown(ctx, pl)
 		return l.fallback(pl, req)
 	}
 	var d *Decision
@@ -224,10 +277,18 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 	} else {
 		d, err = l.decide(ctx, pl, req, due)
 	}
+	if errors.Is(err, errRedisDown) && !l.redisDown() && pl.hasLocal() {
+		fellBack(err, nil)
+		return nil, lostCall(err)
+	}
 	if errors.Is(err, errRedisDown) {
-		return l.fallback(pl, req)
+		l.seedKnown(ctx, pl)
+		d, ferr := l.fallback(pl, req)
+		fellBack(err, d) // d is nil with ferr
+		return d, ferr
 	}
 	if err != nil {
+		fellBack(err, nil)
 		return nil, err
 	}
 	if d.Fallback != FallbackNone { // decided without a counter (see unbuilt)
@@ -238,4 +299,23 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 	}
 	l.noteQuotas(pl, d)
 	return d, nil
+}
+
+// hasLocal says whether a policy of the plan has the local fail mode.
+func (pl *plan) hasLocal() bool {
+	for i := range pl.pol {
+		if pl.pol[i].fail == FailLocal {
+			return true
+		}
+	}
+	return false
+}
+
+// lostCall is the answer to a decision whose Redis call was lost while
+// Redis is not judged down (it answers others, or has not failed for long):
+// the local mode's shares are for outages, and admitting here beside the
+// instances Redis still serves would overshoot. The client may retry; a
+// late answer that took units gives them back (lateDecision).
+func lostCall(err error) error {
+	return fmt.Errorf("%w (Redis did not answer this decision in time; retry): %w", ErrUnavailable, err)
 }

@@ -18,7 +18,8 @@ type middlewareConfig struct {
 // WithErrorHandler answers errors other than ErrUnavailable, ErrClosed and
 // ErrOverloaded (the resolver's errors, ErrUnknownTenant,
 // ErrInvalidRequest). The default answers 400 for ErrInvalidRequest, 401
-// for ErrUnknownTenant and 500 otherwise, as problem+json.
+// with WWW-Authenticate: Bearer for ErrUnknownTenant and 500 otherwise, as
+// problem+json.
 func WithErrorHandler(f func(w http.ResponseWriter, r *http.Request, err error)) MiddlewareOption {
 	return func(c *middlewareConfig) { c.onError = f }
 }
@@ -89,6 +90,12 @@ func defaultOnError(w http.ResponseWriter, _ *http.Request, err error) {
 		status, title, slug, detail = http.StatusUnauthorized, "Unknown tenant", "unauthorized", "No such tenant."
 	}
 	body, _ := json.Marshal(map[string]any{"type": ProblemBase + slug, "title": title, "status": status, "detail": detail})
+	if status == http.StatusUnauthorized {
+		// RFC 9110 §15.5.2: a 401 names the scheme that would be accepted;
+		// the tenant comes from a bearer credential in most backends (a
+		// WithErrorHandler answers otherwise).
+		w.Header().Set("WWW-Authenticate", `Bearer error="invalid_token"`)
+	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(body, '\n'))

@@ -15,16 +15,20 @@ const (
 	// windows, FailOpen for quotas and concurrency).
 	FailDefault FailMode = ""
 	// FailOpen allows the request (reported in Decision.Fallback and the
-	// OnFallback hook).
+	// OnFallback hook). It is the only mode that admits unchecked.
 	FailOpen FailMode = "open"
 	// FailClosed makes Allow return ErrUnavailable (HTTP 503).
 	FailClosed FailMode = "closed"
 	// FailLocal decides in process: rate and windows with an in-process token
-	// bucket at the limit divided by Options.ExpectedInstances, concurrency
-	// with an in-process count at the limit divided likewise, a hard quota
-	// held to what Redis last said was left (in this process) divided
-	// likewise (its limit divided, if nothing is known of the period); a
-	// soft quota is open.
+	// bucket at the limit divided by the instances alive (at least
+	// Options.ExpectedInstances), concurrency with an in-process count at
+	// the limit divided likewise, a hard quota held to what is left divided
+	// likewise (what Redis last said, else the limit less the durable usage
+	// of Options.UsageLoader, else the limit), less what this process
+	// admitted since; a soft quota is open. Quota units it admits are
+	// counted and added to Redis once Redis answers. A tenant of which
+	// nothing can be had (Redis and the Loader both failing) is refused
+	// with ErrUnavailable for a request counting a meter.
 	FailLocal FailMode = "local"
 )
 
@@ -68,6 +72,10 @@ type Hooks struct {
 	// OnRefusalCacheHit is called when a refusal was answered from the
 	// local refusal cache without Redis.
 	OnRefusalCacheHit func(policy string)
+	// OnRedisWait is called after each Redis call the caller waited for:
+	// queued is the wait for a connection slot in this process, wait the
+	// call itself (Redis's answer, and the network).
+	OnRedisWait func(op string, queued, wait time.Duration)
 	// OnInvalidation is called for each invalidation received; all is true
 	// when the whole cache was dropped (subscription lost or renewed).
 	OnInvalidation func(tenant string, all bool)
@@ -89,14 +97,30 @@ type Options struct {
 	// (Remote.Usage outside Tollgate). Without one, a missing counter starts
 	// at 0.
 	UsageLoader UsageLoader
-	// Timeout bounds every Redis call of a decision; default 50ms.
+	// Timeout is how long a decision waits for Redis's answer; default
+	// 50ms. It counts from when the call has a connection (the wait for a
+	// free one is the process's queue: past Timeout the decision is shed
+	// with ErrOverloaded, before anything was taken) and is extended while
+	// the process itself is late (a deadline timer firing well past its
+	// time: the goroutines waited for a CPU). A decision past it fails over
+	// to its fail modes alone; its call is still read until 10 × Timeout
+	// (at least 500ms), and a late answer is reconciled: units Redis took
+	// for a request the fail mode refused are given back, units the fail
+	// mode admitted that Redis also took are not counted twice. Redis as a
+	// whole is judged down only on evidence: a refused, reset or closed
+	// connection, or at least half of at least 20 calls in the last second
+	// failing (3 failures in a row on a quieter instance).
 	Timeout time.Duration
-	// Cooldown is how long after a failed Redis call decisions go straight
-	// to the fail modes before Redis is tried again; default 100ms.
+	// Cooldown is how often, while Redis is judged down, it is probed (a
+	// PING within Timeout) before decisions trust it again; default 100ms.
 	Cooldown time.Duration
 	// FailMode per policy; see FailModes for the defaults.
 	FailMode FailModes
-	// ExpectedInstances divides limits decided locally (FailLocal); default 1.
+	// ExpectedInstances is the least number of instances that limits
+	// decided locally (FailLocal) are divided among; default 1. The
+	// divisor is the instances alive by their heartbeats in Redis (each
+	// Limiter refreshes its own every second while Redis answers) when
+	// more are alive.
 	ExpectedInstances int
 	// CacheSize bounds the snapshot near-cache (entries); default 10000.
 	CacheSize int
@@ -107,8 +131,16 @@ type Options struct {
 	// returned allowed with Decision.Shadow set.
 	Shadow bool
 	// MaxInFlight caps the decisions in progress in this process; over it
-	// Allow returns ErrOverloaded. 0 = no cap.
+	// Allow returns ErrOverloaded. 0 = no cap. With AdaptiveConcurrency it
+	// is the adaptive limit's upper bound (0: 1000).
 	MaxInFlight int
+	// AdaptiveConcurrency bounds the decisions in progress by a limit that
+	// follows their latency (a gradient limiter, as TCP Vegas): it grows
+	// while latency holds and shrinks when decisions queue, and what is
+	// over it gets ErrOverloaded at once, before any Redis work. Overload
+	// is then shed instead of every decision waiting past Timeout and
+	// falling to the fail modes. Default false (Tollgate's api turns it on).
+	AdaptiveConcurrency bool
 	// MaxCost is the largest Request.Cost accepted; default 1,000,000.
 	// A larger cost is ErrInvalidRequest.
 	MaxCost int64

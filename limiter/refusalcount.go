@@ -117,11 +117,18 @@ func (l *Limiter) flushRefusalsLoop(ctx context.Context) {
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			_ = l.FlushRefusals(fctx) // best effort at shutdown
+			_ = l.flushCharges(fctx)
+			l.leave(fctx)
 			cancel()
 			return
 		case <-t.C:
+			if l.redisDown() {
+				continue // kept for a tick that finds Redis answering
+			}
 			fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			_ = l.FlushRefusals(fctx) // kept for the next tick on error
+			_ = l.flushCharges(fctx)
+			_ = l.heartbeat(fctx)
 			cancel()
 		}
 	}

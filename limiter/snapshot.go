@@ -29,18 +29,59 @@ func (l *Limiter) snapshot(ctx context.Context, tenant string) (p *prepared, due
 		h()
 	}
 	if l.redisDown() {
+		if p == nil {
+			return l.loadDirect(ctx, tenant)
+		}
 		return p, false, errRedisDown
 	}
 	v, err, _ := l.sf.Do(tenant, func() (any, error) {
 		return l.fill(context.WithoutCancel(ctx), tenant)
 	})
 	if err != nil {
+		if errors.Is(err, errRedisDown) && p == nil {
+			return l.loadDirect(ctx, tenant)
+		}
 		if errors.Is(err, errRedisDown) || errors.Is(err, errLoaderDown) {
 			return p, false, err // the last known limits, if any, for the fail modes
 		}
 		return nil, false, err
 	}
 	return v.(*prepared), false, nil
+}
+
+// loadDirect asks the Loader for the snapshot of a tenant this process
+// knows nothing of while Redis cannot be read, so that the fail modes
+// decide with its real limits (never open by accident). It returns the
+// snapshot with an error wrapping errRedisDown (the decision goes to the
+// fail modes), ErrUnknownTenant, or no snapshot and an error wrapping
+// errLoaderDown or errRedisDown.
+func (l *Limiter) loadDirect(ctx context.Context, tenant string) (*prepared, bool, error) {
+	if l.opts.Loader == nil {
+		return nil, false, errRedisDown
+	}
+	v, err, _ := l.sf.Do("\x00load:"+tenant, func() (any, error) {
+		f := l.cache.beginFill(tenant)
+		var p *prepared
+		defer func() { l.cache.endFill(tenant, f, p, time.Now()) }()
+		snap, err := l.opts.Loader(context.WithoutCancel(ctx), tenant)
+		if err != nil {
+			if errors.Is(err, ErrUnknownTenant) {
+				return nil, err
+			}
+			if h := l.opts.Hooks.OnLoaderError; h != nil {
+				h("snapshot", err)
+			}
+			return nil, fmt.Errorf("%w: snapshot of %q: %w", errLoaderDown, tenant, err)
+		}
+		snap.TenantID = tenant
+		p = l.keys.prepare(snap)
+		p.fromLoader = true
+		return p, nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return v.(*prepared), false, fmt.Errorf("%w: snapshot of %q from the loader", errRedisDown, tenant)
 }
 
 func (l *Limiter) fill(ctx context.Context, tenant string) (*prepared, error) {

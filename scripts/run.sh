@@ -58,6 +58,7 @@ if ! seed=$("$bin/api" seed-demo 2>>"$data/api.log"); then
 fi
 field() { sed -n "s/^$1:[[:space:]]*//p" <<<"$seed" | head -n 1; }
 api_key=$(field api_key)
+tenant_id=$(field tenant_id)
 dashboard=$(field dashboard)
 
 pids=()
@@ -69,6 +70,11 @@ stop() {
     kill -TERM "${pids[@]}" 2>/dev/null || true
     wait "${pids[@]}" 2>/dev/null || true
   fi
+  # The throwaway Postgres and Redis that scripts/services.sh started (none
+  # if they were already running) stop with us, so that nothing outlives
+  # `make run` and `make clean` never deletes the files of a live server.
+  scripts/services.sh stop || true
+  echo "run: stopped"
 }
 trap 'stop; exit 130' INT
 trap 'stop; exit 143' TERM
@@ -100,9 +106,13 @@ Tollgate is running (logs: $data/api.log, $data/worker.log). Ctrl-C stops it.
   admin        $base/admin
   metrics      $( [ "${METRICS_ADDR:-}" = off ] && echo "(METRICS_ADDR=off)" || echo "http://${METRICS_ADDR:-127.0.0.1:9464}/metrics")$( [ "${WORKER_METRICS_ADDR:-}" = off ] || echo " (worker: http://${WORKER_METRICS_ADDR:-127.0.0.1:9091}/metrics)")
   admin token  $ADMIN_TOKEN
+  demo tenant  ${tenant_id:-(seed-demo printed none)}
   demo API key ${api_key:-(seed-demo printed none)}
 
-  curl -H "Authorization: Bearer ${api_key:-<api key>}" -d '{"cost":1}' $base/v1/check
+  For the README's examples:
+  export ADMIN_TOKEN=$ADMIN_TOKEN API_KEY=${api_key:-<api key>} T=${tenant_id:-<tenant id>}
+
+  curl -H "Authorization: Bearer ${api_key:-<api key>}" -H 'Content-Type: application/json' -d '{"cost":1}' $base/v1/check
   curl -H "Authorization: Bearer ${api_key:-<api key>}" $base/v1/entitlements
   curl -H "Authorization: Bearer $ADMIN_TOKEN" $base/admin/v1/tenants
 
@@ -113,5 +123,11 @@ set +e
 wait -n "${pids[@]}"
 code=$?
 set -e
+if [ "$code" = 0 ]; then
+  # api and worker exit 0 only after a signal: Ctrl-C reaches them (the
+  # terminal signals the whole process group) as it reaches us. A stop, not
+  # a crash.
+  exit 0
+fi
 echo "run: a process exited (status $code); see $data/api.log and $data/worker.log" >&2
 exit "$code"

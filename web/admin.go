@@ -391,7 +391,10 @@ func (w *Web) handleAdminMintLink() echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		d.NewLink = &newLink{URL: w.publicBase(c) + u, ExpiresAt: exp}
+		if strings.HasPrefix(u, "/") { // no PUBLIC_URL: the host this page was asked on
+			u = w.publicBase(c) + u
+		}
+		d.NewLink = &newLink{URL: u, ExpiresAt: exp}
 		p.Notice, p.Data = "Dashboard link made. It works once, until "+fmtTime(exp)+".", d
 		return w.render(c, http.StatusCreated, "admin_tenant", p)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/numfmt"
 )
 
 // addonForm is the add-on form as typed.
@@ -80,7 +81,7 @@ func (w *Web) renderAddons(c echo.Context, status int, f addonForm, errs []apper
 		for _, a := range as {
 			r := addonRow{Addon: a}
 			for m, n := range a.Quotas {
-				r.QuotaLines = append(r.QuotaLines, m+" +"+strconv.FormatInt(n, 10))
+				r.QuotaLines = append(r.QuotaLines, m+" +"+numfmt.Int(n)) // 10,000 as everywhere
 			}
 			sort.Strings(r.QuotaLines)
 			rows = append(rows, r)

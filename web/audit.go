@@ -3,14 +3,18 @@ package web
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgatehq/tollgate/internal/audit"
+	"github.com/tollgatehq/tollgate/internal/numfmt"
 )
 
 // ctxNoChange marks a console POST that changed nothing (a confirmation
@@ -83,9 +87,14 @@ type AuditRow struct {
 	audit.Entry
 	TenantName string
 	Changes    []AuditChange
+	// NoOp: the entry changed nothing but bookkeeping (a plan saved as it
+	// was still bumps versions); Changes then holds that bookkeeping.
+	NoOp bool
 }
 
-// AuditChange is one top-level field that differs between before and after.
+// AuditChange is one field that differs between before and after, by its
+// path ("quotas.requests.limit"), each side as a person reads it (10,000;
+// 31 Dec 2026 00:00 UTC; "added sso" for a list).
 type AuditChange struct {
 	Field  string
 	Before string
@@ -98,6 +107,7 @@ func (w *Web) auditRows(c echo.Context, es []audit.Entry) []AuditRow {
 	out := make([]AuditRow, 0, len(es))
 	for _, e := range es {
 		r := AuditRow{Entry: e, Changes: diffJSON(e.Before, e.After)}
+		r.NoOp = len(e.Before) > 0 && len(e.After) > 0 && isNoOp(r.Changes)
 		if e.TenantID != "" {
 			if _, ok := names[e.TenantID]; !ok {
 				t, err := w.store.tenant(c.Request().Context(), e.TenantID)
@@ -114,11 +124,36 @@ func (w *Web) auditRows(c echo.Context, es []audit.Entry) []AuditRow {
 	return out
 }
 
-// diffJSON lists the top-level fields of two JSON objects that differ.
+// isNoOp: only bookkeeping changed.
+func isNoOp(changes []AuditChange) bool {
+	for _, ch := range changes {
+		if !bookkeeping[ch.Field] {
+			return false
+		}
+	}
+	return len(changes) > 0
+}
+
+// bookkeeping fields change on every save; alone they mean "no change".
+var bookkeeping = map[string]bool{"entitlement_version": true, "version": true, "updated_at": true}
+
+// maxChangeText bounds one side of a change: the column must stay
+// readable, and the whole subject is in the API's audit trail.
+const maxChangeText = 80
+
+// diffJSON lists the fields of two JSON objects that differ, descending
+// into nested objects, so that a plan edit reads "quotas.requests.limit:
+// 1,000 → 2,000" rather than two dumps of the whole quotas object.
 func diffJSON(before, after json.RawMessage) []AuditChange {
-	var b, a map[string]json.RawMessage
+	var b, a map[string]any
 	_ = json.Unmarshal(before, &b)
 	_ = json.Unmarshal(after, &a)
+	var out []AuditChange
+	diffObjects("", b, a, &out)
+	return out
+}
+
+func diffObjects(prefix string, b, a map[string]any, out *[]AuditChange) {
 	keys := map[string]bool{}
 	for k := range b {
 		keys[k] = true
@@ -126,32 +161,119 @@ func diffJSON(before, after json.RawMessage) []AuditChange {
 	for k := range a {
 		keys[k] = true
 	}
-	var out []AuditChange
 	for _, k := range sortedKeys(keys) {
-		bv, av := compact(b[k]), compact(a[k])
-		if bv != av {
-			out = append(out, AuditChange{Field: k, Before: bv, After: av})
+		bv, bok := b[k]
+		av, aok := a[k]
+		bm, bIsMap := bv.(map[string]any)
+		am, aIsMap := av.(map[string]any)
+		switch {
+		case bIsMap && aIsMap:
+			diffObjects(prefix+k+".", bm, am, out)
+		case bIsMap && !aok:
+			diffObjects(prefix+k+".", bm, nil, out)
+		case aIsMap && !bok:
+			diffObjects(prefix+k+".", nil, am, out)
+		default:
+			if ch, ok := diffValue(prefix+k, bv, av); ok {
+				*out = append(*out, ch)
+			}
 		}
 	}
-	return out
 }
 
-func compact(v json.RawMessage) string {
-	if len(v) == 0 {
+// diffValue compares two leaves. Lists of plain values say what was added
+// and removed; other lists their length.
+func diffValue(field string, b, a any) (AuditChange, bool) {
+	bj, _ := json.Marshal(b)
+	aj, _ := json.Marshal(a)
+	if string(bj) == string(aj) {
+		return AuditChange{}, false
+	}
+	bl, bList := b.([]any)
+	al, aList := a.([]any)
+	if (bList || b == nil) && (aList || a == nil) && (bList || aList) && plainList(bl) && plainList(al) {
+		var added, removed []string
+		has := func(l []any, v any) bool {
+			for _, x := range l {
+				if x == v {
+					return true
+				}
+			}
+			return false
+		}
+		for _, v := range al {
+			if !has(bl, v) {
+				added = append(added, humanValue(v))
+			}
+		}
+		for _, v := range bl {
+			if !has(al, v) {
+				removed = append(removed, humanValue(v))
+			}
+		}
+		if len(added) == 0 && len(removed) == 0 {
+			return AuditChange{Field: field, Before: "same items", After: "reordered"}, true
+		}
+		return AuditChange{Field: field, Before: clip(listNote("removed", removed)), After: clip(listNote("added", added))}, true
+	}
+	return AuditChange{Field: field, Before: clip(humanValue(b)), After: clip(humanValue(a))}, true
+}
+
+func plainList(l []any) bool {
+	for _, v := range l {
+		switch v.(type) {
+		case map[string]any, []any:
+			return false
+		}
+	}
+	return true
+}
+
+func listNote(what string, items []string) string {
+	if len(items) == 0 {
 		return "—"
 	}
-	var x any
-	if json.Unmarshal(v, &x) != nil {
-		return string(v)
-	}
-	if x == nil {
+	return what + " " + strings.Join(items, ", ")
+}
+
+// humanValue writes a JSON value the way the rest of the console does:
+// integers with thousands separators, timestamps as "31 Dec 2026 00:00
+// UTC", nothing as "—", a list by its length.
+func humanValue(v any) string {
+	switch x := v.(type) {
+	case nil:
 		return "—"
+	case string:
+		if t, err := time.Parse(time.RFC3339Nano, x); err == nil {
+			return fmtTime(t)
+		}
+		if x == "" {
+			return "—"
+		}
+		return x
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
+			return numfmt.Int(int64(x))
+		}
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	case bool:
+		return strconv.FormatBool(x)
+	case []any:
+		if len(x) == 1 {
+			return "1 item"
+		}
+		return numfmt.Int(int64(len(x))) + " items"
+	case map[string]any:
+		return numfmt.Int(int64(len(x))) + " fields"
 	}
-	if s, ok := x.(string); ok {
-		return s
+	return fmt.Sprint(v)
+}
+
+func clip(s string) string {
+	if r := []rune(s); len(r) > maxChangeText {
+		return string(r[:maxChangeText-1]) + "…"
 	}
-	out, _ := json.Marshal(x)
-	return string(out)
+	return s
 }
 
 func sortedKeys(m map[string]bool) []string {

@@ -76,6 +76,8 @@ type setupOpts struct {
 	stripeBase string
 	// contact is BILLING_CONTACT.
 	contact string
+	// publicURL is PUBLIC_URL.
+	publicURL string
 }
 
 func setup(t testing.TB, opts ...setupOpts) *bundle {
@@ -130,7 +132,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	b.trail = audit.New(pool, log)
 	named := map[string]string{"alice": b.alice}
 	w, err := New(Deps{Log: log, DB: pool, Limits: b.store, Snapshots: b.ents, Usage: b.meter, AdminToken: b.admin, DefaultPlan: b.free,
-		AdminTokens: named, Audit: b.trail, Upgrades: upgrades, Attempts: lim, BillingContact: o.contact,
+		AdminTokens: named, Audit: b.trail, Upgrades: upgrades, Attempts: lim, BillingContact: o.contact, PublicURL: o.publicURL,
 		Plans: plans, PlanAdmin: b.ents, Addons: b.ents, Keys: b.ents, Overrides: b.ents, Explainer: b.ents, Replayer: bill, Resyncer: bill, Guard: guard,
 		Tenants: b.ents, Previews: b.ents})
 	if err != nil {

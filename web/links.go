@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,6 +20,7 @@ const LinkTTL = 15 * time.Minute
 // MintLink makes a single-use dashboard login link for the tenant, valid for
 // LinkTTL. The token is 32 random bytes and only its SHA-256 is stored, so
 // the database never holds a usable link; an unknown tenant is NotFound.
+// The link is absolute under PublicURL when that is set, else a path.
 // httpapi's POST /admin/v1/tenants/{id}/dashboard-links calls it.
 func (w *Web) MintLink(ctx context.Context, tenantID string) (string, time.Time, error) {
 	if !ids.IsUUID(tenantID) {
@@ -33,7 +35,13 @@ func (w *Web) MintLink(ctx context.Context, tenantID string) (string, time.Time,
 	if err != nil {
 		return "", time.Time{}, fmt.Errorf("web: mint link: %w", notFound(err, "tenant"))
 	}
-	return "/dashboard/login?token=" + url.QueryEscape(tok), exp.UTC(), nil
+	link := "/dashboard/login?token=" + url.QueryEscape(tok)
+	// With PUBLIC_URL the link is whole: an admin pastes it into a mail,
+	// where a path alone leads nowhere.
+	if base := strings.TrimRight(w.PublicURL, "/"); base != "" {
+		link = base + link
+	}
+	return link, exp.UTC(), nil
 }
 
 // errLinkUsed is what a used, expired or unknown link gets: the three are not

@@ -7,6 +7,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/metering"
@@ -208,6 +209,11 @@ func meterView(m metering.MeterUsage, start, end, now time.Time) MeterView {
 		v.Projection = "Quota used up: requests on this meter are refused until the period resets."
 	case v.Used == 0 || elapsed <= 0:
 		v.Projection = "No usage yet this period."
+	case elapsed < projectAfter(start, end):
+		// Minutes into a period the pace is noise: ten minutes of a busy
+		// start projected "runs out around 05:00 today".
+		v.Projection = "Too early to project: the pace is measured once " + fmtDuration(projectAfter(start, end)) +
+			" of the period have passed (from " + fmtTime(start.Add(projectAfter(start, end))) + ")."
 	default:
 		// Pace so far, in units per second of the period elapsed.
 		// Compared in float seconds first: a slow pace would overflow a
@@ -217,12 +223,29 @@ func meterView(m metering.MeterUsage, start, end, now time.Time) MeterView {
 		if secs < end.Sub(now).Seconds() {
 			at := now.Add(time.Duration(secs * float64(time.Second)))
 			v.RunsOutAt = &at
-			v.Projection = "At the current pace the quota runs out " + runsOut(at, now) + "."
+			if v.Mode == string(limiter.ModeSoft) {
+				// A soft limit never refuses: what starts is billing.
+				when := runsOut(at, now)
+				if rest, ok := strings.CutPrefix(when, "around "); ok {
+					when = "from around " + rest
+				} else {
+					when = "starting " + when
+				}
+				v.Projection = "At the current pace overage " + when + " (billed; nothing is refused)."
+			} else {
+				v.Projection = "At the current pace the quota runs out " + runsOut(at, now) + "."
+			}
 		} else {
 			v.Projection = "At the current pace the quota lasts the whole period."
 		}
 	}
 	return v
+}
+
+// projectAfter is how much of a period must have passed before its pace is
+// projected: a day, or a tenth of a shorter period.
+func projectAfter(start, end time.Time) time.Duration {
+	return min(24*time.Hour, end.Sub(start)/10)
 }
 
 // statusOf puts the subscription status (and what it means for access) in

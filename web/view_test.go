@@ -159,3 +159,37 @@ func TestProjectionNeverInThePast(t *testing.T) {
 		t.Fatalf("runsOut on the hour = %q", got)
 	}
 }
+
+// The run-out projection waits for a day of the period (or a tenth of a
+// shorter one) and says so; ten minutes of a busy start once projected
+// "runs out around 05:00 today". A soft limit projects overage, not a
+// run-out.
+func TestProjectionWaitsForADayAndSoftLimitsProjectOverage(t *testing.T) {
+	start := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	end := start.AddDate(0, 1, 0)
+	l := func(n int64) *int64 { return &n }
+	early := start.Add(10 * time.Minute)
+	for _, mode := range []string{"hard", "soft"} {
+		v := meterView(metering.MeterUsage{Meter: "requests", Used: 500, Limit: l(1000), Remaining: l(500), Mode: mode}, start, end, early)
+		if v.RunsOutAt != nil || !strings.Contains(v.Projection, "Too early to project") || !strings.Contains(v.Projection, "1 day") ||
+			!strings.Contains(v.Projection, fmtTime(start.Add(24*time.Hour))) {
+			t.Fatalf("%s, ten minutes in: %+v", mode, v)
+		}
+	}
+	// A day in, the pace counts.
+	day := start.Add(25 * time.Hour)
+	v := meterView(metering.MeterUsage{Meter: "requests", Used: 500, Limit: l(1000), Remaining: l(500), Mode: "hard"}, start, end, day)
+	if v.RunsOutAt == nil || !strings.Contains(v.Projection, "quota runs out around") {
+		t.Fatalf("hard, a day in: %+v", v)
+	}
+	v = meterView(metering.MeterUsage{Meter: "exports", Used: 500, Limit: l(1000), Remaining: l(500), Mode: "soft"}, start, end, day)
+	if v.RunsOutAt == nil || !strings.Contains(v.Projection, "overage from around") || strings.Contains(v.Projection, "runs out") {
+		t.Fatalf("soft, a day in: %+v", v)
+	}
+	// A short period: a tenth of it is enough.
+	short := start.Add(10 * time.Hour)
+	v = meterView(metering.MeterUsage{Meter: "requests", Used: 50, Limit: l(1000), Remaining: l(950), Mode: "hard"}, start, short, start.Add(90*time.Minute))
+	if strings.Contains(v.Projection, "Too early") {
+		t.Fatalf("an hour and a half into a 10-hour period: %+v", v)
+	}
+}

@@ -40,10 +40,13 @@ func newLimiter(cfg config.Config, ents *entitlements.Service, usage limiter.Usa
 		FailMode:          limiter.FailModes{Rate: mode, Quota: mode, Concurrency: mode, Window: mode},
 		ExpectedInstances: cfg.ExpectedInstances,
 		MaxInFlight:       cfg.MaxInFlight,
-		LocalLeases:       cfg.LimiterLocalLeases,
-		Batching:          cfg.LimiterBatching,
-		LeaseTTL:          cfg.LeaseTTL,
-		Hooks:             m.Hooks(),
+		// Overload is shed with 503 before decisions queue past their
+		// deadline (issue 21); MAX_IN_FLIGHT bounds the adaptive limit.
+		AdaptiveConcurrency: true,
+		LocalLeases:         cfg.LimiterLocalLeases,
+		Batching:            cfg.LimiterBatching,
+		LeaseTTL:            cfg.LeaseTTL,
+		Hooks:               m.Hooks(),
 	})
 	if err != nil {
 		rdb.Close()

@@ -81,6 +81,10 @@ func (a *liveAPI) must(method, path, token string, body any, want int, out any) 
 // browser does: the link's page, then its form (token and CSRF token).
 func (a *liveAPI) dashboardLogin(link string) {
 	a.t.Helper()
+	// Links are whole under PUBLIC_URL; this api is a.base.
+	if l, err := url.Parse(link); err == nil && l.IsAbs() {
+		link = l.RequestURI()
+	}
 	if r := a.do("GET", link, "", nil); r.status != http.StatusOK {
 		a.t.Fatalf("dashboard link: %d %s", r.status, r.body)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/buildinfo"
 	"github.com/tollgatehq/tollgate/internal/config"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
@@ -30,11 +31,12 @@ import (
 	"github.com/tollgatehq/tollgate/web"
 )
 
-const usage = `usage: api [serve|migrate|seed-demo]
+const usage = `usage: api [serve|migrate|seed-demo|version]
 
   serve      apply migrations (unless MIGRATE_ON_START=false) and serve HTTP (default)
   migrate    create the database if missing and apply every migration
   seed-demo  create the demo plans, tenant and API key; print how to use them
+  version    print the build (version, VCS revision, Go version)
 `
 
 // Exit statuses.
@@ -53,6 +55,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	if cmd == "-h" || cmd == "--help" || cmd == "help" {
 		fmt.Fprint(stdout, usage)
+		return exitOK
+	}
+	if cmd == "version" || cmd == "--version" {
+		// No configuration needed: it answers on a host without any.
+		fmt.Fprintln(stdout, "api", buildinfo.Read())
 		return exitOK
 	}
 	cfg, err := config.Load(getenv)
@@ -124,7 +131,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	defer rdb.Close()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
 	ents := newEntitlements(pool, rdb, cfg, log)
 	// The revocation subscription lives as long as the server; it must end
 	// before rdb is closed.
@@ -174,8 +181,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	if cfg.MetricsAddr != "" {
 		go serveMetrics(ctx, cfg.MetricsAddr, reg, cfg.MetricsToken, log)
 	}
+	// SIGTERM is otherwise silent until the process is gone: say that the
+	// drain began and how long it may take, and when it ended.
+	stopDrainLog := context.AfterFunc(ctx, func() {
+		log.Info("api draining", "timeout", cfg.ShutdownTimeout.String())
+	})
+	defer stopDrainLog()
 	listening := func(addr string) {
-		log.Info("api listening", "addr", addr)
+		log.Info("api listening", "addr", addr, "version", buildinfo.Read().Version)
 		if ready != nil {
 			ready(addr)
 		}
@@ -187,9 +200,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 		g, gctx := errgroup.WithContext(ctx)
 		g.Go(func() error { return serveRLS(gctx, cfg, ents, lim, pool, rdb, reg, log, nil) })
 		g.Go(func() error { return httpapi.ListenAndServe(gctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, listening) })
-		return g.Wait()
+		err = g.Wait()
+	} else {
+		err = httpapi.ListenAndServe(ctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, listening)
 	}
-	return httpapi.ListenAndServe(ctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, listening)
+	if err == nil {
+		log.Info("api stopped")
+	}
+	return err
 }
 
 // serveMetrics serves /metrics on METRICS_ADDR until ctx ends: off the

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -142,6 +143,19 @@ func TestRunUnknownCommandExits2(t *testing.T) {
 	}
 }
 
+// `api version` prints the build without needing any configuration.
+func TestRunVersionPrintsTheBuild(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	// DATABASE_URL unparseable: version must not even load the config.
+	code := run(t.Context(), []string{"version"}, testkit.Getenv(map[string]string{"DATABASE_URL": "::"}), &stdout, &stderr)
+	if code != exitOK {
+		t.Fatalf("exit status = %d, want 0; stderr %q", code, stderr.String())
+	}
+	if !regexp.MustCompile(`^api \S+ \(revision \S+.*go1\.\S+\)\n$`).MatchString(stdout.String()) {
+		t.Fatalf("version printed %q", stdout.String())
+	}
+}
+
 func TestRunHelpPrintsUsageAndExits0(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := run(t.Context(), []string{"--help"}, testkit.Getenv(nil), &stdout, &stderr); code != exitOK {
@@ -229,10 +243,26 @@ func TestRunServeAnswersThenExits0OnCancel(t *testing.T) {
 	if strings.Contains(stderr.String(), e["ADMIN_TOKEN"]) {
 		t.Fatal("a configured admin token was logged")
 	}
+	// The build is a metric, for dashboards that join it onto others (on
+	// the metrics listener, METRICS_ADDR).
+	var maddr string
+	testkit.Eventually(t, 30*time.Second, "the api metrics listener", func() bool {
+		maddr = metricsAddr(t, stderr.String())
+		return maddr != ""
+	})
+	_, metrics := getMetrics(t, "http://"+maddr+"/metrics", "")
+	if !regexp.MustCompile(`(?m)^tollgate_build_info\{.*revision=.*version=.*\} 1$`).MatchString(metrics) {
+		t.Fatalf("/metrics has no tollgate_build_info:\n%s", metrics)
+	}
 
 	cancel() // what SIGTERM does in main
 	if code := waitExit(t, exited, stderr.String); code != exitOK {
 		t.Fatalf("exit status after cancel = %d, want 0; stderr:\n%s", code, stderr.String())
+	}
+	// The drain is logged when it starts and when it ends.
+	logs := stderr.String()
+	if d, s := strings.Index(logs, `"msg":"api draining"`), strings.Index(logs, `"msg":"api stopped"`); d < 0 || s < d {
+		t.Fatalf("no \"api draining\" then \"api stopped\" line after the cancel:\n%s", logs)
 	}
 	if _, err := http.Get("http://" + addr + "/healthz"); err == nil {
 		t.Fatal("server still answers after run returned")

@@ -4,16 +4,18 @@ import (
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/config"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/idempotency"
 	"github.com/tollgatehq/tollgate/internal/jobs"
 )
 
 // retention is the worker's retention rules: each table pruned by its
 // owner, kept as long as the configuration says (README: configuration).
-func retention(cfg config.Config, ents *entitlements.Service, bill *billing.Service, meter *meteringPart) []jobs.Retention {
+func retention(cfg config.Config, ents *entitlements.Service, bill *billing.Service, meter *meteringPart, idem *idempotency.Store) []jobs.Retention {
 	return []jobs.Retention{
 		{Name: "usage_events", Keep: cfg.UsageEventsRetention, Prune: meter.svc.PruneUsageEvents},
 		{Name: "stripe_events", Keep: cfg.StripeEventsRetention, Prune: bill.PruneEvents},
 		{Name: "entitlement_versions", Keep: cfg.EntitlementVersionsRetention, Prune: ents.PruneVersions},
 		{Name: "quota_overrides (expired)", Keep: cfg.ExpiredOverridesRetention, Prune: ents.PruneExpiredOverrides},
+		{Name: "idempotency_keys", Keep: idempotency.TTL, Prune: idem.Prune},
 	}
 }

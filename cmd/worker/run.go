@@ -12,8 +12,10 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/tollgatehq/tollgate/cmd/internal/wire"
+	"github.com/tollgatehq/tollgate/internal/buildinfo"
 	"github.com/tollgatehq/tollgate/internal/config"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/idempotency"
 	"github.com/tollgatehq/tollgate/internal/jobs"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/logging"
@@ -22,11 +24,12 @@ import (
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
-const usage = `usage: worker
+const usage = `usage: worker [version]
 
 Runs Tollgate's durable jobs (Stripe events, metering flushes, period closing,
 Stripe meter reporting, resync) and periodic jobs until SIGINT or SIGTERM.
 Several workers may run at once; River elects one leader for periodic jobs.
+"worker version" prints the build (version, VCS revision, Go version).
 `
 
 const (
@@ -40,6 +43,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(args) > 0 {
 		if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 			fmt.Fprint(stdout, usage)
+			return exitOK
+		}
+		if args[0] == "version" || args[0] == "--version" {
+			fmt.Fprintln(stdout, "worker", buildinfo.Read())
 			return exitOK
 		}
 		fmt.Fprintf(stderr, "worker: unexpected argument %q\n%s", args[0], usage)
@@ -95,7 +102,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	river.AddWorker(workers, &jobs.PruneWorker{DB: pool})
 	periodic := []*river.PeriodicJob{jobs.PrunePeriodic()}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
 	// One entitlements service for every job that changes what a tenant may
 	// do; its snapshots go to Redis under the limiter's prefix, as the api's do.
 	ents := entitlements.NewService(pool, limitstore.New(rdb, limiter.DefaultPrefix), log, entitlements.Options{
@@ -117,7 +124,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	}
 	meter := newMetering(pool, rdb, ents, cfg, log, jm)
 	periodic = append(periodic, meter.Register(workers)...)
-	river.AddWorker(workers, &jobs.RetentionWorker{Log: log, Rules: retention(cfg, ents, bill, meter)})
+	river.AddWorker(workers, &jobs.RetentionWorker{Log: log, Rules: retention(cfg, ents, bill, meter, idempotency.New(pool))})
 	periodic = append(periodic, jobs.RetentionPeriodic())
 
 	client, err := jobs.NewWorkerClient(pool, log, jobs.Config{Workers: workers, Periodic: periodic})
@@ -152,6 +159,8 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 		started()
 	}
 	<-ctx.Done()
+	// A signal: say so, so that the wait for running jobs is not silence.
+	log.Info("worker draining", "timeout", cfg.ShutdownTimeout.String())
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := client.Stop(stopCtx); err != nil {

@@ -88,6 +88,16 @@ func TestRunUnexpectedArgumentExits2(t *testing.T) {
 	}
 }
 
+func TestRunVersionPrintsTheBuild(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(t.Context(), []string{"version"}, testkit.Getenv(nil), &stdout, &stderr); code != exitOK {
+		t.Fatalf("exit %d; stderr %q", code, stderr.String())
+	}
+	if !strings.HasPrefix(stdout.String(), "worker ") || !strings.Contains(stdout.String(), "(revision ") {
+		t.Fatalf("version printed %q", stdout.String())
+	}
+}
+
 func TestRunHelpExits0(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := run(t.Context(), []string{"-h"}, testkit.Getenv(nil), &stdout, &stderr); code != exitOK {
@@ -127,8 +137,13 @@ func TestRunStartsAndStopsCleanlyOnCancel(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("worker did not return within 15s of cancel")
 	}
-	if !strings.Contains(stderr.String(), `"msg":"worker stopped"`) {
-		t.Fatalf("no \"worker stopped\" log line:\n%s", stderr.String())
+	if d, s := strings.Index(stderr.String(), `"msg":"worker draining"`), strings.Index(stderr.String(), `"msg":"worker stopped"`); d < 0 || s < d {
+		t.Fatalf("no \"worker draining\" then \"worker stopped\" log line:\n%s", stderr.String())
+	}
+	// River narrates at DEBUG: its client and producer lines (job counts
+	// every few seconds) were most of an INFO log.
+	if strings.Contains(stderr.String(), `"level":"INFO","msg":"River client`) {
+		t.Fatalf("River's routine lines are at INFO:\n%s", stderr.String())
 	}
 }
 
@@ -222,7 +237,7 @@ func TestRunServesMetrics(t *testing.T) {
 	}
 	for _, name := range []string{"tollgate_stripe_events{", "tollgate_stripe_oldest_pending_event_age_seconds", "go_goroutines",
 		"tollgate_usage_flush_lag_seconds", "tollgate_usage_flush_passes_total{result=\"ok\"}", "tollgate_usage_periods_closed_total",
-		"tollgate_usage_periods_overdue", "tollgate_stripe_meter_reports{status=\"failed\"}"} {
+		"tollgate_usage_periods_overdue", "tollgate_stripe_meter_reports{status=\"failed\"}", "tollgate_build_info{"} {
 		if !strings.Contains(string(body), name) {
 			t.Errorf("worker /metrics lacks %s", name)
 		}

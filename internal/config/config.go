@@ -83,7 +83,10 @@ type Config struct {
 	LogLevel slog.Level
 	// MigrateOnStart (MIGRATE_ON_START), default true.
 	MigrateOnStart bool
-	// LimiterTimeout (LIMITER_TIMEOUT), default 50ms: the longest a decision waits for Redis.
+	// LimiterTimeout (LIMITER_TIMEOUT), default 50ms: how long a decision
+	// waits for Redis's answer before asking whether Redis is alive (an
+	// answering Redis is waited for; a silent one sends the decision to the
+	// fail mode); see limiter.Options.Timeout.
 	LimiterTimeout time.Duration
 	// RedisTimeout (REDIS_TIMEOUT), default 250ms: the longest a request
 	// waits for one Redis step outside the limiter's decisions (live usage
@@ -96,8 +99,9 @@ type Config struct {
 	LeaseTTL time.Duration
 	// LimiterFailMode (LIMITER_FAIL_MODE): open, closed or local (default local).
 	LimiterFailMode string
-	// ExpectedInstances (EXPECTED_INSTANCES), default 1: the local fallback
-	// bucket runs at the tenant's rate divided by this.
+	// ExpectedInstances (EXPECTED_INSTANCES), default 1: the least number of
+	// instances the local fail mode divides limits among (more when their
+	// heartbeats say so).
 	ExpectedInstances int
 	// FlushInterval (FLUSH_INTERVAL), default 1s: how often the worker moves
 	// limiter counters to Postgres; the most limiter usage a Redis loss can take.
@@ -108,8 +112,9 @@ type Config struct {
 	// Forwarded / X-Forwarded-For name the client; empty = none (the TCP
 	// peer is the client).
 	TrustedProxies []netip.Prefix
-	// MaxInFlight (MAX_IN_FLIGHT), default 0 (no cap): the most limiter
-	// decisions in progress in one api process; over it, 503.
+	// MaxInFlight (MAX_IN_FLIGHT), default 0 (1000): the upper bound of the
+	// adaptive limit on limiter decisions in progress in one api process;
+	// over the limit, 503.
 	MaxInFlight int
 	// LimiterLocalLeases (LIMITER_LOCAL_LEASES), default false: the api's
 	// limiter decides rate and quota from leases of units taken from Redis

@@ -414,4 +414,7 @@ func copyInt(p *int64) *int64 {
 
 func fmtFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
 
-func fmtTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+// fmtTime writes times in the explanation's text as the console writes
+// them everywhere else ("31 Dec 2026 00:00 UTC"); the structured fields
+// (expires_at) stay RFC 3339.
+func fmtTime(t time.Time) string { return t.UTC().Format("2 Jan 2006 15:04 UTC") }

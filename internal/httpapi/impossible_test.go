@@ -30,6 +30,8 @@ func TestImpossibleCostIs422(t *testing.T) {
 	if a.status != http.StatusUnprocessableEntity || a.body["policy"] != "rate" || a.body["limit"] != 10.0 || a.header.Get("Retry-After") != "" {
 		t.Fatalf("cost above the burst: %d %s", a.status, a.raw)
 	}
+	// The 422 carries the rate-limit headers every /v1 answer promises.
+	assertLimitHeaders(t, "422 for a cost above the burst", a)
 	a = check(map[string]any{"cost": 6, "meter": "exports"})
 	if a.status != http.StatusUnprocessableEntity || a.body["policy"] != "exports" || a.body["limit"] != 5.0 {
 		t.Fatalf("cost above a hard quota: %d %s", a.status, a.raw)

@@ -71,7 +71,7 @@ func newHTTPMetrics(reg prometheus.Registerer) (*httpMetrics, error) {
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"route", "method", "status"}),
 		overloaded: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tollgate_http_overloaded_total", Help: "Requests answered 503 because MAX_IN_FLIGHT decisions were already in progress in this process.",
+			Name: "tollgate_http_overloaded_total", Help: "Requests answered 503 because this process was overloaded: over the adaptive limit on decisions in progress (at most MAX_IN_FLIGHT), or no Redis connection free within LIMITER_TIMEOUT.",
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.duration, m.overloaded} {

@@ -101,6 +101,11 @@ func registeredOperations(t *testing.T) []string {
 			seen[op] = true
 			ops = append(ops, op)
 		}
+		// ServeHTTP answers HEAD on every GET route.
+		if r.Method == "GET" && !seen["HEAD "+op[4:]] {
+			seen["HEAD "+op[4:]] = true
+			ops = append(ops, "HEAD "+op[4:])
+		}
 	}
 	slices.Sort(ops)
 	return ops
@@ -258,4 +263,17 @@ func resolveRef(doc map[string]any, ref string) (any, string) {
 		}
 	}
 	return node, ""
+}
+
+// GET /openapi.yaml serves this very document, without credentials.
+func TestServesItsOwnOpenAPIDocument(t *testing.T) {
+	a := newTestAPI(t, testAPIOptions{})
+	r := a.do(t, "GET", "/openapi.yaml", "", nil)
+	want, err := os.ReadFile(openAPIPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Status != 200 || string(r.Raw) != string(want) || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/yaml") {
+		t.Fatalf("GET /openapi.yaml: %d %q, %d bytes (want %d)", r.Status, r.Header.Get("Content-Type"), len(r.Raw), len(want))
+	}
 }

@@ -47,12 +47,18 @@ func (s *Server) decide(c echo.Context, req limiter.Request) (*limiter.Decision,
 	if !d.Allowed {
 		if p := impossible(d, req); p != nil {
 			// Waiting would never help: a client honouring Retry-After
-			// would loop forever. 422 says so.
+			// would loop forever. 422 says so, with the headers every /v1
+			// answer carries.
+			setDecision(c, "impossible", p.Name)
+			limiter.WriteHeaders(c.Response().Header(), d)
+			c.Response().Header().Del("Retry-After") // no wait helps
 			return nil, writeProblem(c, costProblem(d, p, req), http.StatusUnprocessableEntity)
 		}
+		setDecision(c, "refused", d.Policy)
 		limiter.WriteRefusal(c.Response(), d)
 		return nil, nil
 	}
+	setDecision(c, "allowed", "")
 	limiter.WriteHeaders(c.Response().Header(), d)
 	return d, nil
 }
@@ -67,9 +73,11 @@ func (s *Server) limiterError(c echo.Context, err error) error {
 		// The process-wide cap: shed with 503 (never 429: the tenant did
 		// nothing wrong) and count it.
 		s.m.overloaded.Inc()
+		setDecision(c, "overloaded", "")
 		limiter.WriteUnavailable(c.Response(), err)
 		return nil
 	case errors.Is(err, limiter.ErrUnavailable):
+		setDecision(c, "unavailable", "")
 		limiter.WriteUnavailable(c.Response(), err)
 		return nil
 	case errors.Is(err, limiter.ErrUnknownTenant):

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -41,6 +42,7 @@ type limitInstance struct {
 type limitSetup struct {
 	opts     limiter.Options   // Prefix, Loader and Hooks are filled in
 	authOpts *AuthLimitOptions // nil: the default AuthLimiter
+	log      *slog.Logger      // nil: discarded
 }
 
 // newLimitInstance starts an instance on Redis at addr (a redis:// URL's
@@ -83,12 +85,15 @@ func newLimitInstance(t *testing.T, pool *pgxpool.Pool, addr, prefix string, set
 		// breaks tests about headers and counting.
 		opts.Timeout = 5 * time.Second
 	}
-	lim, err := limiter.New(rdb, opts)
+	// Its own client, as cmd/api gives it: the pool then holds only the
+	// limiter's calls, which it bounds (limiter.Options.Timeout).
+	limRDB := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	lim, err := limiter.New(limRDB, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { lim.Close() })
-	d := Deps{DB: pool, Redis: rdb, Registry: reg, AdminToken: limitTestAdminToken, Entitlements: ents, Metering: meter, Limiter: lim}
+	t.Cleanup(func() { lim.Close(); limRDB.Close() })
+	d := Deps{Log: set.log, DB: pool, Redis: rdb, Registry: reg, AdminToken: limitTestAdminToken, Entitlements: ents, Metering: meter, Limiter: lim}
 	if set.authOpts != nil {
 		d.AuthLimiter = NewAuthLimiter(lim, *set.authOpts)
 	}

@@ -18,6 +18,7 @@ const (
 // list against api/openapi.yaml.
 func (s *Server) routes() {
 	e := s.echo
+	e.Use(s.accessLog) // request id in and out, one line per request (accesslog.go)
 	e.Use(s.m.observe)
 	if tracing.Enabled() {
 		e.Use(s.traceRequests) // off, it costs the request path nothing
@@ -29,9 +30,11 @@ func (s *Server) routes() {
 	e.GET("/healthz", s.handleHealthz())
 	e.GET("/readyz", s.handleReadyz())
 	e.GET("/metrics", s.handleMetrics())
+	e.GET("/openapi.yaml", s.handleOpenAPI()) // this build's api/openapi.yaml
 
 	// authFailures counts wrong tokens per client address (429 once out).
-	admin := e.Group("/admin/v1", middleware.BodyLimit(bodyLimitDefault), s.authFailures(AuthAdmin), s.requireAdmin)
+	// idempotent: Idempotency-Key on POSTs (idempotency.go).
+	admin := e.Group("/admin/v1", middleware.BodyLimit(bodyLimitDefault), s.authFailures(AuthAdmin), s.requireAdmin, s.idempotent)
 	// --- admin: plans, tenants, plan changes, API keys (entitlements) ---
 	admin.POST("/plans", s.handleCreatePlan(), s.audited("plan.create"))
 	admin.GET("/plans", s.handleListPlans())

@@ -19,6 +19,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/idempotency"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -75,6 +76,7 @@ type Server struct {
 	log  *slog.Logger
 	echo *echo.Echo
 	m    *httpMetrics
+	idem *idempotency.Store // Idempotency-Key on admin POSTs; nil without DB
 }
 
 // NewServer builds the server with every route registered.
@@ -100,6 +102,9 @@ func NewServer(d Deps) (*Server, error) {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	s := &Server{Deps: d, log: d.Log, echo: e}
+	if d.DB != nil {
+		s.idem = idempotency.New(d.DB)
+	}
 	m, err := newHTTPMetrics(d.Registry)
 	if err != nil {
 		return nil, err

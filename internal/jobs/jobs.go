@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/tollgatehq/tollgate/internal/logging"
 	"github.com/tollgatehq/tollgate/internal/tracing"
 )
 
@@ -45,7 +46,9 @@ func NewWorkerClient(pool *pgxpool.Pool, log *slog.Logger, c Config) (*river.Cli
 		c.FetchPoll = 100 * time.Millisecond
 	}
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
-		Logger: log,
+		// River's routine (job counts every few seconds) is DEBUG here:
+		// at INFO it was most of a worker's log.
+		Logger: logging.Demote(log),
 		Queues: map[string]river.QueueConfig{
 			QueueDefault: {MaxWorkers: c.MaxWorkers},
 			QueueStripe:  {MaxWorkers: c.MaxWorkers},
@@ -72,7 +75,7 @@ func NewWorkerClient(pool *pgxpool.Pool, log *slog.Logger, c Config) (*river.Cli
 
 // NewInsertClient returns a client that only enqueues (used by api).
 func NewInsertClient(pool *pgxpool.Pool, log *slog.Logger) (*river.Client[pgx.Tx], error) {
-	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: log, Middleware: tracing.RiverMiddleware()})
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Logger: logging.Demote(log), Middleware: tracing.RiverMiddleware()})
 	if err != nil {
 		return nil, fmt.Errorf("jobs: river insert client: %w", err)
 	}

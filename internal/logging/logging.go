@@ -9,5 +9,5 @@ import (
 
 // New returns a JSON logger writing to w at level.
 func New(w io.Writer, level slog.Level) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	return slog.New(withRequestID{slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})})
 }

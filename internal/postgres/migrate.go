@@ -12,6 +12,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverdatabasesql"
 	"github.com/riverqueue/river/rivermigrate"
 
+	"github.com/tollgatehq/tollgate/internal/logging"
 	"github.com/tollgatehq/tollgate/migrations"
 )
 
@@ -87,7 +88,7 @@ func migrateRiver(ctx context.Context, db *sql.DB, log *slog.Logger) error {
 		// connection from holding it).
 		_, _ = conn.ExecContext(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, riverLockKey)
 	}()
-	m, err := rivermigrate.New(riverdatabasesql.New(db), &rivermigrate.Config{Logger: log})
+	m, err := rivermigrate.New(riverdatabasesql.New(db), &rivermigrate.Config{Logger: logging.Demote(log)})
 	if err != nil {
 		return fmt.Errorf("postgres: river migrator: %w", err)
 	}
@@ -95,6 +96,8 @@ func migrateRiver(ctx context.Context, db *sql.DB, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("postgres: river migrate: %w", err)
 	}
+	// One line per migration (rivermigrate's own are DEBUG, or each would
+	// be logged twice).
 	for _, v := range res.Versions {
 		log.InfoContext(ctx, "river migration applied", "version", v.Version, "name", v.Name, "duration", v.Duration)
 	}

@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -62,13 +63,19 @@ func TestMigrateCreatesMissingDatabaseAndIsIdempotent(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	url := freshDB(t)
-	log := slog.New(slog.DiscardHandler)
+	var logs bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&logs, nil))
 
 	if err := postgres.EnsureDatabase(ctx, url); err != nil {
 		t.Fatalf("EnsureDatabase on a missing database: %v", err)
 	}
 	if err := postgres.Migrate(ctx, url, log); err != nil {
 		t.Fatalf("first migrate: %v", err)
+	}
+	// Each River migration is logged once at INFO (ours), not also by
+	// rivermigrate.
+	if n, m := strings.Count(logs.String(), `"msg":"river migration applied","version":2,`), strings.Count(logs.String(), "rivermigrate"); n != 1 || m != 0 {
+		t.Fatalf("River's version 2 logged %d times by us and %d lines by rivermigrate at INFO:\n%s", n, m, logs.String())
 	}
 	v1 := gooseVersion(t, url)
 	if v1 < 2 {
