@@ -142,9 +142,14 @@ func TestLeasedRateBound(t *testing.T) {
 	}
 }
 
-// background says that cmd is the limiter's own once-a-second work, not a
-// decision's: its heartbeat (instances.go).
+// background says that cmd is not a decision's: the limiter's own
+// once-a-second heartbeat (instances.go), or go-redis setting up a new
+// connection (HELLO, CLIENT SETINFO), which a pool does whenever a
+// loaded machine keeps a connection busy a little longer.
 func background(cmd redis.Cmder) bool {
+	if n := cmd.Name(); n == "hello" || n == "client" {
+		return true
+	}
 	for _, a := range cmd.Args() {
 		if s, ok := a.(string); ok && strings.HasSuffix(s, ":instances") {
 			return true
@@ -166,7 +171,15 @@ func (h *countingHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 func (h *countingHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error { h.n.Add(1); return next(ctx, cmds) }
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if !background(c) {
+				h.n.Add(1)
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
 }
 
 // Leased decisions are local: a busy tenant costs a few takes, not a

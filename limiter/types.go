@@ -11,10 +11,13 @@ import (
 // from Redis. Its JSON form is also what Tollgate's API returns from
 // GET /v1/internal/snapshots/{tenant}.
 type Snapshot struct {
-	TenantID    string           `json:"tenant_id"`
-	Plan        string           `json:"plan"`
-	Status      string           `json:"status"` // active, trialing, past_due, grace, canceled, ...
-	Version     int64            `json:"version"`
+	TenantID string `json:"tenant_id"`
+	Plan     string `json:"plan"`
+	Status   string `json:"status"` // active, trialing, past_due, grace, canceled, ...
+	Version  int64  `json:"version"`
+	// PlanVersion is the version of the plan whose limits these are (a
+	// grandfathered tenant keeps an older one); 0 when not known.
+	PlanVersion int64            `json:"plan_version,omitempty"`
 	Rate        *Rate            `json:"rate,omitempty"`        // nil = unlimited
 	Concurrency int64            `json:"concurrency,omitempty"` // 0 = unlimited
 	Quotas      map[string]Quota `json:"quotas,omitempty"`      // meter -> quota

@@ -98,7 +98,11 @@ type Resyncer interface {
 // confirmation with one. nil (no STRIPE_SECRET_KEY) leaves the dashboard
 // saying whom to ask instead.
 type Upgrader interface {
-	StartUpgrade(ctx context.Context, tenantID, planKey string, urls billing.UpgradeURLs) (billing.Upgrade, error)
+	// StartUpgradePrice sends the tenant to Stripe for a plan through one
+	// of its prices ("" = the plan's default).
+	StartUpgradePrice(ctx context.Context, tenantID, planKey, priceID string, urls billing.UpgradeURLs) (billing.Upgrade, error)
+	// Prices reads the prices' interval, currency and amount from Stripe.
+	Prices(ctx context.Context, ids []string) map[string]billing.PriceInfo
 }
 
 // AttemptLimiter decides one attempt against explicit limits

@@ -154,6 +154,7 @@ type tenantPage struct {
 	Events    []EventRow
 	Versions  []VersionRow
 	Drift     []DriftRow
+	OtherSubs []OtherSubRow // overlapping and add-on-only subscriptions
 	NewKey    *newKey
 	NewLink   *newLink
 	CanPlan   bool
@@ -195,6 +196,9 @@ func (w *Web) adminTenant(c echo.Context) (page, tenantPage, error) {
 		return page{}, d, err
 	}
 	if d.Drift, err = w.store.drift(ctx, id, 10); err != nil {
+		return page{}, d, err
+	}
+	if d.OtherSubs, err = w.store.otherSubscriptions(ctx, id); err != nil {
 		return page{}, d, err
 	}
 	if d.Why, err = w.explainTenant(ctx, id); err != nil {

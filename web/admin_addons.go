@@ -20,16 +20,20 @@ type addonForm struct {
 	Name          string
 	Quotas        string // one "meter extra" per line
 	Features      string // comma-separated
+	MorePrices    string // more prices granting the same, one a line
+	ProductID     string // every price of this product grants it
 }
 
 func readAddonForm(c echo.Context) addonForm {
 	return addonForm{StripePriceID: strings.TrimSpace(c.FormValue("stripe_price_id")), Name: strings.TrimSpace(c.FormValue("name")),
-		Quotas: c.FormValue("quotas"), Features: c.FormValue("features")}
+		Quotas: c.FormValue("quotas"), Features: c.FormValue("features"), MorePrices: c.FormValue("stripe_price_ids"),
+		ProductID: strings.TrimSpace(c.FormValue("stripe_product_id"))}
 }
 
 func (f addonForm) input() (entitlements.AddonInput, error) {
 	var v apperr.Validation
-	in := entitlements.AddonInput{Name: f.Name, Quotas: map[string]int64{}, Features: []string{}}
+	in := entitlements.AddonInput{Name: f.Name, Quotas: map[string]int64{}, Features: []string{}, StripePriceIDs: splitList(f.MorePrices),
+		StripeProductID: f.ProductID}
 	for _, s := range strings.Split(f.Features, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			in.Features = append(in.Features, s)
@@ -89,7 +93,7 @@ func (w *Web) renderAddons(c echo.Context, status int, f addonForm, errs []apper
 
 func (w *Web) handleAdminAddons() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		return w.renderAddons(c, http.StatusOK, addonForm{Quotas: "requests 10000"}, nil, adminNotices[c.QueryParam("done")])
+		return w.renderAddons(c, http.StatusOK, addonForm{} /* placeholders, not values (issue 28) */, nil, adminNotices[c.QueryParam("done")])
 	}
 }
 

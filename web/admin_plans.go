@@ -19,15 +19,19 @@ import (
 // planForm is the plan form's fields as typed, so that a refused form comes
 // back filled in.
 type planForm struct {
-	Key           string
-	Name          string
-	StripePriceID string
-	RatePerSecond string
-	RateBurst     string
-	Concurrency   string
-	Features      string // comma-separated
-	QuotaWindow   string // "month" or "billing_period"
-	Public        string // "true" (offered to tenants), "false" (internal); "" = unchanged, or true on create
+	Key  string
+	Name string
+	// StripePriceIDs are the plan's prices, one per line or comma-separated
+	// (the first is the self-serve default); StripeProductID maps every
+	// price of a product.
+	StripePriceIDs  string
+	StripeProductID string
+	RatePerSecond   string
+	RateBurst       string
+	Concurrency     string
+	Features        string // comma-separated
+	QuotaWindow     string // "month" or "billing_period"
+	Public          string // "true" (offered to tenants), "false" (internal); "" = unchanged, or true on create
 	// Rows are the quota editor's rows, blank ones included.
 	Rows []quotaRow
 }
@@ -60,7 +64,7 @@ const (
 var meterRe = regexp.MustCompile(`^[a-z0-9_.-]{1,64}$`)
 
 func planFormOf(p PlanRow) planForm {
-	f := planForm{Key: p.Key, Name: p.Name, StripePriceID: p.StripePriceID, Features: strings.Join(p.Features, ", "), QuotaWindow: p.QuotaWindow,
+	f := planForm{Key: p.Key, Name: p.Name, StripePriceIDs: strings.Join(p.StripePriceIDs, "\n"), StripeProductID: p.StripeProductID, Features: strings.Join(p.Features, ", "), QuotaWindow: p.QuotaWindow,
 		Public: strconv.FormatBool(p.Public)}
 	if p.RatePerSecond != nil {
 		f.RatePerSecond = strconv.FormatFloat(*p.RatePerSecond, 'f', -1, 64)
@@ -87,15 +91,19 @@ func (f planForm) withSpareRows(n int) planForm {
 
 func readPlanForm(c echo.Context) planForm {
 	f := planForm{
-		Key:           strings.TrimSpace(c.FormValue("key")),
-		Name:          strings.TrimSpace(c.FormValue("name")),
-		StripePriceID: strings.TrimSpace(c.FormValue("stripe_price_id")),
-		RatePerSecond: strings.TrimSpace(c.FormValue("rate_per_second")),
-		RateBurst:     strings.TrimSpace(c.FormValue("rate_burst")),
-		Concurrency:   strings.TrimSpace(c.FormValue("concurrency")),
-		Features:      c.FormValue("features"),
-		QuotaWindow:   strings.TrimSpace(c.FormValue("quota_window")),
-		Public:        strings.TrimSpace(c.FormValue("public")),
+		Key:             strings.TrimSpace(c.FormValue("key")),
+		Name:            strings.TrimSpace(c.FormValue("name")),
+		StripePriceIDs:  c.FormValue("stripe_price_ids"),
+		StripeProductID: strings.TrimSpace(c.FormValue("stripe_product_id")),
+		RatePerSecond:   strings.TrimSpace(c.FormValue("rate_per_second")),
+		RateBurst:       strings.TrimSpace(c.FormValue("rate_burst")),
+		Concurrency:     strings.TrimSpace(c.FormValue("concurrency")),
+		Features:        c.FormValue("features"),
+		QuotaWindow:     strings.TrimSpace(c.FormValue("quota_window")),
+		Public:          strings.TrimSpace(c.FormValue("public")),
+	}
+	if strings.TrimSpace(f.StripePriceIDs) == "" {
+		f.StripePriceIDs = c.FormValue("stripe_price_id") // the one-price form of older scripts
 	}
 	n, _ := strconv.Atoi(c.FormValue("quota_rows"))
 	for i := range min(max(n, 0), maxQuotaRows) {
@@ -116,7 +124,8 @@ func readPlanForm(c echo.Context) planForm {
 // its own, and a bad one is named by its row (quotas[2].limit).
 func (f *planForm) input() (entitlements.PlanInput, error) {
 	var v apperr.Validation
-	in := entitlements.PlanInput{Key: f.Key, Name: f.Name, StripePriceID: f.StripePriceID, Quotas: map[string]*entitlements.QuotaInput{},
+	in := entitlements.PlanInput{Key: f.Key, Name: f.Name, StripePriceIDs: splitList(f.StripePriceIDs), StripeProductID: f.StripeProductID,
+		Quotas:      map[string]*entitlements.QuotaInput{},
 		QuotaWindow: f.QuotaWindow}
 	if f.RatePerSecond != "" || f.RateBurst != "" {
 		in.Rate = &entitlements.RateInput{}
@@ -233,7 +242,10 @@ func (w *Web) renderPlans(c echo.Context, status int, f planForm, errs []apperr.
 
 func (w *Web) handleAdminPlans() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		f := planForm{Rows: []quotaRow{{Meter: "requests", Limit: "10000", Mode: "hard"}}}.withSpareRows(spareRows)
+		// Empty rows with placeholders (issue 28): a prefilled
+		// "requests 10000" was saved as a real quota by whoever did not
+		// notice it.
+		f := planForm{}.withSpareRows(spareRows + 1)
 		return w.renderPlans(c, http.StatusOK, f, nil, adminNotices[c.QueryParam("done")])
 	}
 }
@@ -344,7 +356,8 @@ func (w *Web) handleAdminEditPlan() echo.HandlerFunc {
 			if public == nil {
 				public = cur.Public // a form without the field leaves it as it was
 			}
-			*cur = entitlements.PlanInput{Key: key, Name: in.Name, StripePriceID: in.StripePriceID, Rate: in.Rate,
+			// Price pins are not on the form: they stay as they are.
+			*cur = entitlements.PlanInput{Key: key, Name: in.Name, StripePriceIDs: in.StripePriceIDs, StripeProductID: in.StripeProductID, PriceVersions: cur.PriceVersions, Rate: in.Rate,
 				Concurrency: in.Concurrency, Quotas: quotas, Features: in.Features, QuotaWindow: in.QuotaWindow, Public: public}
 			return nil
 		}
@@ -412,7 +425,8 @@ func (w *Web) confirmPlanEdit(c echo.Context, e entitlements.PlanEffect) error {
 	}
 	for _, r := range []limitChange{
 		{Name: "Name", Before: e.Before.Name, After: e.After.Name},
-		{Name: "Stripe price", Before: e.Before.StripePriceID, After: e.After.StripePriceID},
+		{Name: "Stripe prices", Before: strings.Join(e.Before.StripePriceIDs, ", "), After: strings.Join(e.After.StripePriceIDs, ", ")},
+		{Name: "Stripe product", Before: e.Before.StripeProductID, After: e.After.StripeProductID},
 		{Name: "Features", Before: strings.Join(e.Before.Features, ", "), After: strings.Join(e.After.Features, ", ")},
 		{Name: "Quotas reset", Before: e.Before.QuotaWindow, After: e.After.QuotaWindow},
 		{Name: "Offered to tenants", Before: yesNo(e.Before.Public), After: yesNo(e.After.Public)},
@@ -430,4 +444,9 @@ func (w *Web) confirmPlanEdit(c echo.Context, e entitlements.PlanEffect) error {
 		d.Tenants, d.More = names, n-len(names)
 	}
 	return w.renderConfirm(c, "Confirm plan edit", d)
+}
+
+// splitList reads ids one per line or comma-separated.
+func splitList(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == '\n' || r == '\r' || r == ' ' || r == '\t' })
 }

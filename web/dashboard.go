@@ -128,7 +128,7 @@ func (w *Web) dashboard(c echo.Context, nk *newKey) (page, error) {
 	if err != nil {
 		return page{}, err
 	}
-	d := dashboardPage{UsageView: u, Keys: keys, Plans: plans, NewKey: nk, CanKeys: w.Keys != nil, Choice: w.planChoiceOf(plans, u)}
+	d := dashboardPage{UsageView: u, Keys: keys, Plans: plans, NewKey: nk, CanKeys: w.Keys != nil, Choice: w.planChoiceOf(ctx, plans, u)}
 	return page{Title: u.Tenant.Name + " · usage", Nav: "usage", Data: d}, nil
 }
 

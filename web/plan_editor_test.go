@@ -82,7 +82,7 @@ func TestConsoleQuotaEditorRows(t *testing.T) {
 	b := setup(t)
 	br, tok := b.adminBrowser(t)
 	page := br.get("/admin/plans")
-	wantIn(t, page.body, `name="quotas[0].meter" value="requests"`, `name="quotas[2].meter" value=""`, `name="quota_rows" value="3"`)
+	wantIn(t, page.body, `name="quotas[0].meter" value=""`, `name="quotas[2].meter" value=""`, `name="quota_rows" value="3"`)
 
 	key := uniq("rows")
 	form := quotaRows(url.Values{"csrf": {tok}, "key": {key}, "more": {"1"}}, "requests 100 hard", "exports 3 soft")

@@ -22,15 +22,19 @@ type PlanRow struct {
 	Key           string
 	Name          string
 	StripePriceID string
-	RatePerSecond *float64
-	RateBurst     *int64
-	Concurrency   *int64
-	Features      []string
-	Quotas        []QuotaRow
-	Tenants       int64 // tenants on the plan
-	UpdatedAt     time.Time
-	QuotaWindow   string // "month" or "billing_period"
-	Public        bool   // offered to tenants on their dashboard
+	// StripePriceIDs are every price of the plan, the self-serve default
+	// first; StripeProductID maps every price of a product.
+	StripePriceIDs  []string
+	StripeProductID string
+	RatePerSecond   *float64
+	RateBurst       *int64
+	Concurrency     *int64
+	Features        []string
+	Quotas          []QuotaRow
+	Tenants         int64 // tenants on the plan
+	UpdatedAt       time.Time
+	QuotaWindow     string // "month" or "billing_period"
+	Public          bool   // offered to tenants on their dashboard
 }
 
 // QuotaRow is one meter's monthly quota of a plan.
@@ -43,7 +47,10 @@ type QuotaRow struct {
 
 func (s *store) plans(ctx context.Context) ([]PlanRow, error) {
 	rows, err := s.db.Query(ctx, `
-		SELECT p.key, p.name, COALESCE(p.stripe_price_id, ''), p.rate_per_second, p.rate_burst, p.concurrency,
+		SELECT p.key, p.name, COALESCE(p.stripe_price_id, ''),
+		       COALESCE((SELECT array_agg(c.stripe_price_id ORDER BY c.position) FROM catalogue_prices c WHERE c.plan_key = p.key), '{}'),
+		       COALESCE((SELECT c.stripe_product_id FROM catalogue_products c WHERE c.plan_key = p.key), ''),
+		       p.rate_per_second, p.rate_burst, p.concurrency,
 		       p.features, p.updated_at, p.quota_window, p.public,
 		       (SELECT count(*) FROM tenants t WHERE t.plan_key = p.key),
 		       COALESCE((SELECT json_agg(json_build_object('meter', q.meter, 'limit', q.quota_limit, 'mode', q.mode, 'per_seat', q.per_seat) ORDER BY q.meter)
@@ -55,7 +62,7 @@ func (s *store) plans(ctx context.Context) ([]PlanRow, error) {
 	var out []PlanRow
 	var p PlanRow
 	var quotas []byte
-	_, err = pgx.ForEachRow(rows, []any{&p.Key, &p.Name, &p.StripePriceID, &p.RatePerSecond, &p.RateBurst, &p.Concurrency,
+	_, err = pgx.ForEachRow(rows, []any{&p.Key, &p.Name, &p.StripePriceID, &p.StripePriceIDs, &p.StripeProductID, &p.RatePerSecond, &p.RateBurst, &p.Concurrency,
 		&p.Features, &p.UpdatedAt, &p.QuotaWindow, &p.Public, &p.Tenants, &quotas}, func() error {
 		var qs []struct {
 			Meter   string `json:"meter"`

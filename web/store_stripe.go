@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
 // EventRow is a stored Stripe event.
@@ -201,6 +203,42 @@ func (s *store) drift(ctx context.Context, tenantID string, limit int) ([]DriftR
 	})
 	if err != nil {
 		return nil, fmt.Errorf("web: drift: %w", err)
+	}
+	return out, nil
+}
+
+// OtherSubRow is a subscription of the tenant besides the current one: an
+// overlapping plan subscription (a re-subscribe beside the old one, which
+// grants its add-ons, never the plan) or one that bills add-ons on its own.
+type OtherSubRow struct {
+	ID                string
+	Status            string
+	PriceID           string
+	CancelAtPeriodEnd bool
+	PlanItem          bool
+	Overlapping       bool // live with a plan item: not enforced, shown so that an admin can cancel it
+}
+
+// otherSubscriptions lists the tenant's subscriptions other than the
+// current one (entitlements.CurrentSubscriptionOf), live ones first.
+func (s *store) otherSubscriptions(ctx context.Context, tenantID string) ([]OtherSubRow, error) {
+	rows, err := s.db.Query(ctx, `
+		SELECT s.id, s.status, COALESCE(s.stripe_price_id, ''), s.cancel_at_period_end, s.has_plan_item,
+		       s.id IN (`+entitlements.OverlappingSubscriptionsOf("$1")+`)
+		FROM subscriptions s
+		WHERE s.tenant_id = $1 AND s.id IS DISTINCT FROM (SELECT c.id FROM (`+entitlements.CurrentSubscriptionOf("$1")+`) c)
+		ORDER BY s.status IN ('active', 'trialing', 'past_due') DESC, s.start_date DESC NULLS LAST, s.id LIMIT 20`, tenantID)
+	if err != nil {
+		return nil, fmt.Errorf("web: other subscriptions: %w", err)
+	}
+	var out []OtherSubRow
+	var r OtherSubRow
+	_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.Status, &r.PriceID, &r.CancelAtPeriodEnd, &r.PlanItem, &r.Overlapping}, func() error {
+		out = append(out, r)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("web: other subscriptions: %w", err)
 	}
 	return out, nil
 }

@@ -5,6 +5,7 @@ package web
 // The plan itself changes only when Stripe's webhooks confirm (billing).
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"net/http"
@@ -32,6 +33,76 @@ var upgradeLimits = limiter.Limits{Windows: []limiter.Window{{Name: "plan-change
 type PlanOffer struct {
 	PlanRow
 	Bigger bool // at least as much of every meter as the current plan, and more of one
+	// Prices are the plan's Stripe prices a tenant may pick (with Stripe);
+	// the one Selected is the default: the tenant's current interval.
+	Prices []PriceOption
+}
+
+// PriceOption is one price of an offered plan.
+type PriceOption struct {
+	billing.PriceInfo
+	Label    string // "monthly · USD 20.00", or the price id when Stripe did not say
+	Selected bool
+}
+
+// priceLabel words a price for a tenant.
+func priceLabel(p billing.PriceInfo) string {
+	if !p.Known {
+		return p.ID
+	}
+	every := map[string]string{"day": "daily", "week": "weekly", "month": "monthly", "year": "yearly"}[p.Interval]
+	switch {
+	case p.Interval == "":
+		every = "once"
+	case p.IntervalCount > 1:
+		every = fmt.Sprintf("every %d %ss", p.IntervalCount, p.Interval)
+	}
+	return fmt.Sprintf("%s · %s %s", every, strings.ToUpper(p.Currency), fmtMinorUnits(p.UnitAmount, p.Currency))
+}
+
+// fmtMinorUnits writes an amount in a currency's smallest unit: two
+// decimals except for Stripe's zero-decimal currencies.
+func fmtMinorUnits(amount int64, currency string) string {
+	switch strings.ToLower(currency) {
+	case "bif", "clp", "djf", "gnf", "jpy", "kmf", "krw", "mga", "pyg", "rwf", "ugx", "vnd", "vuv", "xaf", "xof", "xpf":
+		return strconv.FormatInt(amount, 10)
+	}
+	return fmt.Sprintf("%d.%02d", amount/100, amount%100)
+}
+
+// priceOptions lists a plan's prices and selects the default: the first
+// with the tenant's current interval (and currency, when one matches
+// both), else the plan's first price.
+func priceOptions(ids []string, info map[string]billing.PriceInfo, current billing.PriceInfo) []PriceOption {
+	out := make([]PriceOption, 0, len(ids))
+	for _, id := range ids {
+		p, ok := info[id]
+		if !ok {
+			p = billing.PriceInfo{ID: id}
+		}
+		out = append(out, PriceOption{PriceInfo: p, Label: priceLabel(p)})
+	}
+	pick := -1
+	if current.Known {
+		for i, o := range out {
+			if o.Known && o.Interval == current.Interval && o.IntervalCount == current.IntervalCount {
+				if o.Currency == current.Currency {
+					pick = i
+					break
+				}
+				if pick < 0 {
+					pick = i
+				}
+			}
+		}
+	}
+	if pick < 0 && len(out) > 0 {
+		pick = 0
+	}
+	if pick >= 0 {
+		out[pick].Selected = true
+	}
+	return out
 }
 
 // planChoice is the data of the "Change plan" section.
@@ -64,7 +135,7 @@ func contactOf(s string) contact {
 // planChoiceOf picks the plans to offer: public ones other than the
 // current, and, when the tenant can pay through Stripe, only those with a
 // Stripe price (the others cannot be bought).
-func (w *Web) planChoiceOf(plans []PlanRow, u UsageView) planChoice {
+func (w *Web) planChoiceOf(ctx context.Context, plans []PlanRow, u UsageView) planChoice {
 	pc := planChoice{SelfServe: w.Upgrades != nil, Contact: contactOf(w.BillingContact),
 		Subscribed: u.Sub != nil && u.Sub.Status != "canceled" && u.Sub.Status != "incomplete_expired"}
 	bigger := map[string]bool{}
@@ -77,6 +148,23 @@ func (w *Web) planChoiceOf(plans []PlanRow, u UsageView) planChoice {
 			pc.Current = &plans[i]
 		case p.Public && (p.StripePriceID != "" || !pc.SelfServe):
 			pc.Offers = append(pc.Offers, PlanOffer{PlanRow: p, Bigger: bigger[p.Key]})
+		}
+	}
+	if pc.SelfServe && len(pc.Offers) > 0 {
+		// One read of every price shown (cached by billing), and of the
+		// current subscription's, whose interval is the default.
+		var ids []string
+		for _, o := range pc.Offers {
+			ids = append(ids, o.StripePriceIDs...)
+		}
+		curPrice := ""
+		if u.Sub != nil {
+			curPrice = u.Sub.PriceID
+			ids = append(ids, curPrice)
+		}
+		info := w.Upgrades.Prices(ctx, ids)
+		for i := range pc.Offers {
+			pc.Offers[i].Prices = priceOptions(pc.Offers[i].StripePriceIDs, info, info[curPrice])
 		}
 	}
 	return pc
@@ -107,7 +195,7 @@ func (w *Web) handleDashboardChangePlan() echo.HandlerFunc {
 			}
 		}
 		base := w.publicBase(c)
-		up, err := w.Upgrades.StartUpgrade(ctx, tid, strings.TrimSpace(c.FormValue("plan")), billing.UpgradeURLs{
+		up, err := w.Upgrades.StartUpgradePrice(ctx, tid, strings.TrimSpace(c.FormValue("plan")), strings.TrimSpace(c.FormValue("price")), billing.UpgradeURLs{
 			Success: base + "/dashboard?plan=changed#plan",
 			Cancel:  base + "/dashboard?plan=kept#plan",
 		})

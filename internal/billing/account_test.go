@@ -1,6 +1,8 @@
 package billing_test
 
 import (
+	"context"
+	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -17,6 +19,7 @@ import (
 // secret key (fields read from the payloads) and with one (each event a
 // notification; the fake Stripe holds what Stripe would have at that time).
 func TestARealAccountsSequenceOnBasil(t *testing.T) {
+	t.Run("a second subscription, 20 shuffled orders without a key", testSecondSubscriptionShuffled)
 	for _, withKey := range []bool{false, true} {
 		name := "without a key"
 		if withKey {
@@ -159,4 +162,110 @@ func TestARealAccountsSequenceOnBasil(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The same account, sold the way SaaS companies sell: after the failed
+// renewal the customer re-subscribes by a new Checkout (pro) while the old
+// subscription (team with an add-on item) runs past_due to its period end,
+// and buys a second add-on billed as its own subscription. Delivered in 20
+// shuffled orders with duplicates and without a secret key, every run ends
+// on Stripe's final state: the new subscription's plan, both add-ons (the
+// old subscription is live until its period ends), the old one shown as
+// overlapping.
+func testSecondSubscriptionShuffled(t *testing.T) {
+	e := newEnv(t, envOpts{grace: time.Hour})
+	e.plans()
+	suffix := strings.ToLower(newCustomer()[4:])
+	addon, bulk := "price_seq_addon_"+suffix, "price_seq_bulk_"+suffix
+	for price, body := range map[string]string{addon: `{"name":"Priority","features":["priority"]}`, bulk: `{"name":"Bulk","features":["bulk"]}`} {
+		if r := e.admin(http.MethodPut, "/admin/v1/addons/"+price, []byte(body)); r.Status != http.StatusCreated {
+			t.Fatalf("add-on: %d %s", r.Status, r.Raw)
+		}
+	}
+	const v = "2025-03-31.basil"
+	rng := rand.New(rand.NewPCG(25, 2))
+	for run := 0; run < 20; run++ {
+		tenant := e.tenant("free", "")
+		cus := newCustomer()
+		sub, sub2, sub3 := "sub_seq_"+cus, "sub_seq_re_"+cus, "sub_seq_bulk_"+cus
+		base := time.Now().Add(-4 * time.Minute).Truncate(time.Second)
+		start, end := base.Add(-time.Minute), base.Add(-time.Minute).AddDate(0, 1, 0)
+		next, nextEnd := end, end.AddDate(0, 1, 0)
+		at := func(n int) time.Time { return base.Add(time.Duration(n) * time.Second) }
+		addonItem := func(s, en time.Time) []map[string]any {
+			return []map[string]any{{"id": "si_addon_" + sub, "object": "subscription_item", "price": map[string]any{"id": addon},
+				"quantity": 2, "current_period_start": s.Unix(), "current_period_end": en.Unix()}}
+		}
+		var seq [][]byte
+		add := func(kind string, p vev) {
+			p.id = newEventID(t)
+			seq = append(seq, versioned(t, kind, p))
+		}
+		p := vev{version: v, sub: sub, cus: cus, price: "price_pro_test", status: "active", tenant: tenant, start: start, end: end, mutate: startedAt(start)}
+		// The first subscription, as in the sequence above.
+		add("subscription", with(p, "customer.subscription.created", at(0)))
+		add("checkout.session.completed", with(p, "checkout.session.completed", at(1)))
+		add("invoice", with(p, "invoice.paid", at(2)))
+		up := p
+		up.price, up.extraItems = "price_team_test", addonItem(start, end)
+		add("subscription", with(up, "customer.subscription.updated", at(10)))
+		ren := up
+		ren.start, ren.end = next, nextEnd
+		add("invoice", with(ren, "invoice.created", at(20)))
+		fail := ren
+		fail.attempts = 1
+		add("invoice", with(fail, "invoice.payment_failed", at(21)))
+		pd := ren
+		pd.status, pd.extraItems, pd.previous = "past_due", addonItem(next, nextEnd), map[string]any{"status": "active"}
+		add("subscription", with(pd, "customer.subscription.updated", at(22)))
+		fail.attempts = 2
+		add("invoice", with(fail, "invoice.payment_failed", at(23)))
+		// The re-subscribe: a new Checkout of the same customer, while the
+		// old subscription is set to end with its period.
+		re := vev{version: v, sub: sub2, cus: cus, price: "price_pro_test", status: "active", tenant: tenant, start: at(30), end: at(30).AddDate(0, 1, 0),
+			mutate: startedAt(at(30))}
+		add("checkout.session.completed", with(re, "checkout.session.completed", at(30)))
+		add("subscription", with(re, "customer.subscription.created", at(31)))
+		add("invoice", with(re, "invoice.paid", at(32)))
+		late := pd
+		late.previous = map[string]any{"cancel_at_period_end": false}
+		late.mutate = func(o map[string]any) { startedAt(start)(o); o["cancel_at_period_end"] = true }
+		add("subscription", with(late, "customer.subscription.updated", at(33)))
+		// A second add-on, billed on its own (yearly).
+		ex := vev{version: v, sub: sub3, cus: cus, price: bulk, status: "active", tenant: tenant, start: at(34), end: at(34).AddDate(1, 0, 0),
+			mutate: startedAt(at(34))}
+		add("subscription", with(ex, "customer.subscription.created", at(34)))
+
+		order := rng.Perm(len(seq))
+		for _, i := range order {
+			e.postAll([][]byte{seq[i]})
+			if rng.IntN(4) == 0 {
+				e.postAll([][]byte{seq[i]})
+			}
+		}
+		e.settled(cus)
+		d, err := e.ents.GetTenant(context.Background(), tenant)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur := "<none>"
+		if d.Subscription != nil {
+			cur = d.Subscription.ID
+		}
+		if d.StripeCustomerID != cus || d.Plan != "pro" || d.EffectivePlan != "pro" || d.Status != "active" || cur != sub2 ||
+			!slices.Contains(d.Entitlements.Features, "priority") || !slices.Contains(d.Entitlements.Features, "bulk") ||
+			!slices.Equal(d.OverlappingSubscriptions, []string{sub}) {
+			t.Fatalf("run %d (order %v): plan %s effective %s status %s subscription %s features %v overlapping %v; want pro on %s, priority and bulk, %s overlapping",
+				run, order, d.Plan, d.EffectivePlan, d.Status, cur, d.Entitlements.Features, d.OverlappingSubscriptions, sub2, sub)
+		}
+		if r := e.admin(http.MethodGet, "/admin/v1/stripe/events?status=failed", nil); strings.Contains(r.Raw, cus) {
+			t.Fatalf("run %d: failed events: %s", run, r.Raw)
+		}
+	}
+}
+
+// with is p as an event of type typ created at.
+func with(p vev, typ string, created time.Time) vev {
+	p.typ, p.created = typ, created
+	return p
 }

@@ -88,8 +88,8 @@ func TestAddonGrantsAndPerSeatQuotasFollowTheSubscription(t *testing.T) {
 			t.Fatalf("%s: %d %s, want 400 naming %s", body, r.Status, r.Raw, field)
 		}
 	}
-	if r := e.admin(http.MethodPut, "/admin/v1/addons/price_pro_test", []byte(`{"name":"x","quotas":{"exports":1}}`)); r.Status != http.StatusBadRequest || !strings.Contains(r.Raw, "stripe_price_id") {
-		t.Fatalf("a plan's price as an add-on: %d %s", r.Status, r.Raw)
+	if r := e.admin(http.MethodPut, "/admin/v1/addons/price_pro_test", []byte(`{"name":"x","quotas":{"exports":1}}`)); r.Status != http.StatusConflict || !strings.Contains(r.Raw, "price_pro_test is already mapped to plan pro") {
+		t.Fatalf("a plan's price as an add-on: %d %s, want 409 naming the price and the plan", r.Status, r.Raw)
 	}
 	if r := e.admin(http.MethodGet, "/admin/v1/addons/price_nope", nil); r.Status != http.StatusNotFound {
 		t.Fatalf("unknown add-on: %d", r.Status)

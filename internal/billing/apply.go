@@ -18,6 +18,11 @@ import (
 // is not linked yet; linking the customer re-runs them.
 const reasonUnknownCustomer = "unknown customer"
 
+// reasonUnknownSubscription starts the ignored_reason of subscription-scoped
+// events (invoices) that arrived before their subscription's first event;
+// applying that event re-runs them (issue 25).
+const reasonUnknownSubscription = "unknown subscription"
+
 // prefetched is what the worker read from Stripe before the transaction.
 type prefetched struct {
 	// features are the customer's active entitlement lookup keys, re-listed
@@ -151,21 +156,23 @@ func (s *Service) apply(ctx context.Context, w *entitlements.Writes, ev storedEv
 		return s.applyCustomerDeleted(ctx, w, ev)
 	case ev.Type == "price.updated":
 		var p struct {
-			ID string `json:"id"`
+			ID      string          `json:"id"`
+			Product json.RawMessage `json:"product"`
 		}
 		if err := json.Unmarshal(raw, &p); err != nil {
 			return ignored("", "data.object is not a price: %v", err), nil
 		}
-		plan, err := w.PlanForPrice(ctx, p.ID)
+		// A price maps by itself or through its product.
+		plan, err := w.PlanForItem(ctx, p.ID, expandable(p.Product))
 		if err != nil {
 			return outcome{}, err
 		}
-		addon, err := isAddonPrice(ctx, w, p.ID)
+		addon, err := w.AddonForItem(ctx, p.ID, expandable(p.Product))
 		if err != nil {
 			return outcome{}, err
 		}
-		if plan == "" && !addon {
-			return ignored("", "price %s is not mapped to a plan or an add-on (set stripe_price_id on a plan, or PUT /admin/v1/addons/%s)", p.ID, p.ID), nil
+		if plan == "" && addon == "" {
+			return ignored("", "price %s is not mapped to a plan or an add-on (add it to a plan's stripe_price_ids, or PUT /admin/v1/addons/%s)", p.ID, p.ID), nil
 		}
 		return outcome{status: StatusProcessed}, nil
 	case ev.Type == "product.updated":
@@ -177,12 +184,4 @@ func (s *Service) apply(ctx context.Context, w *entitlements.Writes, ev storedEv
 	default:
 		return ignored("", "event type %s is not handled", ev.Type), nil
 	}
-}
-
-func isAddonPrice(ctx context.Context, w *entitlements.Writes, price string) (bool, error) {
-	var ok bool
-	if err := w.Tx().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM addon_grants WHERE stripe_price_id = $1)`, price).Scan(&ok); err != nil {
-		return false, fmt.Errorf("billing: add-on by price: %w", err)
-	}
-	return ok, nil
 }

@@ -83,6 +83,7 @@ type Service struct {
 	opts   Options
 	stripe *client.API // nil when Stripe is not configured
 	m      *metrics
+	prices priceCache // what the dashboard shows of each plan price
 }
 
 // New builds the service. jobs is a River client used only to insert (the

@@ -32,7 +32,8 @@ type fakeStripe struct {
 	// pending: updates answer with pending_update set (pending_if_incomplete
 	// and a payment that failed) and change nothing.
 	pending bool
-	saved   map[string]fakeAnswer // idempotency key → answer
+	saved   map[string]fakeAnswer     // idempotency key → answer
+	prices  map[string]map[string]any // id → price (GET /v1/prices/{id})
 	posts   []fakePost
 	gets    int
 }
@@ -54,6 +55,17 @@ func newFakeStripe(t testing.TB) *fakeStripe {
 	t.Cleanup(srv.Close)
 	f.URL = srv.URL
 	return f
+}
+
+// setPrice makes the fake answer a recurring price.
+func (f *fakeStripe) setPrice(id, interval, currency string, amount int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.prices == nil {
+		f.prices = map[string]map[string]any{}
+	}
+	f.prices[id] = map[string]any{"id": id, "object": "price", "active": true, "currency": currency, "unit_amount": amount, "type": "recurring",
+		"recurring": map[string]any{"interval": interval, "interval_count": 1, "usage_type": "licensed"}}
 }
 
 // fakeSub builds a subscription at the pinned version (2024-06-20 shape:
@@ -109,6 +121,13 @@ func (f *fakeStripe) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, s)
+	case r.Method == http.MethodGet && strings.HasPrefix(path, "/v1/prices/"):
+		p, ok := f.prices[strings.TrimPrefix(path, "/v1/prices/")]
+		if !ok {
+			stripeErr(w, http.StatusNotFound, "invalid_request_error", "No such price")
+			return
+		}
+		writeJSON(w, p)
 	case r.Method == http.MethodGet && path == "/v1/subscriptions":
 		list := []any{}
 		for _, s := range f.subs {

@@ -35,7 +35,7 @@ func (s *Service) applyInvoice(ctx context.Context, w *entitlements.Writes, ev s
 		return outcome{}, err
 	}
 	if cur == nil {
-		return ignored("", "subscription %s is unknown here (its subscription event has not been applied)", inv.Subscription), nil
+		return ignored("", "%s %s: its subscription event has not been applied yet; it runs again when it is", reasonUnknownSubscription, inv.Subscription), nil
 	}
 	res := outcome{status: StatusProcessed, tenantID: cur.TenantID}
 	next := *cur

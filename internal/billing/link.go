@@ -124,6 +124,30 @@ func (s *Service) requeueUnknown(ctx context.Context, tx pgx.Tx, customer string
 	return nil
 }
 
+// requeueEarly sets pending again, and enqueues, the events of customer
+// that were ignored because their subscription was not known yet (an
+// invoice.paid delivered before customer.subscription.created): called when
+// that subscription's first event is applied, in the same transaction.
+func (s *Service) requeueEarly(ctx context.Context, tx pgx.Tx, customer, subscription string) error {
+	rows, err := tx.Query(ctx, `
+		UPDATE stripe_events SET status = 'pending', ignored_reason = NULL
+		WHERE stripe_customer_id = $1 AND status = 'ignored' AND ignored_reason LIKE $2
+		RETURNING id`, customer, reasonUnknownSubscription+" "+subscription+":%")
+	if err != nil {
+		return fmt.Errorf("billing: requeue early events: %w", err)
+	}
+	evs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("billing: requeue early events: %w", err)
+	}
+	for _, id := range evs {
+		if _, err := s.jobs.InsertTx(ctx, tx, EventArgs{EventID: id, CustomerID: customer}, nil); err != nil {
+			return fmt.Errorf("billing: requeue early event: %w", err)
+		}
+	}
+	return nil
+}
+
 func (s *Service) applyCheckout(ctx context.Context, w *entitlements.Writes, ev storedEvent, cs checkoutView, pre prefetched) (outcome, error) {
 	if cs.Mode != "subscription" {
 		return ignored("", "checkout session in mode %q does not start a subscription", cs.Mode), nil

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -137,6 +138,13 @@ func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (ent
 	}
 	if plan.StripePriceID == "" {
 		return entitlements.TenantDetail{}, apperr.Invalidf("plan", "plan %q has no stripe_price_id, so a tenant with a Stripe subscription cannot move to it", planKey)
+	}
+	// A subscription on one of the plan's prices is on the plan already;
+	// otherwise it moves to the plan's price of its own interval.
+	if slices.Contains(plan.StripePriceIDs, sub.PriceID) {
+		plan.StripePriceID = sub.PriceID
+	} else {
+		plan.StripePriceID = s.priceLike(ctx, plan.StripePriceIDs, sub.PriceID)
 	}
 	// Events Stripe created before this call describe the subscription as
 	// it was before the change: once the change is applied they are stale.

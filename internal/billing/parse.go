@@ -17,6 +17,7 @@ import (
 type itemView struct {
 	ID          string
 	PriceID     string
+	ProductID   string // the price's product (items.data[].price.product, id or expanded)
 	Quantity    int64
 	PeriodStart int64 // basil on: the item's current period
 	PeriodEnd   int64
@@ -35,7 +36,14 @@ type subView struct {
 	PeriodEnd         int64
 	PauseCollection   string // behavior while collection is paused, else ""
 	LatestInvoice     string
-	Items             []itemView
+	// StartDate and Created order a customer's subscriptions: the live
+	// plan subscription that started last carries the plan (issue 25).
+	StartDate int64
+	Created   int64
+	// BillingCycleAnchor is where the billing periods are aligned (a Unix
+	// time; from 2025-12-15.clover the customer portal may move it).
+	BillingCycleAnchor int64
+	Items              []itemView
 }
 
 // invoiceView is an invoice as billing reads it.
@@ -140,8 +148,11 @@ func parseSubscription(raw json.RawMessage) (subView, error) {
 		PauseCollection   *struct {
 			Behavior string `json:"behavior"`
 		} `json:"pause_collection"`
-		LatestInvoice json.RawMessage `json:"latest_invoice"`
-		Items         *struct {
+		LatestInvoice      json.RawMessage `json:"latest_invoice"`
+		StartDate          flexInt         `json:"start_date"`
+		Created            flexInt         `json:"created"`
+		BillingCycleAnchor json.RawMessage `json:"billing_cycle_anchor"`
+		Items              *struct {
 			Data []struct {
 				ID          string          `json:"id"`
 				Price       json.RawMessage `json:"price"`
@@ -160,7 +171,8 @@ func parseSubscription(raw json.RawMessage) (subView, error) {
 	}
 	v := subView{ID: o.ID, Customer: expandable(o.Customer), Status: o.Status, Metadata: metadata(o.Metadata),
 		CancelAtPeriodEnd: o.CancelAtPeriodEnd, TrialEnd: int64(o.TrialEnd), CanceledAt: int64(o.CanceledAt),
-		PeriodStart: int64(o.PeriodStart), PeriodEnd: int64(o.PeriodEnd), LatestInvoice: expandable(o.LatestInvoice)}
+		PeriodStart: int64(o.PeriodStart), PeriodEnd: int64(o.PeriodEnd), LatestInvoice: expandable(o.LatestInvoice),
+		StartDate: int64(o.StartDate), Created: int64(o.Created), BillingCycleAnchor: anchorTime(o.BillingCycleAnchor)}
 	if o.PauseCollection != nil {
 		v.PauseCollection = o.PauseCollection.Behavior
 		if v.PauseCollection == "" {
@@ -174,6 +186,10 @@ func parseSubscription(raw json.RawMessage) (subView, error) {
 			if iv.PriceID == "" {
 				iv.PriceID = expandable(it.Plan)
 			}
+			iv.ProductID = priceProduct(it.Price)
+			if iv.ProductID == "" {
+				iv.ProductID = priceProduct(it.Plan)
+			}
 			if it.Quantity != nil {
 				iv.Quantity = int64(*it.Quantity)
 			}
@@ -181,6 +197,38 @@ func parseSubscription(raw json.RawMessage) (subView, error) {
 		}
 	}
 	return v, nil
+}
+
+// priceProduct is the product of a price object (an id or an expanded
+// product), "" when the price is only an id.
+func priceProduct(raw json.RawMessage) string {
+	var p struct {
+		Product json.RawMessage `json:"product"`
+	}
+	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &p) != nil {
+		return ""
+	}
+	return expandable(p.Product)
+}
+
+// anchorTime reads billing_cycle_anchor: a Unix time on every version so
+// far, read also as an object with a timestamp (the shape endive gives the
+// parameter) so that a future move of the field is not a parse error.
+func anchorTime(raw json.RawMessage) int64 {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0
+	}
+	var n flexInt
+	if json.Unmarshal(raw, &n) == nil {
+		return int64(n)
+	}
+	var obj struct {
+		Timestamp flexInt `json:"timestamp"`
+	}
+	if json.Unmarshal(raw, &obj) == nil {
+		return int64(obj.Timestamp)
+	}
+	return 0
 }
 
 // period is the subscription's current period: its own fields up to acacia,

@@ -100,7 +100,8 @@ func timeStr(t *time.Time) *string {
 // as billing reads any subscription.
 func viewOf(ss *stripe.Subscription) subView {
 	v := subView{ID: ss.ID, Status: string(ss.Status), Metadata: ss.Metadata, CancelAtPeriodEnd: ss.CancelAtPeriodEnd,
-		TrialEnd: ss.TrialEnd, CanceledAt: ss.CanceledAt, PeriodStart: ss.CurrentPeriodStart, PeriodEnd: ss.CurrentPeriodEnd}
+		TrialEnd: ss.TrialEnd, CanceledAt: ss.CanceledAt, PeriodStart: ss.CurrentPeriodStart, PeriodEnd: ss.CurrentPeriodEnd,
+		StartDate: ss.StartDate, Created: ss.Created, BillingCycleAnchor: ss.BillingCycleAnchor}
 	if ss.Customer != nil {
 		v.Customer = ss.Customer.ID
 	}
@@ -118,6 +119,9 @@ func viewOf(ss *stripe.Subscription) subView {
 			iv := itemView{ID: it.ID, Quantity: it.Quantity}
 			if it.Price != nil {
 				iv.PriceID = it.Price.ID
+				if it.Price.Product != nil {
+					iv.ProductID = it.Price.Product.ID
+				}
 			}
 			v.Items = append(v.Items, iv)
 		}
@@ -136,8 +140,6 @@ func (s *Service) repair(ctx context.Context, tenantID, customer string, st stri
 		note := func(sub, field string, ours, theirs *string) {
 			repairs = append(repairs, DriftRepair{TenantID: tenantID, SubscriptionID: sub, Field: field, Ours: ours, Stripe: theirs})
 		}
-		currentPlan := "" // plan of the live subscription
-		var currentSub string
 		for _, raw := range st.subs {
 			if raw == nil || raw.ID == "" {
 				continue
@@ -160,7 +162,7 @@ func (s *Service) repair(ctx context.Context, tenantID, customer string, st stri
 				}
 				next.Status = status
 			}
-			its, plans, err := planItems(ctx, w, ss.Items)
+			its, _, err := planItems(ctx, w, ss.Items)
 			if err != nil {
 				return err
 			}
@@ -173,6 +175,13 @@ func (s *Service) repair(ctx context.Context, tenantID, customer string, st stri
 				note(ss.ID, "price", cur.PriceID, nullable(priceID))
 			}
 			next.PriceID, next.ItemID = nullable(priceID), nullable(itemID)
+			next.HasPlanItem = priceID != ""
+			if ss.StartDate > 0 {
+				next.StartDate = unixPtr(ss.StartDate)
+			}
+			if ss.Created > 0 {
+				next.StripeCreated = unixPtr(ss.Created)
+			}
 			next.Items = ss.Items
 			if next.Items == nil {
 				next.Items = []itemView{}
@@ -207,21 +216,22 @@ func (s *Service) repair(ctx context.Context, tenantID, customer string, st stri
 			if err := saveSub(ctx, tx, ss.ID, customer, &next); err != nil {
 				return err
 			}
-			if currentSub == "" && !terminal(status) && len(plans) == 1 {
-				currentSub, currentPlan = ss.ID, plans[0]
-			}
 		}
-		if currentPlan != "" {
-			ours, err := w.Plan(ctx, tenantID)
-			if err != nil {
-				return err
-			}
-			if currentPlan != ours {
-				note(currentSub, "plan", strp(ours), strp(currentPlan))
-				if _, err := w.SetPlan(ctx, tenantID, currentPlan); err != nil {
-					return err
-				}
-			}
+		// The plan is the current subscription's, chosen from all of them
+		// as the event path chooses it (entitlements.CurrentSubscriptionOf).
+		ours, err := w.Plan(ctx, tenantID)
+		if err != nil {
+			return err
+		}
+		if err := s.recomputePlan(ctx, w, tenantID); err != nil {
+			return err
+		}
+		if now, err := w.Plan(ctx, tenantID); err != nil {
+			return err
+		} else if now != ours {
+			var currentSub string
+			_ = tx.QueryRow(ctx, `SELECT id FROM (`+entitlements.CurrentSubscriptionOf("$1")+`) s`, tenantID).Scan(&currentSub)
+			note(currentSub, "plan", strp(ours), strp(now))
 		}
 		var features []string
 		if err := tx.QueryRow(ctx, `SELECT stripe_features FROM tenants WHERE id = $1`, tenantID).Scan(&features); err != nil {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v79"
@@ -60,6 +61,13 @@ type liveSub struct {
 // unpriced plan, or the plan the tenant has, is Invalid (field "plan") and
 // nothing reaches Stripe; a Stripe error is Upstream with Stripe's message.
 func (s *Service) StartUpgrade(ctx context.Context, tenantID, planKey string, urls UpgradeURLs) (Upgrade, error) {
+	return s.StartUpgradePrice(ctx, tenantID, planKey, "", urls)
+}
+
+// StartUpgradePrice is StartUpgrade through one of the plan's prices (the
+// dashboard lists each; "" = the plan's first, its self-serve default). A
+// price that is not the plan's is Invalid (field "price").
+func (s *Service) StartUpgradePrice(ctx context.Context, tenantID, planKey, priceID string, urls UpgradeURLs) (Upgrade, error) {
 	if s.stripe == nil {
 		return Upgrade{}, apperr.New(apperr.NotFound, "self-serve plan changes need STRIPE_SECRET_KEY")
 	}
@@ -75,6 +83,14 @@ func (s *Service) StartUpgrade(ctx context.Context, tenantID, planKey string, ur
 	if err != nil {
 		return Upgrade{}, err
 	}
+	switch {
+	case priceID == "":
+		priceID = plan.StripePriceID
+	case !slices.Contains(plan.StripePriceIDs, priceID):
+		return Upgrade{}, apperr.Invalidf("price", "%q is not a price of %s", priceID, plan.Name)
+	}
+	// Checkout and the portal are sent the chosen price.
+	plan.StripePriceID = priceID
 	tenant, err := s.ents.GetTenantRow(ctx, tenantID)
 	if err != nil {
 		return Upgrade{}, err

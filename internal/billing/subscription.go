@@ -3,6 +3,7 @@ package billing
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -31,7 +32,7 @@ func planItems(ctx context.Context, w *entitlements.Writes, items []itemView) ([
 	var its []itemView
 	var plans []string
 	for _, it := range items {
-		plan, err := w.PlanForPrice(ctx, it.PriceID)
+		plan, err := w.PlanForItem(ctx, it.PriceID, it.ProductID)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -100,20 +101,31 @@ func (s *Service) applySubscription(ctx context.Context, w *entitlements.Writes,
 		return failed(tenant, "subscription %s has %d items whose prices map to plans (%s); exactly one item may carry the plan",
 			sub.ID, len(its), describeItems(its, plans)), nil
 	}
-	plan := ""
 	var planItem *itemView
 	if len(its) == 1 {
-		plan, planItem = plans[0], &its[0]
+		planItem = &its[0]
 	}
-	if plan == "" && cur == nil && !terminal(status) {
+	// A subscription none of whose items maps to a plan (an add-on billed
+	// on its own) is stored all the same: it grants its add-ons and never
+	// the plan (issue 25). One that maps nothing at all is shown to admins.
+	if len(its) == 0 && cur == nil && !terminal(status) {
+		addons := 0
 		prices := make([]string, 0, len(sub.Items))
 		for _, it := range sub.Items {
 			prices = append(prices, it.PriceID)
+			a, err := w.AddonForItem(ctx, it.PriceID, it.ProductID)
+			if err != nil {
+				return outcome{}, err
+			}
+			if a != "" {
+				addons++
+			}
 		}
-		return ignored(tenant, "no item of subscription %s has a price mapped to a plan (prices %s; set stripe_price_id on a plan)",
-			sub.ID, strings.Join(prices, ", ")), nil
+		if addons == 0 {
+			return ignored(tenant, "no item of subscription %s has a price mapped to a plan or an add-on (prices %s; add the price to a plan's stripe_price_ids or PUT /admin/v1/addons/{price})",
+				sub.ID, strings.Join(prices, ", ")), nil
+		}
 	}
-
 	next := subRow{TenantID: tenant, PlanQuantity: 1}
 	if cur != nil {
 		next = *cur
@@ -130,6 +142,13 @@ func (s *Service) applySubscription(ctx context.Context, w *entitlements.Writes,
 	}
 	if planItem != nil {
 		next.PriceID, next.ItemID, next.PlanQuantity = nullable(planItem.PriceID), nullable(planItem.ID), planItem.Quantity
+	}
+	next.HasPlanItem = next.PriceID != nil
+	if sub.StartDate > 0 {
+		next.StartDate = unixPtr(sub.StartDate)
+	}
+	if sub.Created > 0 {
+		next.StripeCreated = unixPtr(sub.Created)
 	}
 	next.Items = slices.Clone(sub.Items)
 	if next.Items == nil {
@@ -163,11 +182,7 @@ func (s *Service) applySubscription(ctx context.Context, w *entitlements.Writes,
 		}
 	}
 	if sameSecondCreated {
-		curPlan, err := w.Plan(ctx, tenant)
-		if err != nil {
-			return outcome{}, err
-		}
-		if effective(cur) != effective(&next) || (plan != "" && !terminal(status) && plan != curPlan) {
+		if effective(cur) != effective(&next) {
 			return ignored(tenant, "%s", stale(cur, created, true)), nil
 		}
 		return outcome{status: StatusProcessed, tenantID: tenant}, nil
@@ -176,10 +191,16 @@ func (s *Service) applySubscription(ctx context.Context, w *entitlements.Writes,
 		return outcome{}, err
 	}
 	res := outcome{status: StatusProcessed, tenantID: tenant}
-	if plan != "" && !terminal(status) {
-		if _, err := w.SetPlan(ctx, tenant, plan); err != nil {
+	if cur == nil {
+		if err := s.requeueEarly(ctx, tx, customer, sub.ID); err != nil {
 			return outcome{}, err
 		}
+	}
+	// The event changed its own subscription only; the tenant's plan is
+	// recomputed from all of them, so that a late event of an older
+	// subscription cannot set the plan back (issue 25).
+	if err := s.recomputePlan(ctx, w, tenant); err != nil {
+		return outcome{}, err
 	}
 	// The webhook of a change we made ourselves (a plan change through
 	// Stripe) finds everything as it is: no new version, no flapping.
@@ -187,6 +208,34 @@ func (s *Service) applySubscription(ctx context.Context, w *entitlements.Writes,
 		w.Changed(tenant)
 	}
 	return res, nil
+}
+
+// recomputePlan puts the tenant on the plan of its current subscription
+// (entitlements.CurrentSubscriptionOf: the live plan subscription that
+// started last), computed from every subscription stored for it rather
+// than from the event at hand. A current subscription that ended leaves the
+// plan as it is (the status sends the tenant to the default plan; an admin
+// may have assigned another since).
+func (s *Service) recomputePlan(ctx context.Context, w *entitlements.Writes, tenant string) error {
+	var status, price, product string
+	err := w.Tx().QueryRow(ctx, `SELECT status, coalesce(stripe_price_id, ''),
+		coalesce((SELECT i.product_id FROM subscription_items i WHERE i.subscription_id = s.id AND i.item_id = s.stripe_item_id), '')
+		FROM (`+entitlements.CurrentSubscriptionOf("$1")+`) s`, tenant).Scan(&status, &price, &product)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("billing: current subscription: %w", err)
+	}
+	if terminal(status) || price == "" {
+		return nil
+	}
+	plan, err := w.PlanForItem(ctx, price, product)
+	if err != nil || plan == "" {
+		return err
+	}
+	_, err = w.SetPlan(ctx, tenant, plan)
+	return err
 }
 
 func describeItems(its []itemView, plans []string) string {

@@ -33,6 +33,11 @@ type subRow struct {
 	LatestInvoiceID    *string
 	FetchedAt          *time.Time
 	PauseCollection    *string
+	StartDate          *time.Time // Stripe's start_date
+	StripeCreated      *time.Time // Stripe's created
+	// HasPlanItem is false for a subscription none of whose items maps to
+	// a plan (an add-on billed on its own): it never carries the plan.
+	HasPlanItem bool
 	// Items are all items (subscription_items); nil when not loaded.
 	Items []itemView
 }
@@ -43,25 +48,25 @@ func loadSub(ctx context.Context, tx pgx.Tx, id string) (*subRow, error) {
 		SELECT tenant_id, stripe_price_id, stripe_item_id, plan_quantity, status, current_period_start, current_period_end,
 			cancel_at_period_end, trial_end, trial_will_end_at, past_due_since, grace_ends_at,
 			payment_attempts, next_payment_attempt, canceled_at, last_event_at, last_event_id, latest_invoice_id,
-			fetched_at, pause_collection
+			fetched_at, pause_collection, start_date, stripe_created, has_plan_item
 		FROM subscriptions WHERE id = $1 FOR UPDATE`, id).Scan(
 		&r.TenantID, &r.PriceID, &r.ItemID, &r.PlanQuantity, &r.Status, &r.PeriodStart, &r.PeriodEnd,
 		&r.CancelAtPeriodEnd, &r.TrialEnd, &r.TrialWillEndAt, &r.PastDueSince, &r.GraceEndsAt,
 		&r.PaymentAttempts, &r.NextPaymentAttempt, &r.CanceledAt, &r.LastEventAt, &r.LastEventID, &r.LatestInvoiceID,
-		&r.FetchedAt, &r.PauseCollection)
+		&r.FetchedAt, &r.PauseCollection, &r.StartDate, &r.StripeCreated, &r.HasPlanItem)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("billing: load subscription: %w", err)
 	}
-	rows, err := tx.Query(ctx, `SELECT item_id, price_id, quantity FROM subscription_items WHERE subscription_id = $1 ORDER BY item_id`, id)
+	rows, err := tx.Query(ctx, `SELECT item_id, price_id, coalesce(product_id, ''), quantity FROM subscription_items WHERE subscription_id = $1 ORDER BY item_id`, id)
 	if err != nil {
 		return nil, fmt.Errorf("billing: load subscription items: %w", err)
 	}
 	var it itemView
 	r.Items = []itemView{}
-	if _, err := pgx.ForEachRow(rows, []any{&it.ID, &it.PriceID, &it.Quantity}, func() error {
+	if _, err := pgx.ForEachRow(rows, []any{&it.ID, &it.PriceID, &it.ProductID, &it.Quantity}, func() error {
 		r.Items = append(r.Items, it)
 		return nil
 	}); err != nil {
@@ -76,8 +81,8 @@ func saveSub(ctx context.Context, tx pgx.Tx, id, customer string, r *subRow) err
 		INSERT INTO subscriptions (id, tenant_id, stripe_customer_id, stripe_price_id, stripe_item_id, status,
 			current_period_start, current_period_end, cancel_at_period_end, trial_end, trial_will_end_at,
 			past_due_since, grace_ends_at, payment_attempts, next_payment_attempt, canceled_at, last_event_at,
-			plan_quantity, last_event_id, latest_invoice_id, fetched_at, pause_collection)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
+			plan_quantity, last_event_id, latest_invoice_id, fetched_at, pause_collection, start_date, stripe_created, has_plan_item)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)
 		ON CONFLICT (id) DO UPDATE SET tenant_id = EXCLUDED.tenant_id, stripe_customer_id = EXCLUDED.stripe_customer_id,
 			stripe_price_id = EXCLUDED.stripe_price_id, stripe_item_id = EXCLUDED.stripe_item_id, status = EXCLUDED.status,
 			current_period_start = EXCLUDED.current_period_start, current_period_end = EXCLUDED.current_period_end,
@@ -87,10 +92,13 @@ func saveSub(ctx context.Context, tx pgx.Tx, id, customer string, r *subRow) err
 			next_payment_attempt = EXCLUDED.next_payment_attempt, canceled_at = EXCLUDED.canceled_at,
 			last_event_at = EXCLUDED.last_event_at, plan_quantity = EXCLUDED.plan_quantity,
 			last_event_id = EXCLUDED.last_event_id, latest_invoice_id = EXCLUDED.latest_invoice_id,
-			fetched_at = EXCLUDED.fetched_at, pause_collection = EXCLUDED.pause_collection, updated_at = now()`,
+			fetched_at = EXCLUDED.fetched_at, pause_collection = EXCLUDED.pause_collection,
+			start_date = EXCLUDED.start_date, stripe_created = EXCLUDED.stripe_created, has_plan_item = EXCLUDED.has_plan_item,
+			updated_at = now()`,
 		id, r.TenantID, customer, r.PriceID, r.ItemID, r.Status, r.PeriodStart, r.PeriodEnd, r.CancelAtPeriodEnd,
 		r.TrialEnd, r.TrialWillEndAt, r.PastDueSince, r.GraceEndsAt, r.PaymentAttempts, r.NextPaymentAttempt,
-		r.CanceledAt, r.LastEventAt, max(r.PlanQuantity, 0), r.LastEventID, r.LatestInvoiceID, r.FetchedAt, r.PauseCollection)
+		r.CanceledAt, r.LastEventAt, max(r.PlanQuantity, 0), r.LastEventID, r.LatestInvoiceID, r.FetchedAt, r.PauseCollection,
+		r.StartDate, r.StripeCreated, r.HasPlanItem)
 	if err != nil {
 		return fmt.Errorf("billing: save subscription: %w", err)
 	}
@@ -104,8 +112,8 @@ func saveSub(ctx context.Context, tx pgx.Tx, id, customer string, r *subRow) err
 		if it.ID == "" || it.PriceID == "" {
 			continue
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO subscription_items (subscription_id, item_id, price_id, quantity)
-			VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, id, it.ID, it.PriceID, max(it.Quantity, 0)); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO subscription_items (subscription_id, item_id, price_id, product_id, quantity)
+			VALUES ($1, $2, $3, nullif($4, ''), $5) ON CONFLICT DO NOTHING`, id, it.ID, it.PriceID, it.ProductID, max(it.Quantity, 0)); err != nil {
 			return fmt.Errorf("billing: save subscription items: %w", err)
 		}
 	}
@@ -163,7 +171,7 @@ func effective(r *subRow) string {
 	for _, it := range r.Items {
 		items = append(items, fmt.Sprintf("%s=%d", it.PriceID, it.Quantity))
 	}
-	return strings.Join([]string{r.Status, p, fmt.Sprint(r.PlanQuantity), f(r.PeriodStart), f(r.PeriodEnd), fmt.Sprint(r.CancelAtPeriodEnd),
+	return strings.Join([]string{r.Status, p, fmt.Sprint(r.HasPlanItem), f(r.StartDate), f(r.StripeCreated), fmt.Sprint(r.PlanQuantity), f(r.PeriodStart), f(r.PeriodEnd), fmt.Sprint(r.CancelAtPeriodEnd),
 		f(r.TrialEnd), f(r.TrialWillEndAt), f(r.GraceEndsAt), fmt.Sprint(r.PaymentAttempts), f(r.NextPaymentAttempt),
 		strings.Join(items, ",")}, "|")
 }

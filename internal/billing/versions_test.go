@@ -14,9 +14,10 @@ import (
 )
 
 // The API versions real accounts send: the one stripe-go v79 pins, acacia,
-// and basil and clover, which moved the period onto subscription items and
-// an invoice's subscription under parent.subscription_details.
-var apiVersions = []string{"2024-06-20", "2024-09-30.acacia", "2025-03-31.basil", "2025-09-30.clover"}
+// and basil on (clover, dahlia, endive), which moved the period onto
+// subscription items and an invoice's subscription under
+// parent.subscription_details.
+var apiVersions = []string{"2024-06-20", "2024-09-30.acacia", "2025-03-31.basil", "2025-09-30.clover", "2026-03-25.dahlia", "2026-09-30.endive"}
 
 // vev fills a versioned fixture (testdata/stripe/events/versions).
 type vev struct {

@@ -20,8 +20,12 @@ type Addon struct {
 	Name          string           `json:"name"`
 	Quotas        map[string]int64 `json:"quotas"` // meter → extra units per unit of quantity
 	Features      []string         `json:"features"`
-	CreatedAt     time.Time        `json:"created_at"`
-	UpdatedAt     time.Time        `json:"updated_at"`
+	// StripePriceIDs are every price that grants it, StripePriceID first;
+	// StripeProductID, when set, maps every price of the product.
+	StripePriceIDs  []string  `json:"stripe_price_ids"`
+	StripeProductID string    `json:"stripe_product_id,omitempty"`
+	CreatedAt       time.Time `json:"created_at"`
+	UpdatedAt       time.Time `json:"updated_at"`
 }
 
 // AddonInput is the body of PUT /admin/v1/addons/{price_id}.
@@ -29,6 +33,21 @@ type AddonInput struct {
 	Name     string           `json:"name"`
 	Quotas   map[string]int64 `json:"quotas"`
 	Features []string         `json:"features"`
+	// StripePriceIDs are more prices that grant the same (the path's price
+	// is always the first); StripeProductID maps every price of a product.
+	StripePriceIDs  []string `json:"stripe_price_ids"`
+	StripeProductID string   `json:"stripe_product_id"`
+}
+
+// prices is the path's price followed by the others.
+func (in *AddonInput) prices(priceID string) []string {
+	out := []string{priceID}
+	for _, p := range in.StripePriceIDs {
+		if p != priceID {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Validate names every bad field.
@@ -60,17 +79,21 @@ func (in *AddonInput) Validate(priceID string) error {
 			v.Add(fmt.Sprintf("features[%d]", i), "must be 1-%d characters without spaces", maxFeatureLen)
 		}
 	}
+	validatePrices(&v, in.StripePriceIDs, in.StripeProductID)
 	if len(in.Quotas) == 0 && len(in.Features) == 0 {
 		v.Add("quotas", "an add-on must grant quota or features")
 	}
 	return v.Err()
 }
 
-const addonCols = `stripe_price_id, name, quotas, features, created_at, updated_at`
+const addonCols = `stripe_price_id, name, quotas, features,
+  coalesce((SELECT array_agg(c.stripe_price_id ORDER BY c.position, c.stripe_price_id) FROM catalogue_prices c WHERE c.addon_price_id = addon_grants.stripe_price_id), '{}'),
+  coalesce((SELECT c.stripe_product_id FROM catalogue_products c WHERE c.addon_price_id = addon_grants.stripe_price_id), ''),
+  created_at, updated_at`
 
 func scanAddon(r pgx.CollectableRow) (Addon, error) {
 	var a Addon
-	err := r.Scan(&a.StripePriceID, &a.Name, &a.Quotas, &a.Features, &a.CreatedAt, &a.UpdatedAt)
+	err := r.Scan(&a.StripePriceID, &a.Name, &a.Quotas, &a.Features, &a.StripePriceIDs, &a.StripeProductID, &a.CreatedAt, &a.UpdatedAt)
 	if a.Quotas == nil {
 		a.Quotas = map[string]int64{}
 	}
@@ -128,20 +151,19 @@ func (s *Service) PutAddon(ctx context.Context, priceID string, in AddonInput) (
 	}
 	var created bool
 	snaps, err := s.Update(ctx, func(ctx context.Context, w *Writes) error {
-		var plan string
-		err := w.tx.QueryRow(ctx, `SELECT key FROM plans WHERE stripe_price_id = $1`, priceID).Scan(&plan)
-		if err == nil {
-			return apperr.Invalidf("stripe_price_id", "price %s is plan %s's price; a price is a plan or an add-on, not both", priceID, plan)
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		err = w.tx.QueryRow(ctx, `
+		err := w.tx.QueryRow(ctx, `
 INSERT INTO addon_grants (stripe_price_id, name, quotas, features) VALUES ($1, $2, $3, $4)
 ON CONFLICT (stripe_price_id) DO UPDATE SET name = EXCLUDED.name, quotas = EXCLUDED.quotas, features = EXCLUDED.features, updated_at = now()
 RETURNING (xmax = 0)`, priceID, in.Name, in.Quotas, in.Features).Scan(&created)
 		if err != nil {
 			return pgError(err)
+		}
+		// Tenants of the prices it had and of the ones it has now.
+		if err := s.touchAddonTenants(ctx, w, priceID, "add-on "+priceID+" changed"); err != nil {
+			return err
+		}
+		if err := savePrices(ctx, w.tx, owner{addon: priceID}, "stripe_price_ids", in.prices(priceID), in.StripeProductID); err != nil {
+			return err
 		}
 		return s.touchAddonTenants(ctx, w, priceID, "add-on "+priceID+" changed")
 	})
@@ -177,7 +199,11 @@ func (s *Service) DeleteAddon(ctx context.Context, priceID string) error {
 // touchAddonTenants marks the tenants with a subscription item of the price.
 func (s *Service) touchAddonTenants(ctx context.Context, w *Writes, priceID, reason string) error {
 	rows, err := w.tx.Query(ctx, `SELECT DISTINCT s.tenant_id::text FROM subscription_items i
-		JOIN subscriptions s ON s.id = i.subscription_id WHERE i.price_id = $1 ORDER BY 1`, priceID)
+		JOIN subscriptions s ON s.id = i.subscription_id
+		WHERE i.price_id = $1
+		   OR i.price_id IN (SELECT stripe_price_id FROM catalogue_prices WHERE addon_price_id = $1)
+		   OR i.product_id IN (SELECT stripe_product_id FROM catalogue_products WHERE addon_price_id = $1)
+		ORDER BY 1`, priceID)
 	if err != nil {
 		return fmt.Errorf("tenants of add-on: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"sort"
@@ -43,9 +44,19 @@ const (
 // Plan is a stored plan. Rate nil and Concurrency nil mean unlimited; a meter
 // without a quota is unlimited.
 type Plan struct {
-	Key           string           `json:"key"`
-	Name          string           `json:"name"`
-	StripePriceID string           `json:"stripe_price_id,omitempty"`
+	Key  string `json:"key"`
+	Name string `json:"name"`
+	// StripePriceID is the first of StripePriceIDs (the self-serve
+	// default), kept in answers for clients of the one-price API.
+	StripePriceID string `json:"stripe_price_id,omitempty"`
+	// StripePriceIDs are every price that maps to the plan, the self-serve
+	// default first.
+	StripePriceIDs []string `json:"stripe_price_ids"`
+	// StripeProductID, when set, maps every price of the product.
+	StripeProductID string `json:"stripe_product_id,omitempty"`
+	// PriceVersions pins prices to a version of the plan: a subscription
+	// on such a price gets that version's limits (a legacy price).
+	PriceVersions map[string]int64 `json:"price_versions,omitempty"`
 	Rate          *limiter.Rate    `json:"rate"`
 	Concurrency   *int64           `json:"concurrency"`
 	Quotas        map[string]Quota `json:"quotas"`
@@ -81,15 +92,27 @@ type Quota struct {
 // PlanInput is the body of a plan create (and, merged onto the stored plan,
 // of a patch). Pointers tell "absent" from zero.
 type PlanInput struct {
-	Key           string                 `json:"key"`
-	Name          string                 `json:"name"`
-	StripePriceID string                 `json:"stripe_price_id"`
-	Rate          *RateInput             `json:"rate"`        // nil = unlimited
-	Concurrency   *int64                 `json:"concurrency"` // nil or 0 = unlimited
-	Quotas        map[string]*QuotaInput `json:"quotas"`      // a nil entry removes the meter
-	Features      []string               `json:"features"`
-	QuotaWindow   string                 `json:"quota_window"` // "" = month
-	Public        *bool                  `json:"public"`       // nil = true (offered to tenants)
+	Key  string `json:"key"`
+	Name string `json:"name"`
+	// StripePriceID is the one-price form of StripePriceIDs, accepted for
+	// one release: when set it stands for stripe_price_ids [it] (unless
+	// the list starts with it already).
+	StripePriceID   string   `json:"stripe_price_id"`
+	StripePriceIDs  []string `json:"stripe_price_ids"`
+	StripeProductID string   `json:"stripe_product_id"`
+	// PriceVersions pins some of the prices to a version of the plan.
+	PriceVersions map[string]int64 `json:"price_versions"`
+	// Apply (PATCH only) is whom an edit reaches: ApplyAll (default), or
+	// ApplyNew, which keeps the tenants on the plan on their version.
+	Apply string `json:"apply"`
+	// legacyPrice: the prices came from stripe_price_id, which errors name.
+	legacyPrice bool
+	Rate        *RateInput             `json:"rate"`        // nil = unlimited
+	Concurrency *int64                 `json:"concurrency"` // nil or 0 = unlimited
+	Quotas      map[string]*QuotaInput `json:"quotas"`      // a nil entry removes the meter
+	Features    []string               `json:"features"`
+	QuotaWindow string                 `json:"quota_window"` // "" = month
+	Public      *bool                  `json:"public"`       // nil = true (offered to tenants)
 }
 
 // RateInput is a token bucket: PerSecond refill, Burst capacity (default:
@@ -130,6 +153,10 @@ func (in *PlanInput) Validate() error {
 	}
 	if len(in.StripePriceID) > 255 || !token(in.StripePriceID) {
 		v.Add("stripe_price_id", "must be a Stripe price id such as price_123")
+	}
+	validatePrices(&v, in.prices(), in.StripeProductID)
+	if in.Apply != "" && in.Apply != ApplyAll && in.Apply != ApplyNew {
+		v.Add("apply", `must be "all" or "new"`)
 	}
 	if r := in.Rate; r != nil {
 		switch {
@@ -188,10 +215,32 @@ func (in *PlanInput) Validate() error {
 	return v.Err()
 }
 
+// prices is stripe_price_ids with the legacy stripe_price_id applied.
+func (in *PlanInput) prices() []string {
+	if in.StripePriceID != "" && (len(in.StripePriceIDs) == 0 || in.StripePriceIDs[0] != in.StripePriceID) {
+		return []string{in.StripePriceID}
+	}
+	return in.StripePriceIDs
+}
+
+// priceField is the field a price error names: the one the client sent.
+func (in *PlanInput) priceField() string {
+	if in.legacyPrice {
+		return "stripe_price_id"
+	}
+	return "stripe_price_ids"
+}
+
 // normalized fills defaults: name from key, burst from rate, hard mode,
 // features sorted and unique, removed quotas dropped.
 func (in PlanInput) normalized() PlanInput {
 	out := in
+	out.legacyPrice = in.StripePriceID != "" && (len(in.StripePriceIDs) == 0 || in.StripePriceIDs[0] != in.StripePriceID)
+	out.StripePriceIDs = append([]string{}, in.prices()...)
+	out.StripePriceID = ""
+	if len(out.StripePriceIDs) > 0 {
+		out.StripePriceID = out.StripePriceIDs[0]
+	}
 	out.Name = strings.TrimSpace(out.Name)
 	if out.Name == "" {
 		out.Name = out.Key
@@ -237,8 +286,10 @@ func (in PlanInput) normalized() PlanInput {
 // Input is the plan as a PlanInput, the starting point of a patch.
 func (p Plan) Input() PlanInput {
 	public := p.Public
-	in := PlanInput{Key: p.Key, Name: p.Name, StripePriceID: p.StripePriceID, Features: append([]string(nil), p.Features...),
-		QuotaWindow: p.QuotaWindow, Public: &public}
+	in := PlanInput{Key: p.Key, Name: p.Name, StripePriceIDs: append([]string{}, p.StripePriceIDs...), StripeProductID: p.StripeProductID,
+		PriceVersions: maps.Clone(p.PriceVersions),
+		Features:      append([]string(nil), p.Features...),
+		QuotaWindow:   p.QuotaWindow, Public: &public}
 	if p.Rate != nil {
 		ps, b := p.Rate.PerSecond, p.Rate.Burst
 		in.Rate = &RateInput{PerSecond: &ps, Burst: &b}
@@ -353,7 +404,20 @@ func (s *Service) patchPlanTx(ctx context.Context, tx pgx.Tx, key string, patch 
 		return Plan{}, Plan{}, nil, err
 	}
 	in = in.normalized()
+	// Every version tenants or prices may keep has its record; with
+	// "apply": "new" the tenants on the plan keep this one.
+	if err := saveVersion(ctx, tx, before); err != nil {
+		return Plan{}, Plan{}, nil, err
+	}
+	if in.Apply == ApplyNew {
+		if err := grandfather(ctx, tx, before); err != nil {
+			return Plan{}, Plan{}, nil, err
+		}
+	}
 	if err := updatePlan(ctx, tx, in); err != nil {
+		return Plan{}, Plan{}, nil, err
+	}
+	if err := savePriceVersions(ctx, tx, in.Key, in.PriceVersions, before.Version+1); err != nil {
 		return Plan{}, Plan{}, nil, err
 	}
 	if after, err = getPlan(ctx, tx, key, false); err != nil {
@@ -370,7 +434,7 @@ func (s *Service) patchPlanTx(ctx context.Context, tx pgx.Tx, key string, patch 
 // may have sent them to it.
 func (s *Service) tenantsReachedBy(ctx context.Context, q postgres.Querier, key string) ([]string, error) {
 	rows, err := q.Query(ctx, `
-SELECT id::text FROM tenants WHERE plan_key = $1
+SELECT id::text FROM tenants WHERE plan_key = $1 AND plan_version IS NULL
 UNION
 SELECT DISTINCT tenant_id::text FROM subscriptions
  WHERE $1 = $2 AND status NOT IN ('active', 'trialing')
@@ -382,7 +446,11 @@ ORDER BY 1`, key, s.opts.DefaultPlan)
 }
 
 const planSelect = `
-SELECT p.key, p.name, coalesce(p.stripe_price_id, ''), p.rate_per_second, p.rate_burst, p.concurrency,
+SELECT p.key, p.name, coalesce(p.stripe_price_id, ''),
+       coalesce((SELECT array_agg(c.stripe_price_id ORDER BY c.position) FROM catalogue_prices c WHERE c.plan_key = p.key), '{}'),
+       coalesce((SELECT c.stripe_product_id FROM catalogue_products c WHERE c.plan_key = p.key), ''),
+       (SELECT jsonb_object_agg(c.stripe_price_id, c.plan_version) FROM catalogue_prices c WHERE c.plan_key = p.key AND c.plan_version IS NOT NULL),
+       p.rate_per_second, p.rate_burst, p.concurrency,
        p.features, p.quota_window, p.public, p.created_at, p.updated_at, p.version,
        coalesce((SELECT jsonb_object_agg(q.meter, jsonb_build_object('limit', q.quota_limit, 'mode', q.mode,
                         'stripe_meter_event', coalesce(q.stripe_meter_event, ''), 'stripe_report', q.stripe_report,
@@ -396,7 +464,7 @@ func scanPlan(row pgx.CollectableRow) (Plan, error) {
 		rps   *float64
 		burst *int64
 	)
-	if err := row.Scan(&p.Key, &p.Name, &p.StripePriceID, &rps, &burst, &p.Concurrency, &p.Features,
+	if err := row.Scan(&p.Key, &p.Name, &p.StripePriceID, &p.StripePriceIDs, &p.StripeProductID, &p.PriceVersions, &rps, &burst, &p.Concurrency, &p.Features,
 		&p.QuotaWindow, &p.Public, &p.CreatedAt, &p.UpdatedAt, &p.Version, &p.Quotas); err != nil {
 		return Plan{}, err
 	}
@@ -405,6 +473,9 @@ func scanPlan(row pgx.CollectableRow) (Plan, error) {
 	}
 	if p.Features == nil {
 		p.Features = []string{}
+	}
+	if p.StripePriceIDs == nil {
+		p.StripePriceIDs = []string{}
 	}
 	if p.Quotas == nil {
 		p.Quotas = map[string]Quota{}
@@ -435,15 +506,30 @@ func insertPlan(ctx context.Context, tx pgx.Tx, in PlanInput) error {
 	rps, burst := rateCols(in.Rate)
 	_, err := tx.Exec(ctx, `
 INSERT INTO plans (key, name, stripe_price_id, rate_per_second, rate_burst, concurrency, features, quota_window, public)
-VALUES ($1, $2, nullif($3, ''), $4, $5, $6, $7, $8, $9)`,
-		in.Key, in.Name, in.StripePriceID, rps, burst, in.Concurrency, in.Features, in.QuotaWindow, *in.Public)
+VALUES ($1, $2, NULL, $3, $4, $5, $6, $7, $8)`,
+		in.Key, in.Name, rps, burst, in.Concurrency, in.Features, in.QuotaWindow, *in.Public)
 	if err != nil {
 		return pgError(err)
+	}
+	// The prices are checked (and a price mapped twice named) before the
+	// default price goes into plans.stripe_price_id, the one-price column
+	// that older readers and the self-serve default use.
+	if err := savePrices(ctx, tx, owner{plan: in.Key}, in.priceField(), in.StripePriceIDs, in.StripeProductID); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE plans SET stripe_price_id = nullif($2, '') WHERE key = $1`, in.Key, in.StripePriceID); err != nil {
+		return pgError(err)
+	}
+	if err := savePriceVersions(ctx, tx, in.Key, in.PriceVersions, 1); err != nil {
+		return err
 	}
 	return insertQuotas(ctx, tx, in)
 }
 
 func updatePlan(ctx context.Context, tx pgx.Tx, in PlanInput) error {
+	if err := savePrices(ctx, tx, owner{plan: in.Key}, in.priceField(), in.StripePriceIDs, in.StripeProductID); err != nil {
+		return err
+	}
 	rps, burst := rateCols(in.Rate)
 	_, err := tx.Exec(ctx, `
 UPDATE plans SET name = $2, stripe_price_id = nullif($3, ''), rate_per_second = $4, rate_burst = $5,

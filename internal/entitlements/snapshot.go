@@ -34,12 +34,16 @@ type inputs struct {
 	overrides   []override
 	// addons are the subscription's add-on items with what they grant.
 	addons []addonItem
-	now    time.Time
+	// overlapping are the tenant's other live plan subscriptions (a
+	// re-subscribe beside the old one): shown, never enforced.
+	overlapping []string
+	now         time.Time
 }
 
 // addonItem is one add-on item: its grant and the item's quantity.
 type addonItem struct {
 	price, name string
+	sub         string // the subscription whose item it is
 	quotas      map[string]int64
 	features    []string
 	qty         int64
@@ -99,9 +103,42 @@ SELECT id, status, coalesce(stripe_price_id, ''), current_period_start, current_
 		return fmt.Errorf("read subscription: %w", err)
 	default:
 		in.sub = &sub
-		if err := readAddons(ctx, q, in); err != nil {
+		in.sub.Addons = []SubscriptionAddon{}
+	}
+	// The plan's limits are those of the version the tenant holds: a price
+	// pinned to a version, else the tenant's grandfathered version, else
+	// the current one (issue 25).
+	v := int64(0)
+	if in.tenant.PlanVersion != nil {
+		v = *in.tenant.PlanVersion
+	}
+	if in.sub != nil && in.sub.StripePriceID != "" {
+		var pinned *int64
+		err := q.QueryRow(ctx, `SELECT plan_version FROM catalogue_prices WHERE stripe_price_id = $1 AND plan_key = $2`,
+			in.sub.StripePriceID, in.tenant.Plan).Scan(&pinned)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return fmt.Errorf("read price version: %w", err)
+		}
+		if pinned != nil {
+			v = *pinned
+		}
+	}
+	if in.plan.Key != "" {
+		if in.plan, err = planVersion(ctx, q, in.plan, v); err != nil {
 			return err
 		}
+	}
+	// Add-ons come from every live subscription, the plan's and the ones
+	// billed on their own (issue 25).
+	if err := s.readAddons(ctx, q, in); err != nil {
+		return err
+	}
+	rows, err = q.Query(ctx, OverlappingSubscriptionsOf("$1"), in.tenant.ID)
+	if err != nil {
+		return fmt.Errorf("read overlapping subscriptions: %w", err)
+	}
+	if in.overlapping, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return fmt.Errorf("read overlapping subscriptions: %w", err)
 	}
 	rows, err = q.Query(ctx, `
 SELECT id, meter, extra, quota_limit, mode, reason, expires_at FROM quota_overrides
@@ -134,6 +171,9 @@ func (s *Service) compute(in inputs, why *explainer) limiter.Snapshot {
 		Status:   status,
 		Version:  in.tenant.EntitlementVersion,
 		Quotas:   map[string]limiter.Quota{},
+	}
+	if plan.Key != "" {
+		snap.PlanVersion = plan.Version
 	}
 	if plan.Rate != nil {
 		r := *plan.Rate
@@ -276,25 +316,51 @@ func keepOwnLimits(snap *limiter.Snapshot, own Plan, why *explainer) {
 	}
 }
 
-// readAddons reads the add-on items of in.sub with their grants.
-func readAddons(ctx context.Context, q postgres.Querier, in *inputs) error {
+// readAddons reads the add-on items of every live subscription of the
+// tenant (active, trialing, or past_due within its grace period) with their
+// grants. A subscription that ended, or whose grace ended, stops
+// contributing.
+//
+// The current subscription's add-ons are read whatever its status, so that
+// a fallback can say which add-ons it took away (Explain).
+func (s *Service) readAddons(ctx context.Context, q postgres.Querier, in *inputs) error {
+	currentID := ""
+	if in.sub != nil {
+		currentID = in.sub.ID
+	}
 	rows, err := q.Query(ctx, `
-SELECT a.stripe_price_id, a.name, a.quotas, a.features, i.quantity
-  FROM subscription_items i JOIN addon_grants a ON a.stripe_price_id = i.price_id
- WHERE i.subscription_id = $1
- ORDER BY i.item_id`, in.sub.ID)
+SELECT a.stripe_price_id, a.name, a.quotas, a.features, i.quantity, s.id, s.status, s.grace_ends_at, s.past_due_since
+  FROM subscriptions s
+  JOIN subscription_items i ON i.subscription_id = s.id
+  JOIN LATERAL (`+addonOfItemSQL("i.price_id", "i.product_id")+`) m ON true
+  JOIN addon_grants a ON a.stripe_price_id = m.addon_price_id
+ WHERE s.tenant_id = $1 AND (s.status IN (`+liveStatuses+`) OR s.id = $2)
+ ORDER BY s.id = $2 DESC, s.id, i.item_id`, in.tenant.ID, currentID)
 	if err != nil {
 		return fmt.Errorf("read add-ons: %w", err)
 	}
 	var (
-		price, name string
-		it          addonItem
+		price, name, sub, status string
+		graceEnd, pastDue        *time.Time
+		it                       addonItem
 	)
-	in.sub.Addons = []SubscriptionAddon{}
-	_, err = pgx.ForEachRow(rows, []any{&price, &name, &it.quotas, &it.features, &it.qty}, func() error {
-		it.price, it.name = price, name
+	_, err = pgx.ForEachRow(rows, []any{&price, &name, &it.quotas, &it.features, &it.qty, &sub, &status, &graceEnd, &pastDue}, func() error {
+		if status == StatusPastDue && sub != currentID {
+			end := graceEnd
+			if end == nil && pastDue != nil {
+				g := pastDue.Add(s.opts.GracePeriod)
+				end = &g
+			}
+			if end != nil && !in.now.Before(*end) {
+				it = addonItem{}
+				return nil
+			}
+		}
+		it.price, it.name, it.sub = price, name, sub
 		in.addons = append(in.addons, it)
-		in.sub.Addons = append(in.sub.Addons, SubscriptionAddon{StripePriceID: price, Name: name, Quantity: it.qty})
+		if in.sub != nil {
+			in.sub.Addons = append(in.sub.Addons, SubscriptionAddon{StripePriceID: price, Name: name, Quantity: it.qty, SubscriptionID: sub})
+		}
 		it = addonItem{}
 		return nil
 	})

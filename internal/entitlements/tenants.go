@@ -27,6 +27,9 @@ type Tenant struct {
 	EntitlementVersion int64     `json:"entitlement_version"`
 	CreatedAt          time.Time `json:"created_at"`
 	UpdatedAt          time.Time `json:"updated_at"`
+	// PlanVersion is the plan version a grandfathered tenant keeps (after
+	// a PATCH with "apply": "new"); nil = the plan's current version.
+	PlanVersion *int64 `json:"plan_version"`
 }
 
 // TenantInput is the body of a tenant create; Plan defaults to the default plan.
@@ -82,6 +85,9 @@ type SubscriptionAddon struct {
 	StripePriceID string `json:"stripe_price_id"`
 	Name          string `json:"name"`
 	Quantity      int64  `json:"quantity"`
+	// SubscriptionID is the subscription the item is on: the plan's, or
+	// one that bills the add-on on its own.
+	SubscriptionID string `json:"subscription_id"`
 }
 
 // MeterUsage is the usage of one meter in the current period.
@@ -103,6 +109,13 @@ type TenantDetail struct {
 	EffectivePlan string           `json:"effective_plan"`
 	Subscription  *Subscription    `json:"subscription"`
 	Entitlements  limiter.Snapshot `json:"entitlements"`
+	// Addons are the add-on items of every live subscription (the plan's
+	// and ones that bill an add-on on its own).
+	Addons []SubscriptionAddon `json:"addons"`
+	// OverlappingSubscriptions are the other live subscriptions with a
+	// plan item: the plan comes from Subscription only (the one that
+	// started last); these are shown so that an admin can cancel them.
+	OverlappingSubscriptions []string `json:"overlapping_subscriptions"`
 	// Usage is left empty here: "used" is metering's (it owns the usage
 	// tables, and metering imports entitlements, not the other way), so
 	// the reader layer (httpapi) fills it from metering.Service.Usage,
@@ -124,12 +137,12 @@ type Page struct {
 }
 
 const tenantCols = `t.id::text, t.name, t.plan_key, coalesce(t.stripe_customer_id, ''), t.stripe_features,
-       t.period_anchor, t.entitlement_version, t.created_at, t.updated_at`
+       t.period_anchor, t.entitlement_version, t.created_at, t.updated_at, t.plan_version`
 
 func scanTenant(row pgx.CollectableRow) (Tenant, error) {
 	var t Tenant
 	err := row.Scan(&t.ID, &t.Name, &t.Plan, &t.StripeCustomerID, &t.StripeFeatures, &t.PeriodAnchor,
-		&t.EntitlementVersion, &t.CreatedAt, &t.UpdatedAt)
+		&t.EntitlementVersion, &t.CreatedAt, &t.UpdatedAt, &t.PlanVersion)
 	if t.StripeFeatures == nil {
 		t.StripeFeatures = []string{}
 	}
@@ -288,7 +301,16 @@ func (s *Service) detail(ctx context.Context, id string) (TenantDetail, error) {
 		return TenantDetail{}, err
 	}
 	snap := s.compute(in, nil)
-	return TenantDetail{Tenant: t, Status: snap.Status, EffectivePlan: snap.Plan, Subscription: in.sub, Entitlements: snap}, nil
+	addons := make([]SubscriptionAddon, 0, len(in.addons))
+	for _, a := range in.addons {
+		addons = append(addons, SubscriptionAddon{StripePriceID: a.price, Name: a.name, Quantity: a.qty, SubscriptionID: a.sub})
+	}
+	overlapping := in.overlapping
+	if overlapping == nil {
+		overlapping = []string{}
+	}
+	return TenantDetail{Tenant: t, Status: snap.Status, EffectivePlan: snap.Plan, Subscription: in.sub, Entitlements: snap,
+		Addons: addons, OverlappingSubscriptions: overlapping}, nil
 }
 
 // TenantByCustomer finds the tenant linked to a Stripe customer.
@@ -348,7 +370,10 @@ func setPlanTx(ctx context.Context, tx pgx.Tx, tenantID, planKey string) error {
 	if !exists {
 		return apperr.Invalidf("plan", "no plan %q", planKey)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE tenants SET plan_key = $2, updated_at = now() WHERE id = $1`, tenantID, planKey); err != nil {
+	// A new plan is its current version; the same plan keeps the version
+	// the tenant holds (grandfathered until migrated).
+	if _, err := tx.Exec(ctx, `UPDATE tenants SET plan_version = CASE WHEN plan_key = $2 THEN plan_version END, plan_key = $2, updated_at = now()
+		WHERE id = $1`, tenantID, planKey); err != nil {
 		return pgError(err)
 	}
 	return nil

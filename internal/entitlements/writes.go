@@ -199,7 +199,7 @@ func (w *Writes) UnlinkCustomer(ctx context.Context, customer string) (string, e
 
 // SetPlan puts a tenant on a plan; changed is false when it was on it.
 func (w *Writes) SetPlan(ctx context.Context, tenantID, planKey string) (changed bool, err error) {
-	tag, err := w.tx.Exec(ctx, `UPDATE tenants SET plan_key = $2, updated_at = now() WHERE id = $1 AND plan_key <> $2`, tenantID, planKey)
+	tag, err := w.tx.Exec(ctx, `UPDATE tenants SET plan_key = $2, plan_version = NULL, updated_at = now() WHERE id = $1 AND plan_key <> $2`, tenantID, planKey)
 	if err != nil {
 		return false, fmt.Errorf("entitlements: set plan: %w", pgError(err))
 	}
@@ -237,18 +237,11 @@ func (w *Writes) SetStripeFeatures(ctx context.Context, tenantID string, keys []
 	return true, nil
 }
 
-// PlanForPrice is the plan whose stripe_price_id is price, or "".
+// PlanForPrice is the plan a price maps to (one of its stripe_price_ids),
+// or "".
 func (w *Writes) PlanForPrice(ctx context.Context, price string) (string, error) {
 	if price == "" {
 		return "", nil
 	}
-	var key string
-	err := w.tx.QueryRow(ctx, `SELECT key FROM plans WHERE stripe_price_id = $1`, price).Scan(&key)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", nil
-	}
-	if err != nil {
-		return "", fmt.Errorf("entitlements: plan by price: %w", err)
-	}
-	return key, nil
+	return w.PlanForItem(ctx, price, "")
 }

@@ -61,6 +61,23 @@ func (s *Server) handlePatchPlan() echo.HandlerFunc {
 	}
 }
 
+// handleMigratePlan moves the tenants grandfathered on an older version of
+// the plan to its current one (issue 25); "dry_run": true answers the same
+// and changes nothing. Both are audited.
+func (s *Server) handleMigratePlan() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		var in entitlements.MigrateInput
+		if err := decodeBody(c, &in); err != nil {
+			return err
+		}
+		m, err := s.Entitlements.MigratePlan(c.Request().Context(), c.Param("key"), in)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, m)
+	}
+}
+
 // decodeBody is decodeJSON that also answers 413 for a body without
 // Content-Length (chunked) that crosses the body limit while being read:
 // the limit middleware then fails the read, which decodeJSON alone would

@@ -40,6 +40,7 @@ func (s *Server) routes() {
 	admin.GET("/plans", s.handleListPlans())
 	admin.GET("/plans/:key", s.handleGetPlan())
 	admin.PATCH("/plans/:key", s.handlePatchPlan(), s.audited("plan.edit"))
+	admin.POST("/plans/:key/migrate", s.handleMigratePlan(), s.audited("plan.migrate"))
 	admin.GET("/addons", s.handleListAddons())
 	admin.GET("/addons/:price_id", s.handleGetAddon())
 	admin.PUT("/addons/:price_id", s.handlePutAddon(), s.audited("addon.put"))

@@ -20,6 +20,9 @@ type entitlementsBody struct {
 	Quotas      map[string]limiter.Quota `json:"quotas"`
 	Period      periodBody               `json:"period"`
 	Version     int64                    `json:"version"`
+	// PlanVersion is the version of the plan whose limits apply (a
+	// grandfathered tenant keeps an older one).
+	PlanVersion int64 `json:"plan_version,omitempty"`
 }
 
 type periodBody struct {
@@ -35,7 +38,7 @@ func (s *Server) handleEntitlements() echo.HandlerFunc {
 		}
 		b := entitlementsBody{
 			TenantID: snap.TenantID, Plan: snap.Plan, Status: snap.Status, Features: snap.Features,
-			Rate: snap.Rate, Quotas: snap.Quotas, Version: snap.Version,
+			Rate: snap.Rate, Quotas: snap.Quotas, Version: snap.Version, PlanVersion: snap.PlanVersion,
 			Period: periodBody{Start: snap.PeriodStart, End: snap.PeriodEnd},
 		}
 		if snap.Concurrency > 0 {

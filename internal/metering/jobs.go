@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
+
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
 // ClosePeriodsArgs closes finished periods: a final flush, then closed_at
@@ -44,15 +46,30 @@ UPDATE usage_periods SET closed_at = $1, updated_at = $1
 	if err != nil {
 		return 0, fmt.Errorf("metering: close periods: %w", err)
 	}
-	if n := tag.RowsAffected(); n > 0 {
-		s.log.InfoContext(ctx, "periods closed", "count", n)
+	// A window that a new billing cycle anchor cut short (since
+	// 2025-12-15.clover the customer portal may move it): the tenant's
+	// current subscription period now starts inside an open window, which
+	// ended there. It is closed with its figure and the end it really had,
+	// once the grace has passed as for any other window (issue 25).
+	moved, err := s.db.Exec(ctx, `
+UPDATE usage_periods u SET closed_at = $1, updated_at = $1, period_end = s.current_period_start
+  FROM tenants t
+  JOIN LATERAL (`+entitlements.CurrentSubscriptionOf("t.id")+`) s ON true
+ WHERE u.tenant_id = t.id AND u.closed_at IS NULL AND s.current_period_start IS NOT NULL
+   AND u.period_start < s.current_period_start AND u.period_end > s.current_period_start
+   AND s.current_period_start <= $2`, now, now.Add(-s.opts.CloseGrace))
+	if err != nil {
+		return tag.RowsAffected(), fmt.Errorf("metering: close moved periods: %w", err)
+	}
+	if n := tag.RowsAffected() + moved.RowsAffected(); n > 0 {
+		s.log.InfoContext(ctx, "periods closed", "count", n, "cut_short", moved.RowsAffected())
 	}
 	// A flushing record lives 40 days in Redis (limiter's claim TTL); a
 	// batch id older than that can never be replayed.
 	if _, err := s.db.Exec(ctx, `DELETE FROM usage_flushes WHERE flushed_at < $1`, now.Add(-41*24*time.Hour)); err != nil {
-		return tag.RowsAffected(), fmt.Errorf("metering: prune flushes: %w", err)
+		return tag.RowsAffected() + moved.RowsAffected(), fmt.Errorf("metering: prune flushes: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return tag.RowsAffected() + moved.RowsAffected(), nil
 }
 
 // ClosePeriodsPeriodic schedules ClosePeriodsArgs every minute.
