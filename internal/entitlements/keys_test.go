@@ -251,6 +251,7 @@ func TestKeyInUseIsRefreshedBeforeItExpires(t *testing.T) {
 	if _, err := tx.Exec(b.ctx, `LOCK TABLE api_keys IN ACCESS EXCLUSIVE MODE`); err != nil {
 		t.Fatal(err)
 	}
+	refreshed := svc.KeysRefreshed()
 	actx, acancel := context.WithTimeout(b.ctx, 2*time.Second)
 	defer acancel()
 	info, err := svc.Authenticate(actx, k.Key)
@@ -258,6 +259,11 @@ func TestKeyInUseIsRefreshedBeforeItExpires(t *testing.T) {
 		t.Fatalf("Authenticate 40s after the first read, Postgres locked: %+v, %v", info, err)
 	}
 	_ = tx.Rollback(b.ctx)
+	// That use was past half the refreshed entry's TTL too, so it queued a
+	// refresh that waited on the lock: let it land before the key is
+	// revoked, or it may read the revocation itself and the "still
+	// trusted" step below meets a refused key (seen in CI).
+	testkit.Eventually(t, 10*time.Second, "the refresh queued under the lock", func() bool { return svc.KeysRefreshed() > refreshed })
 
 	// A refresh finds a key revoked behind the cache's back (no message).
 	if _, err := b.pool.Exec(b.ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1`, k.ID); err != nil {
