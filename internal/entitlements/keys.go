@@ -254,6 +254,11 @@ func (s *Service) AuthenticateKey(ctx context.Context, rawKey string, suspect bo
 		return KeyInfo{}, apperr.New(apperr.Unauthorized, "invalid API key")
 	}
 	if err != nil {
+		if ctx.Err() != nil {
+			// The caller went away (a client hung up, a gateway's own
+			// deadline): nothing is wrong with Postgres, so no ERROR line.
+			return KeyInfo{}, apperr.New(apperr.Unavailable, "request cancelled")
+		}
 		s.log.ErrorContext(ctx, "api key lookup failed", "err", err)
 		return KeyInfo{}, apperr.New(apperr.Unavailable, "cannot check API keys right now; retry")
 	}

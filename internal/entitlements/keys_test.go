@@ -1,6 +1,7 @@
 package entitlements_test
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"strings"
@@ -277,4 +278,32 @@ func TestKeyInUseIsRefreshedBeforeItExpires(t *testing.T) {
 		_, err := svc.Authenticate(b.ctx, k.Key)
 		return apperr.CodeOf(err) == apperr.Unauthorized
 	})
+}
+
+// A caller that went away before its key was read is no Postgres failure:
+// the lookup answers Unavailable and logs no ERROR line (a gateway's
+// cancelled calls filled the log with them).
+func TestCancelledKeyLookupLogsNoError(t *testing.T) {
+	b := setup(t)
+	var logs bytes.Buffer
+	svc := entitlements.NewService(b.pool, b.store, slog.New(slog.NewJSONHandler(&logs, nil)), entitlements.Options{
+		DefaultPlan: b.free, Redis: b.rdb, Prefix: b.prefix,
+	})
+	tn := b.mustTenant(t, b.free)
+	k, err := b.svc.IssueKey(b.ctx, tn.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(b.ctx)
+	cancel()
+	if _, err := svc.AuthenticateKey(ctx, k.Key, false); apperr.CodeOf(err) != apperr.Unavailable {
+		t.Fatalf("a cancelled lookup: %v, want Unavailable", err)
+	}
+	if strings.Contains(logs.String(), `"level":"ERROR"`) {
+		t.Fatalf("a cancelled lookup logged an error: %s", logs.String())
+	}
+	// The key itself is fine: a live caller is let in.
+	if _, err := svc.AuthenticateKey(b.ctx, k.Key, false); err != nil {
+		t.Fatal(err)
+	}
 }
