@@ -183,10 +183,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	}
 	// SIGTERM is otherwise silent until the process is gone: say that the
 	// drain began and how long it may take, and when it ended.
+	drainLogged := make(chan struct{})
 	stopDrainLog := context.AfterFunc(ctx, func() {
 		log.Info("api draining", "timeout", cfg.ShutdownTimeout.String())
+		close(drainLogged)
 	})
-	defer stopDrainLog()
 	listening := func(addr string) {
 		log.Info("api listening", "addr", addr, "version", buildinfo.Read().Version)
 		if ready != nil {
@@ -203,6 +204,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 		err = g.Wait()
 	} else {
 		err = httpapi.ListenAndServe(ctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, listening)
+	}
+	// AfterFunc runs its line on a goroutine of its own: an idle server
+	// drains faster than it is scheduled, so wait for it (when ctx ended)
+	// and the log reads draining, then stopped.
+	if !stopDrainLog() {
+		<-drainLogged
 	}
 	if err == nil {
 		log.Info("api stopped")
