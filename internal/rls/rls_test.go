@@ -75,7 +75,12 @@ func newInstance(t *testing.T, pool *pgxpool.Pool, prefix string, set setup) *in
 	if mode == "" {
 		mode = limiter.FailLocal
 	}
-	lim, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Loader: ents.LoadSnapshot, UsageLoader: meter.LoadUsage,
+	// The limiter has a client of its own, as cmd/api gives it: sharing one
+	// with the entitlements service's subscription raced inside go-redis's
+	// first handshakes (it writes the shared options when the server lacks
+	// maintenance notifications), which -race reported.
+	limRDB := redis.NewClient(&redis.Options{Addr: set.addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	lim, err := limiter.New(limRDB, limiter.Options{Prefix: prefix, Loader: ents.LoadSnapshot, UsageLoader: meter.LoadUsage,
 		Timeout: timeout, FailMode: limiter.FailModes{Rate: mode, Quota: mode, Concurrency: mode, Window: mode}})
 	if err != nil {
 		t.Fatal(err)
@@ -110,6 +115,7 @@ func newInstance(t *testing.T, pool *pgxpool.Pool, prefix string, set setup) *in
 			t.Errorf("rls.Serve: %v", err)
 		}
 		lim.Close()
+		limRDB.Close()
 		rdb.Close() // ends Run's pub/sub read
 		<-runDone
 	})
