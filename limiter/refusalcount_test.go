@@ -2,6 +2,7 @@ package limiter_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,9 +24,19 @@ func TestCachedRefusalsAreCounted(t *testing.T) {
 			s.Rate = &limiter.Rate{PerSecond: 0.01, Burst: 2} // refills in 100s: the refusal stays cached
 		}))
 		var cacheHits int
+		var subscribed atomic.Bool
 		l := newLimiter(t, rdb, limiter.Options{Prefix: b.prefix, Hooks: limiter.Hooks{
 			OnRefusalCacheHit: func(string) { cacheHits++ },
+			// The subscription's confirmation drops every cached refusal
+			// (invalidations may have been missed before it): wait for it,
+			// or one refusal of the loop goes to Redis (seen in CI).
+			OnInvalidation: func(tenant string, all bool) {
+				if all {
+					subscribed.Store(true)
+				}
+			},
 		}})
+		testkit.Eventually(t, 10*time.Second, "the invalidation subscription confirmed", subscribed.Load)
 		refused := 0
 		for i := 0; i < 20; i++ {
 			d, err := l.Allow(ctx, "hammer", limiter.Request{Cost: 1})
