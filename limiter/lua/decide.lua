@@ -1,0 +1,2 @@
+{{decide_func}}
+return decide(KEYS, ARGV)

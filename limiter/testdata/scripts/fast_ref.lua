@@ -1,0 +1,469 @@
+
+local KEYS, ARGV = KEYS, ARGV
+local floor, ceil, sub = math.floor, math.ceil, string.sub
+local h = redis.call('HMGET', KEYS[1], 'v', 'pl', 'r', 'c', 'q:' .. ARGV[2], 'at', 'fq:' .. ARGV[2])
+if not h[1] then return {3} end
+
+if ARGV[6] and h[1] == ARGV[5] then
+  -- the Loader confirmed this version: young again
+  redis.call('HSET', KEYS[1], 'at', ARGV[6])
+  h[6] = ARGV[6]
+end
+local F = h[7]
+local hv, usedS, qf, ff, period, pend, ei, burst, lim, hard, now_us, now_ms
+if F then
+  local nxt, l0, l1
+  ei, burst, lim, hard, pend, nxt, l0, l1 = struct.unpack('<dddddddd', F)
+  local t = redis.call('TIME')
+  now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  now_ms = floor(now_us / 1000)
+  if now_ms >= pend then
+    local o = 65 + 2 * l0
+    period, pend, qf, ff = 1, nxt, sub(F, o, o + l1 - 1), sub(F, o + l1)
+  else
+    period, qf, ff = 0, sub(F, 65, 64 + l0), sub(F, 65 + l0, 64 + 2 * l0)
+  end
+  hv = redis.call('HMGET', KEYS[2], 'x', 'r', qf, ff)
+  usedS = hv[3]
+end
+if not usedS then
+  local ARGV = {ARGV[1], '0', '1', sub(KEYS[2], 1, -3), '', ARGV[3], ARGV[2], ARGV[4], '0', '0', '0'}
+
+-- count_refusal adds one to the day's refusal count of policy name (the
+-- refusal counts' hash <base>rf:<yyyymmdd>) and notes that hash for the
+-- worker.
+local function count_refusal(now_ms, base, dirty, name)
+  local floor = math.floor
+  local z = floor(now_ms / 86400000) + 719468
+  local era = floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
+  local mp = floor((5 * doy + 2) / 153)
+  local d = doy - floor((153 * mp + 2) / 5) + 1
+  local m = mp + 3
+  if mp >= 10 then m = mp - 9 end
+  if m <= 2 then y = y + 1 end
+  local rk = base .. 'rf:' .. (y * 10000 + m * 100 + d)
+  if redis.call('HINCRBY', rk, name, 1) == 1 then
+    redis.call('EXPIRE', rk, 3456000)
+  end
+  redis.call('ZINCRBY', dirty .. 'rf', 1, rk)
+  redis.call('EXPIRE', dirty .. 'rf', 3456000)
+end
+
+
+local function decide(KEYS, ARGV)
+local tonumber, floor, ceil = tonumber, math.floor, math.ceil
+local t = redis.call('TIME')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = floor(now_us / 1000)
+local cost = tonumber(ARGV[1])
+local peek = ARGV[2] ~= '0'
+local eff = cost
+if peek then eff = tonumber(ARGV[2]) end
+local n = tonumber(ARGV[7])
+local seed = ARGV[6] == '1'
+local h = KEYS[1]
+
+-- Which fields of the hash this decision reads. Each policy's table is
+-- made with every field it may get, so that it is never rehashed.
+local st = {}
+local early = false -- a quota's window has not begun by this clock
+local fields = {'x'}
+local nf = 1
+local o = 8
+local ki = 2
+for i = 1, n do
+  local typ = ARGV[o + 1]
+  local s = {typ = typ, name = ARGV[o + 2], a = tonumber(ARGV[o + 3]), b = tonumber(ARGV[o + 4]), ok = true,
+    rem = 0, reset = 0, retry = 0, period = 0, rem0 = 0, reset0 = false, fi = 0, key = false,
+    tat = 0, ntat = 0, clamped = false, pend = 0, qf = false, ff = false, gf = false, hasg = false, used = 0, fl = 0, fresh = false,
+    w = 0, cur = 0, prev = 0}
+  if typ == 'r' then
+    nf = nf + 1; fields[nf] = 'r'; s.fi = nf
+    o = o + 4
+  elseif typ == 'q' then
+    local pend = tonumber(ARGV[o + 5])
+    if now_ms >= pend then
+      s.period = 1; s.pend = tonumber(ARGV[o + 6]); s.qf = ARGV[o + 9]; s.ff = ARGV[o + 10]
+    else
+      s.pend = pend; s.qf = ARGV[o + 7]; s.ff = ARGV[o + 8]
+    end
+    nf = nf + 1; fields[nf] = s.qf; s.fi = nf
+    nf = nf + 1; fields[nf] = s.ff
+    if now_ms < (tonumber(ARGV[o + 11]) or 0) then early = true end
+    o = o + 11
+  else
+    s.key = KEYS[ki]; ki = ki + 1
+    o = o + 4
+  end
+  st[i] = s
+end
+if early then
+  -- the snapshot's writer's clock ran ahead: the limiter decides on the
+  -- window before (see fastBody)
+  return {5, 0}
+end
+local hv = fields
+if nf > 1 then hv = redis.call('HMGET', h, unpack(fields)) else hv[1] = false end
+local x = tonumber(hv[1]) or 0
+local w = {}    -- field, value pairs for the hash's HSET
+local nw = 0
+local need = 0  -- the expiry (ms) the written fields need at least
+
+local refuse_idx = 0
+local refuse_retry = -1
+local needs = false
+for i = 1, n do
+  local s = st[i]
+  local typ = s.typ
+  local a, b = s.a, s.b
+  if typ == 'r' then
+    local ei = a
+    local boff = ei * b
+    local tat = tonumber(hv[s.fi])
+    if tat == nil or tat < now_us then tat = now_us end
+    -- Under one config tat never passes now + burst allowance; beyond it is
+    -- debt run up at an older, slower rate. Clamp it so that a plan upgrade
+    -- applies at once (an empty bucket refilling at the new rate). The
+    -- repair is written even if this request is refused, or the old debt
+    -- would be clamped afresh on every request and never shrink.
+    if tat > now_us + boff then
+      tat = now_us + boff
+      s.clamped = true
+    end
+    local diff = now_us - (tat + eff * ei - boff)
+    s.rem0 = floor((now_us - tat + boff) / ei)
+    s.reset0 = ceil((tat - now_us) / 1000)
+    s.tat = tat
+    if diff < 0 then
+      s.ok = false
+      s.retry = ceil(-diff / 1000)
+      s.reset = s.retry
+      s.rem = s.rem0
+    else
+      local ntat = floor(tat + cost * ei)
+      s.ntat = ntat
+      s.rem = floor((now_us - ntat + boff) / ei)
+      s.reset = ceil((ntat - now_us) / 1000)
+    end
+  elseif typ == 'q' then
+    local used = tonumber(hv[s.fi])
+    if not used then
+      s.fresh = true
+      if seed then
+        needs = needs or {}
+        needs[#needs + 1] = i
+        needs[#needs + 1] = s.period
+      end
+      -- without a seed: what was counted while the counter was missing
+      s.gf = 'g' .. string.sub(s.qf, 2)
+      used = tonumber(redis.call('HGET', h, s.gf))
+      s.hasg = used ~= nil
+      used = used or 0
+    end
+    s.used = used
+    s.fl = tonumber(hv[s.fi + 1]) or 0
+    s.rem0 = a - used
+    local left = s.pend - now_ms
+    if left < 1000 then left = 1000 end
+    s.reset = left
+    if b == 1 and used + eff > a then
+      s.ok = false
+      s.retry = left
+      s.rem = a - used
+    else
+      s.rem = a - used - cost
+    end
+  elseif typ == 'c' then
+    redis.call('ZREMRANGEBYSCORE', s.key, '-inf', now_ms)
+    local held = redis.call('ZCARD', s.key)
+    s.rem0 = a - held
+    if held + 1 > a then
+      s.ok = false
+      s.retry = 1000
+      s.reset = 1000
+      s.rem = 0
+    elseif peek then
+      s.rem = a - held
+    else
+      s.rem = a - held - 1
+    end
+  elseif typ == 'w' then
+    local idx = math.floor(now_ms / b)
+    local wv = redis.call('HMGET', s.key, 'w', 'c', 'p')
+    local wi = tonumber(wv[1]) or idx
+    local cur = tonumber(wv[2]) or 0
+    local prev = tonumber(wv[3]) or 0
+    if wi == idx - 1 then
+      prev = cur; cur = 0
+    elseif wi < idx - 1 then
+      prev = 0; cur = 0
+    end
+    local elapsed = now_ms - idx * b
+    local est = prev * (1 - elapsed / b) + cur
+    s.w = idx; s.cur = cur; s.prev = prev
+    s.rem0 = math.floor(a - est)
+    if est + eff > a then
+      s.ok = false
+      local wait
+      if cur + eff <= a and prev > 0 then
+        local f = 1 - (a - cur - eff) / prev
+        wait = f * b - elapsed
+      elseif eff <= a and cur > 0 then
+        local f = 1 - (a - eff) / cur
+        wait = (b - elapsed) + f * b
+      else
+        wait = (b - elapsed) + b
+      end
+      if wait < 1 then wait = 1 end
+      s.retry = math.ceil(wait)
+      s.reset = s.retry
+      s.rem = math.floor(a - est)
+    else
+      s.rem = math.floor(a - est - cost)
+      s.reset = b - elapsed
+    end
+  end
+  if not s.ok and s.retry > refuse_retry then
+    refuse_idx = i
+    refuse_retry = s.retry
+  end
+end
+
+if needs then
+  local r = {2, #needs / 2, tonumber(redis.call('HGET', h, 'e')) or 0}
+  for j = 1, #needs do r[#r + 1] = needs[j] end
+  return r
+end
+
+if refuse_idx > 0 then
+  for i = 1, n do
+    local s = st[i]
+    if s.clamped then
+      w[nw + 1] = 'r'; w[nw + 2] = s.tat; nw = nw + 2
+      local e = ceil(s.tat / 1000)
+      if e > need then need = e end
+    end
+  end
+  if ARGV[3] == '1' and not peek then
+    count_refusal(now_ms, ARGV[4], ARGV[8], st[refuse_idx].name)
+  end
+else
+  refuse_retry = 0
+  if not peek then
+    for i = 1, n do
+      local s = st[i]
+      if s.typ == 'r' then
+        w[nw + 1] = 'r'; w[nw + 2] = s.ntat; nw = nw + 2
+        local e = ceil(s.ntat / 1000)
+        if e > need then need = e end
+      elseif s.typ == 'q' then
+        w[nw + 1] = s.qf; w[nw + 2] = s.used + cost; nw = nw + 2
+        if s.fresh then
+          w[nw + 1] = s.ff; w[nw + 2] = s.fl; nw = nw + 2
+          if s.hasg then redis.call('HDEL', h, s.gf) end
+        end
+        -- Kept until a week past the period's end, for the last flush.
+        local e = s.pend + 604800000
+        if e > need then need = e end
+        if s.used == s.fl and cost ~= 0 then
+          -- the counter turns unflushed: mark it for the worker's flush
+          local dq = ARGV[8] .. 'q'
+          redis.call('SADD', dq, ARGV[4] .. 'qp:' .. string.sub(s.qf, 3))
+          redis.call('EXPIRE', dq, 3456000)
+        end
+      elseif s.typ == 'c' then
+        redis.call('ZADD', s.key, now_ms + s.b, ARGV[5])
+        redis.call('PEXPIRE', s.key, s.b)
+      elseif s.typ == 'w' then
+        redis.call('HSET', s.key, 'w', s.w, 'c', s.cur + cost, 'p', s.prev)
+        redis.call('PEXPIRE', s.key, 2 * s.b)
+      end
+    end
+  end
+end
+if nw > 0 then
+  if need > x then
+    -- A day beyond what is needed, so that an active bucket moves its
+    -- expiry about once a day, not on every decision.
+    x = need + 86400000
+    w[nw + 1] = 'x'; w[nw + 2] = x
+    redis.call('HSET', h, unpack(w))
+    redis.call('PEXPIREAT', h, x)
+  else
+    redis.call('HSET', h, unpack(w))
+  end
+end
+
+local r = {0, refuse_idx, refuse_retry, now_ms}
+if refuse_idx == 0 then r[1] = 1 end
+local ri = 4
+for i = 1, n do
+  local s = st[i]
+  local rem, reset = s.rem, s.reset
+  if refuse_idx > 0 and s.ok then
+    -- nothing was taken: report the policy as it stands
+    rem = s.rem0
+    if s.reset0 then reset = s.reset0 end
+  end
+  if rem < 0 then rem = 0 end
+  if reset < 0 then reset = 0 end
+  r[ri + 1] = rem; r[ri + 2] = reset; r[ri + 3] = s.period
+  ri = ri + 3
+end
+if #ARGV > o then
+  -- the cached snapshot is past its safety TTL: send the stored one back
+  r[#r + 1] = redis.call('GET', KEYS[#KEYS])
+end
+return r
+end
+
+if ARGV[13] and h[1] == ARGV[12] then
+  -- the Loader confirmed this version: young again
+  redis.call('HSET', KEYS[1], 'at', ARGV[13])
+  h[6] = ARGV[13]
+end
+local base = ARGV[4]
+local K = {base .. 'st'}
+local A = {ARGV[1], ARGV[2], ARGV[3], base, ARGV[5], ARGV[6], 0, ARGV[8]}
+local n = 0
+if h[3] then
+  local ei, bu = string.match(h[3], '^(%S+) (%S+)')
+  A[#A + 1] = 'r'; A[#A + 1] = 'rate'; A[#A + 1] = ei; A[#A + 1] = bu
+  n = n + 1
+end
+if h[5] and ARGV[9] ~= '1' then
+  local lim, hard, e, nx, s0, s1 = string.match(h[5], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)')
+  local m = ARGV[7]
+  local c0, c1 = m .. ':' .. s0, m .. ':' .. s1
+  A[#A + 1] = 'q'; A[#A + 1] = m; A[#A + 1] = lim; A[#A + 1] = hard; A[#A + 1] = e; A[#A + 1] = nx
+  A[#A + 1] = 'q:' .. c0; A[#A + 1] = 'f:' .. c0; A[#A + 1] = 'q:' .. c1; A[#A + 1] = 'f:' .. c1
+  A[#A + 1] = 0 -- the window's start: a limits hash has none, the check is off
+  n = n + 1
+end
+if h[4] and ARGV[10] == '1' then
+  K[#K + 1] = base .. 'conc'
+  A[#A + 1] = 'c'; A[#A + 1] = 'concurrency'; A[#A + 1] = h[4]; A[#A + 1] = ARGV[11]
+  n = n + 1
+end
+A[7] = n
+local r = decide(K, A)
+for i = 1, 6 do r[#r + 1] = h[i] end
+return r
+
+end
+local h0 = h
+local h = KEYS[2]
+
+local cost = tonumber(ARGV[1])
+local used = tonumber(usedS)
+local fmt = string.format
+local boff = ei * burst
+local tat = tonumber(hv[2])
+if tat == nil or tat < now_us then tat = now_us end
+local clamped = false
+if tat > now_us + boff then
+  -- see decide(): a plan upgrade applies at once
+  tat = now_us + boff
+  clamped = true
+end
+local diff = now_us - (tat + cost * ei - boff)
+local left = pend - now_ms
+if left < 1000 then left = 1000 end
+local x = tonumber(hv[1]) or 0
+local r
+if diff >= 0 and not (hard == 1 and used + cost > lim) then
+  local ntat = floor(tat + cost * ei)
+  local need = ceil(ntat / 1000)
+  local e = pend + 604800000
+  if e > need then need = e end
+  if need > x then
+    x = need + 86400000
+    redis.call('HSET', h, 'r', fmt('%d', ntat), qf, fmt('%d', used + cost), 'x', x)
+    redis.call('PEXPIREAT', h, x)
+  else
+    -- formatted here: Redis turns a Lua number into a string with a
+    -- shortest-round-trip dtoa, twice the instructions of a %d (both exact
+    -- for these integers)
+    redis.call('HSET', h, 'r', fmt('%d', ntat), qf, fmt('%d', used + cost))
+  end
+  if cost ~= 0 then
+    local fS = hv[4]
+    -- the counter turns unflushed (q = f before): mark it for the flush.
+    -- Equal strings are equal numbers; other forms are compared as numbers.
+    if usedS == fS or ((not fS or #fS ~= #usedS) and used == (tonumber(fS) or 0)) then
+      local dq = ARGV[4] .. 'q'
+      redis.call('SADD', dq, sub(KEYS[2], 1, -3) .. 'qp:' .. sub(qf, 3))
+      redis.call('EXPIRE', dq, 3456000)
+    end
+  end
+  local rrem = floor((now_us - ntat + boff) / ei)
+  if rrem < 0 then rrem = 0 end
+  local rreset = ceil((ntat - now_us) / 1000)
+  if rreset < 0 then rreset = 0 end
+  local qrem = lim - used - cost
+  if qrem < 0 then qrem = 0 end
+  r = {-2 - 8 * period, 0, rrem, rreset, qrem, left}
+else
+  -- refused: nothing is taken; the rate's repair is still written
+  local rrem = floor((now_us - tat + boff) / ei)
+  local rreset = ceil((tat - now_us) / 1000)
+  local idx, retry = 0, -1
+  if diff < 0 then
+    idx, retry = 1, ceil(-diff / 1000)
+    rreset = retry
+  end
+  if hard == 1 and used + cost > lim and left > retry then
+    idx, retry = 2, left
+  end
+  if clamped then
+    local need = ceil(tat / 1000)
+    if need > x then
+      x = need + 86400000
+      redis.call('HSET', h, 'r', tat, 'x', x)
+      redis.call('PEXPIREAT', h, x)
+    else
+      redis.call('HSET', h, 'r', tat)
+    end
+  end
+  local name = 'rate'
+  if idx == 2 then name = ARGV[2] end
+
+-- count_refusal adds one to the day's refusal count of policy name (the
+-- refusal counts' hash <base>rf:<yyyymmdd>) and notes that hash for the
+-- worker.
+local function count_refusal(now_ms, base, dirty, name)
+  local floor = math.floor
+  local z = floor(now_ms / 86400000) + 719468
+  local era = floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = floor((doe - floor(doe / 1460) + floor(doe / 36524) - floor(doe / 146096)) / 365)
+  local y = yoe + era * 400
+  local doy = doe - (365 * yoe + floor(yoe / 4) - floor(yoe / 100))
+  local mp = floor((5 * doy + 2) / 153)
+  local d = doy - floor((153 * mp + 2) / 5) + 1
+  local m = mp + 3
+  if mp >= 10 then m = mp - 9 end
+  if m <= 2 then y = y + 1 end
+  local rk = base .. 'rf:' .. (y * 10000 + m * 100 + d)
+  if redis.call('HINCRBY', rk, name, 1) == 1 then
+    redis.call('EXPIRE', rk, 3456000)
+  end
+  redis.call('ZINCRBY', dirty .. 'rf', 1, rk)
+  redis.call('EXPIRE', dirty .. 'rf', 3456000)
+end
+
+
+  count_refusal(now_ms, sub(KEYS[2], 1, -3), ARGV[4], name)
+  if rrem < 0 then rrem = 0 end
+  if rreset < 0 then rreset = 0 end
+  local qrem = lim - used
+  if qrem < 0 then qrem = 0 end
+  r = {-1 - 2 * idx - 8 * period, retry, rrem, rreset, qrem, left}
+end
+
+for i = 1, 6 do r[#r + 1] = h0[i] end
+return r
