@@ -3,7 +3,7 @@
 // meter in one statement), the limiter's Redis counters moved to Postgres
 // by an idempotent flush, quota counters rebuilt from Postgres after a Redis
 // loss, periods closed with their figures kept, hourly history, and usage
-// reported to Stripe Billing Meters. See README.md for the rules.
+// reported to Stripe Billing Meters. See docs/metering.md for the rules.
 package metering
 
 import (
