@@ -130,5 +130,4 @@ func trimSpace(s string) string {
 	return s
 }
 
-
 var pgxErrNoRows = pgx.ErrNoRows

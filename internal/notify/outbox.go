@@ -10,8 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-
-	)
+)
 
 // Event is one webhook's body: {"id", "type", "timestamp", "data"}.
 type Event struct {
