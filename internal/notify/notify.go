@@ -99,35 +99,4 @@ func (s *Service) Register(workers *river.Workers) {
 	river.AddWorker(workers, &DeliverWorker{svc: s, client: s.httpClient()})
 }
 
-// ParseBackoff parses WEBHOOK_RETRY_BACKOFF: durations separated by commas.
-func ParseBackoff(v string) ([]time.Duration, error) {
-	var out []time.Duration
-	start := 0
-	for i := 0; i <= len(v); i++ {
-		if i < len(v) && v[i] != ',' {
-			continue
-		}
-		d, err := time.ParseDuration(trimSpace(v[start:i]))
-		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("notify: %q is not a positive duration (e.g. 5s,5m,30m)", v[start:i])
-		}
-		out = append(out, d)
-		start = i + 1
-	}
-	if len(out) > 20 {
-		return nil, fmt.Errorf("notify: %d retries, at most 20", len(out))
-	}
-	return out, nil
-}
-
-func trimSpace(s string) string {
-	for len(s) > 0 && s[0] == ' ' {
-		s = s[1:]
-	}
-	for len(s) > 0 && s[len(s)-1] == ' ' {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
 var pgxErrNoRows = pgx.ErrNoRows
