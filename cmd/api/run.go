@@ -160,6 +160,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	if cfg.StripeSecretKey != "" {
 		resync, upgrades = bill, bill
 	}
+	hooks, err := wire.Notify(pool, cfg, log) // the webhook endpoints' admin routes
+	if err != nil {
+		return err
+	}
 	trail := audit.New(pool, log) // who changed what, through the API or the console
 	pages, err := web.New(web.Deps{Log: log, DB: pool, Limits: limitstore.New(rdb, limiter.DefaultPrefix),
 		Snapshots: ents, Usage: meter, AdminToken: cfg.AdminToken, AdminTokens: cfg.AdminTokens, Audit: trail,
@@ -172,7 +176,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	}
 	srv, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, Registry: reg, AdminToken: cfg.AdminToken,
 		AdminTokens: cfg.AdminTokens, Audit: trail, Entitlements: ents, PlanChanger: planChanger(cfg, ents, bill), Billing: bill, Metering: meter, Limiter: lim,
-		AuthLimiter: authLim, DashboardLinks: pages, RequestTimeout: cfg.DatabaseTimeout, OutboundTimeout: billing.DefaultStripeTimeout,
+		AuthLimiter: authLim, DashboardLinks: pages, Notify: hooks, RequestTimeout: cfg.DatabaseTimeout, OutboundTimeout: billing.DefaultStripeTimeout,
 		TrustedProxies: cfg.TrustedProxies, MetricsToken: cfg.MetricsToken, MetricsElsewhere: cfg.MetricsAddr != ""})
 	if err != nil {
 		return err

@@ -122,7 +122,14 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	if err != nil {
 		return err
 	}
-	meter := newMetering(pool, rdb, ents, cfg, log, jm)
+	// Webhooks: the delivery jobs, and the flush's quota thresholds written
+	// to their outbox in the flush's transaction.
+	hooks, err := wire.Notify(pool, cfg, log)
+	if err != nil {
+		return err
+	}
+	hooks.Register(workers)
+	meter := newMetering(pool, rdb, ents, cfg, log, jm, hooks.QuotaCrossings)
 	periodic = append(periodic, meter.Register(workers)...)
 	river.AddWorker(workers, &jobs.RetentionWorker{Log: log, Rules: retention(cfg, ents, bill, meter, idempotency.New(pool))})
 	periodic = append(periodic, jobs.RetentionPeriodic())
