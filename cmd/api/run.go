@@ -211,8 +211,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	}
 	// AfterFunc runs its line on a goroutine of its own: an idle server
 	// drains faster than it is scheduled, so wait for it (when ctx ended)
-	// and the log reads draining, then stopped.
-	if !stopDrainLog() {
+	// and the log reads draining, then stopped. A context closes its Done
+	// channel before it starts its AfterFuncs, so the drain can even end
+	// before the line was started: stop then wins, and the line is
+	// written here.
+	if stopDrainLog() {
+		if ctx.Err() != nil {
+			log.Info("api draining", "timeout", cfg.ShutdownTimeout.String())
+		}
+	} else {
 		<-drainLogged
 	}
 	if err == nil {
