@@ -32,7 +32,7 @@ func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlemen
 	store := limitstore.New(rdb, limiter.DefaultPrefix)
 	// The snapshot (computed from Postgres) gives the Stripe report each
 	// tenant's included quota, overrides and all, for overage billing.
-	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush, Snapshot: ents.Snapshot, Crossings: crossings})
+	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush, Snapshot: ents.Snapshot, Crossings: crossings, Limits: ents.Current})
 	return &meteringPart{svc: svc, ents: ents, rdb: rdb, cfg: cfg, jm: jm}
 }
 

@@ -58,7 +58,7 @@ func (s *Service) reportCrossings(ctx context.Context, tx pgx.Tx, counters map[c
 	}
 	var out []Crossing
 	for tenant, keys := range byTenant {
-		snap, err := s.opts.Snapshot(ctx, tenant)
+		snap, err := s.opts.Limits(ctx, tenant)
 		if err != nil {
 			return fmt.Errorf("metering: crossings: snapshot of %s: %w", tenant, err)
 		}

@@ -240,7 +240,7 @@ func (s *Service) commitStatement(ctx context.Context, rows []flushRow, at map[s
 	var q pgx.Rows
 	var tx pgx.Tx
 	var err error
-	if s.opts.Crossings != nil && s.opts.Snapshot != nil {
+	if s.opts.Crossings != nil && s.opts.Limits != nil {
 		// The crossings go to the outbox in the transaction of the figures.
 		if tx, err = s.db.Begin(ctx); err != nil {
 			return err
