@@ -36,13 +36,13 @@ func TestGoClientCompiles(t *testing.T) {
 	// The README's commands, as a reader pastes them (into a folder that
 	// does not exist yet: the mkdir must be there), with tgclient renamed to
 	// this test's folder.
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	readme, err := os.ReadFile(filepath.Join(root, "docs", "api.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile("(?s)```sh\n(mkdir[^`]*?go tool oapi-codegen[^`]*?)```").FindSubmatch(readme)
 	if m == nil {
-		t.Fatal("README: no ```sh block with mkdir and go tool oapi-codegen")
+		t.Fatal("docs/api.md: no ```sh block with mkdir and go tool oapi-codegen")
 	}
 	sub := filepath.Join(filepath.Base(dir), "tgclient")
 	script := strings.ReplaceAll(string(m[1]), "tgclient/", sub+"/")

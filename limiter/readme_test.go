@@ -25,7 +25,7 @@ func goBlocks(t *testing.T, path string) []string {
 }
 
 // TestREADMESnippetsCompile builds the backend setup snippets of
-// limiter/README.md and README.md, and limiter/README.md's metrics hooks, as
+// limiter/README.md and docs/limiter.md, and limiter/README.md's metrics hooks, as
 // the bodies of functions: a snippet that uses a name before defining it, or
 // drops an error, fails here and not in a reader's editor.
 func TestREADMESnippetsCompile(t *testing.T) {
@@ -46,7 +46,7 @@ func TestREADMESnippetsCompile(t *testing.T) {
 		return ""
 	}
 	lim := goBlocks(t, "README.md")
-	for name, b := range map[string]string{"limiter/README.md": setup(lim), "README.md": setup(goBlocks(t, "../README.md"))} {
+	for name, b := range map[string]string{"limiter/README.md": setup(lim), "docs/limiter.md": setup(goBlocks(t, "../docs/limiter.md"))} {
 		// A backend beside `make run` must not take Tollgate's own port,
 		// and must not drop ListenAndServe's error (it exited 0 at once).
 		if regexp.MustCompile(`ListenAndServe\("[^"]*:8080"`).MatchString(b) || !strings.Contains(b, "return http.ListenAndServe(") {
@@ -54,7 +54,7 @@ func TestREADMESnippetsCompile(t *testing.T) {
 		}
 	}
 	add("limiterREADMESetup", setup(lim))
-	add("rootREADMESetup", setup(goBlocks(t, "../README.md")))
+	add("rootREADMESetup", setup(goBlocks(t, "../docs/limiter.md")))
 	for _, b := range lim {
 		if strings.Contains(b, "hooks := limiter.Hooks{") {
 			add("limiterREADMEHooks", b+"\n_ = hooks\nreturn nil")

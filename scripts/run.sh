@@ -109,7 +109,7 @@ Tollgate is running (logs: $data/api.log, $data/worker.log). Ctrl-C stops it.
   demo tenant  ${tenant_id:-(seed-demo printed none)}
   demo API key ${api_key:-(seed-demo printed none)}
 
-  For the README's examples:
+  For the examples in docs/api.md:
   export ADMIN_TOKEN=$ADMIN_TOKEN API_KEY=${api_key:-<api key>} T=${tenant_id:-<tenant id>}
 
   curl -H "Authorization: Bearer ${api_key:-<api key>}" -H 'Content-Type: application/json' -d '{"cost":1}' $base/v1/check

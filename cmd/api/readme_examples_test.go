@@ -32,18 +32,18 @@ import (
 // backslash continuations joined, in the README's order.
 func readmeExamples(t *testing.T) (prelude string, cmds []string) {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/api.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := string(b)
 	i := strings.Index(s, "One example per area.")
 	if i < 0 {
-		t.Fatal(`README: no "One example per area." section`)
+		t.Fatal(`docs/api.md: no "One example per area." section`)
 	}
 	m := regexp.MustCompile("(?s)```sh\n(.*?)```").FindStringSubmatch(s[i:])
 	if m == nil {
-		t.Fatal("README: no sh block after \"One example per area.\"")
+		t.Fatal("docs/api.md: no sh block after \"One example per area.\"")
 	}
 	var cur string
 	for _, line := range strings.Split(m[1], "\n") {

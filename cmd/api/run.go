@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -132,7 +133,13 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
-	ents := newEntitlements(pool, rdb, cfg, log)
+	// Webhooks: the endpoints' admin routes, and the events of every
+	// entitlements change written in its transaction.
+	hooks, err := wire.Notify(pool, cfg, log)
+	if err != nil {
+		return err
+	}
+	ents := newEntitlements(pool, rdb, cfg, log, hooks.EntitlementsChanged)
 	// The revocation subscription lives as long as the server; it must end
 	// before rdb is closed.
 	subCtx, stopSub := context.WithCancel(ctx)
@@ -172,7 +179,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	}
 	srv, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, Registry: reg, AdminToken: cfg.AdminToken,
 		AdminTokens: cfg.AdminTokens, Audit: trail, Entitlements: ents, PlanChanger: planChanger(cfg, ents, bill), Billing: bill, Metering: meter, Limiter: lim,
-		AuthLimiter: authLim, DashboardLinks: pages, RequestTimeout: cfg.DatabaseTimeout, OutboundTimeout: billing.DefaultStripeTimeout,
+		AuthLimiter: authLim, DashboardLinks: pages, Notify: hooks, RequestTimeout: cfg.DatabaseTimeout, OutboundTimeout: billing.DefaultStripeTimeout,
 		TrustedProxies: cfg.TrustedProxies, MetricsToken: cfg.MetricsToken, MetricsElsewhere: cfg.MetricsAddr != ""})
 	if err != nil {
 		return err
@@ -207,8 +214,15 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	}
 	// AfterFunc runs its line on a goroutine of its own: an idle server
 	// drains faster than it is scheduled, so wait for it (when ctx ended)
-	// and the log reads draining, then stopped.
-	if !stopDrainLog() {
+	// and the log reads draining, then stopped. A context closes its Done
+	// channel before it starts its AfterFuncs, so the drain can even end
+	// before the line was started: stop then wins, and the line is
+	// written here.
+	if stopDrainLog() {
+		if ctx.Err() != nil {
+			log.Info("api draining", "timeout", cfg.ShutdownTimeout.String())
+		}
+	} else {
 		<-drainLogged
 	}
 	if err == nil {
@@ -234,14 +248,16 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, to
 
 // newEntitlements builds the entitlements service of a process: snapshots
 // and revocations go through rdb under the limiter's key prefix.
-func newEntitlements(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg config.Config, log *slog.Logger) *entitlements.Service {
+// onChange (nil for none) writes the change's webhook events in its
+// transaction.
+func newEntitlements(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg config.Config, log *slog.Logger, onChange func(context.Context, pgx.Tx, entitlements.Change) error) *entitlements.Service {
 	var store *limitstore.Store
 	if rdb != nil {
 		store = limitstore.New(rdb, limiter.DefaultPrefix)
 	}
 	return entitlements.NewService(pool, store, log, entitlements.Options{
 		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Redis: rdb, Prefix: limiter.DefaultPrefix,
-		RedisTimeout: cfg.RedisTimeout,
+		RedisTimeout: cfg.RedisTimeout, OnChange: onChange,
 	})
 }
 
@@ -296,7 +312,7 @@ func seedDemo(ctx context.Context, cfg config.Config, log *slog.Logger, stdout i
 			c.Close()
 		}
 	}
-	ents := newEntitlements(pool, rdb, cfg, log)
+	ents := newEntitlements(pool, rdb, cfg, log, nil) // seeding creates; creations emit nothing
 
 	// One seeder at a time: the checks below and the creates must not interleave.
 	conn, err := pool.Acquire(ctx)

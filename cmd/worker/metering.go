@@ -28,11 +28,11 @@ type meteringPart struct {
 	wg   sync.WaitGroup
 }
 
-func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlements.Service, cfg config.Config, log *slog.Logger, jm *jobMetrics) *meteringPart {
+func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlements.Service, cfg config.Config, log *slog.Logger, jm *jobMetrics, crossings metering.CrossingsFunc) *meteringPart {
 	store := limitstore.New(rdb, limiter.DefaultPrefix)
 	// The snapshot (computed from Postgres) gives the Stripe report each
 	// tenant's included quota, overrides and all, for overage billing.
-	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush, Snapshot: ents.Snapshot})
+	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush, Snapshot: ents.Snapshot, Crossings: crossings, Limits: ents.Current})
 	return &meteringPart{svc: svc, ents: ents, rdb: rdb, cfg: cfg, jm: jm}
 }
 

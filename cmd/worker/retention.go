@@ -9,7 +9,7 @@ import (
 )
 
 // retention is the worker's retention rules: each table pruned by its
-// owner, kept as long as the configuration says (README: configuration).
+// owner, kept as long as the configuration says (docs/configuration.md).
 func retention(cfg config.Config, ents *entitlements.Service, bill *billing.Service, meter *meteringPart, idem *idempotency.Store) []jobs.Retention {
 	return []jobs.Retention{
 		{Name: "usage_events", Keep: cfg.UsageEventsRetention, Prune: meter.svc.PruneUsageEvents},

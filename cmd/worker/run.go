@@ -105,8 +105,16 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
 	// One entitlements service for every job that changes what a tenant may
 	// do; its snapshots go to Redis under the limiter's prefix, as the api's do.
+	// Webhooks: the delivery jobs; the events of entitlements changes and
+	// of the flush's quota thresholds, each written in its transaction.
+	hooks, err := wire.Notify(pool, cfg, log)
+	if err != nil {
+		return err
+	}
+	hooks.Register(workers)
 	ents := entitlements.NewService(pool, limitstore.New(rdb, limiter.DefaultPrefix), log, entitlements.Options{
 		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Prefix: limiter.DefaultPrefix,
+		OnChange: hooks.EntitlementsChanged,
 	})
 	// Live tenants' snapshots never expire from Redis (a backend without a
 	// loader would see them as unknown tenants).
@@ -122,7 +130,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	if err != nil {
 		return err
 	}
-	meter := newMetering(pool, rdb, ents, cfg, log, jm)
+	meter := newMetering(pool, rdb, ents, cfg, log, jm, hooks.QuotaCrossings)
 	periodic = append(periodic, meter.Register(workers)...)
 	river.AddWorker(workers, &jobs.RetentionWorker{Log: log, Rules: retention(cfg, ents, bill, meter, idempotency.New(pool))})
 	periodic = append(periodic, jobs.RetentionPeriodic())

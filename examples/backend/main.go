@@ -11,6 +11,8 @@
 //	TOLLGATE_URL    Tollgate's api, e.g. http://127.0.0.1:8080 (required)
 //	TOLLGATE_TOKEN  a service token (POST /admin/v1/service-tokens) or ADMIN_TOKEN (required)
 //	HTTP_ADDR       127.0.0.1:8081
+//	TOLLGATE_WEBHOOK_SECRET  an endpoint's whsec_… secret (POST /admin/v1/webhook-endpoints);
+//	                set, POST /webhooks/tollgate verifies and logs Tollgate's events
 //
 // Build and run: go build ./examples/backend && ./backend
 package main
@@ -20,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -29,6 +32,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -96,7 +100,17 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"tenant": r.Header.Get("X-Tenant-ID"), "plan": plan, "path": r.URL.Path})
 	})
-	srv := &http.Server{Handler: limiter.Middleware(lim, tenantOf)(app), ReadHeaderTimeout: 5 * time.Second}
+	mux := http.NewServeMux()
+	mux.Handle("/", limiter.Middleware(lim, tenantOf)(app))
+	if secret := getenv("TOLLGATE_WEBHOOK_SECRET"); secret != "" {
+		recv, err := receiver(secret, log)
+		if err != nil {
+			return configError{"TOLLGATE_WEBHOOK_SECRET", err.Error()}
+		}
+		// Outside the limiter: Tollgate's deliveries are not a tenant's traffic.
+		mux.Handle("POST /webhooks/tollgate", recv)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 
 	ln, err := net.Listen("tcp", env("HTTP_ADDR", "127.0.0.1:8081"))
 	if err != nil {
@@ -115,4 +129,38 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return srv.Shutdown(sctx)
+}
+
+// receiver verifies Tollgate's deliveries (Standard Webhooks signatures, with
+// the timestamp tolerance that stops replays) and logs each event. A
+// delivery that does not verify is answered 400 so that it shows as failed in
+// Tollgate; any 2xx marks it delivered, so answer only once it is handled.
+func receiver(secret string, log *slog.Logger) (http.Handler, error) {
+	wh, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		return nil, fmt.Errorf("webhook secret: %w", err)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, "unreadable body", http.StatusBadRequest)
+			return
+		}
+		if err := wh.Verify(body, r.Header); err != nil {
+			log.Warn("tollgate webhook refused", "err", err)
+			http.Error(w, "signature does not verify", http.StatusBadRequest)
+			return
+		}
+		var ev struct {
+			ID   string          `json:"id"`
+			Type string          `json:"type"`
+			Data json.RawMessage `json:"data"`
+		}
+		if err := json.Unmarshal(body, &ev); err != nil {
+			http.Error(w, "not a Tollgate event", http.StatusBadRequest)
+			return
+		}
+		log.Info("tollgate event", "id", ev.ID, "type", ev.Type, "webhook_id", r.Header.Get("webhook-id"), "data", string(ev.Data))
+		w.WriteHeader(http.StatusNoContent)
+	}), nil
 }

@@ -13,13 +13,14 @@ import (
 type Code string
 
 const (
-	Invalid      Code = "invalid"      // 400: the request is wrong; Fields says where
-	Unauthorized Code = "unauthorized" // 401
-	NotFound     Code = "not_found"    // 404, also for another tenant's objects
-	Conflict     Code = "conflict"     // 409: duplicate or state conflict
-	TooLarge     Code = "too_large"    // 413
-	Unavailable  Code = "unavailable"  // 503: a dependency is down; retry later
-	Upstream     Code = "upstream"     // 502: Stripe (or another upstream) refused
+	Invalid       Code = "invalid"       // 400: the request is wrong; Fields says where
+	Unauthorized  Code = "unauthorized"  // 401
+	NotFound      Code = "not_found"     // 404, also for another tenant's objects
+	Conflict      Code = "conflict"      // 409: duplicate or state conflict
+	Unprocessable Code = "unprocessable" // 422: well formed but refused (a webhook URL to a private address)
+	TooLarge      Code = "too_large"     // 413
+	Unavailable   Code = "unavailable"   // 503: a dependency is down; retry later
+	Upstream      Code = "upstream"      // 502: Stripe (or another upstream) refused
 )
 
 // FieldError names one invalid field.

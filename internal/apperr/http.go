@@ -15,13 +15,14 @@ type HTTP struct {
 // httpOf is the one table from codes to statuses; httpapi and web both read
 // it, so the API and the console never answer the same error differently.
 var httpOf = map[Code]HTTP{
-	Invalid:      {http.StatusBadRequest, "invalid-request", "Invalid request", "That did not work"},
-	Unauthorized: {http.StatusUnauthorized, "unauthorized", "Unauthorized", "Not allowed"},
-	NotFound:     {http.StatusNotFound, "not-found", "Not found", "Not found"},
-	Conflict:     {http.StatusConflict, "conflict", "Conflict", "Conflict"},
-	TooLarge:     {http.StatusRequestEntityTooLarge, "too-large", "Request body too large", "Too large"},
-	Unavailable:  {http.StatusServiceUnavailable, "unavailable", "Service unavailable", "Try again shortly"},
-	Upstream:     {http.StatusBadGateway, "upstream", "Upstream error", "Stripe refused the change"},
+	Invalid:       {http.StatusBadRequest, "invalid-request", "Invalid request", "That did not work"},
+	Unauthorized:  {http.StatusUnauthorized, "unauthorized", "Unauthorized", "Not allowed"},
+	NotFound:      {http.StatusNotFound, "not-found", "Not found", "Not found"},
+	Conflict:      {http.StatusConflict, "conflict", "Conflict", "Conflict"},
+	Unprocessable: {http.StatusUnprocessableEntity, "unprocessable", "Unprocessable request", "That was refused"},
+	TooLarge:      {http.StatusRequestEntityTooLarge, "too-large", "Request body too large", "Too large"},
+	Unavailable:   {http.StatusServiceUnavailable, "unavailable", "Service unavailable", "Try again shortly"},
+	Upstream:      {http.StatusBadGateway, "upstream", "Upstream error", "Stripe refused the change"},
 }
 
 // HTTPOf is code's row of the table; an unknown code answers as Invalid

@@ -19,6 +19,7 @@ import (
 // secret key (fields read from the payloads) and with one (each event a
 // notification; the fake Stripe holds what Stripe would have at that time).
 func TestARealAccountsSequenceOnBasil(t *testing.T) {
+	t.Parallel()
 	t.Run("a second subscription, 20 shuffled orders without a key", testSecondSubscriptionShuffled)
 	for _, withKey := range []bool{false, true} {
 		name := "without a key"

@@ -15,6 +15,7 @@ import (
 // the subscription is live; a plan's quota may count per seat (× the plan
 // item's quantity). Managed through the admin API.
 func TestAddonGrantsAndPerSeatQuotasFollowTheSubscription(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	ctx := context.Background()

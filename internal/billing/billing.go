@@ -3,7 +3,7 @@
 // idempotent, safe against out-of-order delivery), changes plans through
 // Stripe, and repairs drift by re-reading Stripe.
 //
-// Rules this package keeps (see the README's Stripe section):
+// Rules this package keeps (see docs/stripe.md):
 //   - An event is answered 2xx only once it is stored; storing it and
 //     enqueueing its job happen in one transaction, so nothing stored is
 //     left unprocessed and nothing unstored is acknowledged.

@@ -14,7 +14,6 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/jobs"
-	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/internal/testkit"
 )
@@ -24,6 +23,7 @@ import (
 // (run by the next worker once the dead one's leadership lapses) puts the job
 // back and it is applied once.
 func TestWorkerProcessKilledMidEventIsRescuedAndAppliedOnce(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and kills the worker binary, then waits for River's leadership to lapse (~20s)")
 	}
@@ -54,7 +54,7 @@ func TestWorkerProcessKilledMidEventIsRescuedAndAppliedOnce(t *testing.T) {
 
 	var logs bytes.Buffer
 	w := exec.Command(bin)
-	w.Env = append(os.Environ(), "DATABASE_URL="+pgtest.URL(t), "REDIS_URL="+redistest.URL(), "MIGRATE_ON_START=false",
+	w.Env = append(os.Environ(), "DATABASE_URL="+e.dbURL, "REDIS_URL="+redistest.URL(), "MIGRATE_ON_START=false",
 		"STRIPE_WEBHOOK_SECRET="+secret, "LOG_LEVEL=warn")
 	w.Stdout, w.Stderr = &logs, &logs
 	if err := w.Start(); err != nil {

@@ -30,6 +30,7 @@ func invoiceEvent(t testing.TB, typ, id, customer, sub string, created time.Time
 }
 
 func TestPastDueKeepsThePlanForTheGracePeriodThenFallsBack(t *testing.T) {
+	t.Parallel()
 	const grace = 1500 * time.Millisecond
 	e := newEnv(t, envOpts{grace: grace})
 	e.plans()
@@ -122,6 +123,7 @@ func TestPastDueKeepsThePlanForTheGracePeriodThenFallsBack(t *testing.T) {
 }
 
 func TestInvoicePaidEndsGraceAtOnce(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{grace: time.Hour})
 	e.plans()
 	cus, sub := newCustomer(), "sub_paid_"+newCustomer()
@@ -153,6 +155,7 @@ func TestInvoicePaidEndsGraceAtOnce(t *testing.T) {
 }
 
 func TestInvoiceCreatedForACycleRollsThePeriod(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	cus, sub := newCustomer(), "sub_cycle_"+newCustomer()
@@ -184,6 +187,7 @@ func TestInvoiceCreatedForACycleRollsThePeriod(t *testing.T) {
 }
 
 func TestCheckoutLinksTheCustomerAndRerunsItsEarlierEvents(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	tenant := e.tenant("free", "")
@@ -232,6 +236,7 @@ func TestCheckoutLinksTheCustomerAndRerunsItsEarlierEvents(t *testing.T) {
 }
 
 func TestCustomerDeletedUnlinksAndFallsBack(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	cus, sub := newCustomer(), "sub_cd_"+newCustomer()
@@ -252,6 +257,7 @@ func TestCustomerDeletedUnlinksAndFallsBack(t *testing.T) {
 }
 
 func TestPausedAndResumedFallBackAndRestore(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	cus, sub := newCustomer(), "sub_pz_"+newCustomer()
@@ -282,6 +288,7 @@ func TestPausedAndResumedFallBackAndRestore(t *testing.T) {
 }
 
 func TestEventsAdminListGetReplay(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	cus, sub := newCustomer(), "sub_adm_"+newCustomer()
@@ -348,6 +355,7 @@ func TestEventsAdminListGetReplay(t *testing.T) {
 }
 
 func TestSubscriptionMetadataTenantIDLinksTheCustomer(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	tenant := e.tenant("free", "")

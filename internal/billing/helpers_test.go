@@ -65,6 +65,7 @@ type envOpts struct {
 type env struct {
 	t      testing.TB
 	pool   *pgxpool.Pool
+	dbURL  string // pool's database, for processes the test starts
 	rdb    *redis.Client
 	prefix string
 	ents   *entitlements.Service
@@ -76,9 +77,13 @@ type env struct {
 
 func newEnv(t testing.TB, o envOpts) *env {
 	t.Helper()
-	pool := pgtest.New(t)
+	// A database of its own: the env's River worker takes any job of its
+	// database, so envs of parallel tests must not share one.
+	pool, dbURL := pgtest.Isolated(t)
 	rdb, prefix := redistest.New(t)
-	return newEnvOn(t, pool, rdb, prefix, o)
+	e := newEnvOn(t, pool, rdb, prefix, o)
+	e.dbURL = dbURL
+	return e
 }
 
 func newEnvOn(t testing.TB, pool *pgxpool.Pool, rdb *redis.Client, prefix string, o envOpts) *env {

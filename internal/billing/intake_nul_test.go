@@ -12,6 +12,7 @@ import (
 // Postgres's jsonb cannot hold NUL; an event with a \u0000 in a string must
 // still be stored (with U+FFFD) and answered 2xx, not 503 on every retry.
 func TestEventWithNULCharacterIsStored(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	cus := newCustomer()

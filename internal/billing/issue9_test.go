@@ -28,6 +28,7 @@ func (e *env) subCancel(id string) bool {
 // state: without a key the older one is recognised through the newer one's
 // previous_attributes; with a key both read the subscription from Stripe.
 func TestSameSecondUpdatesInReverseEndOnTheNewerState(t *testing.T) {
+	t.Parallel()
 	run := func(t *testing.T, e *env, fs *fakeStripe) {
 		cus, sub := newCustomer(), "sub_tie_"+newCustomer()
 		tenant := e.tenant("free", cus)
@@ -87,6 +88,7 @@ func TestSameSecondUpdatesInReverseEndOnTheNewerState(t *testing.T) {
 // With a secret key an event is a notification: what Stripe has now is
 // applied, whatever the payload (of any version) said.
 func TestWithAKeyTheSubscriptionReadFromStripeIsApplied(t *testing.T) {
+	t.Parallel()
 	fs := newFakeStripe(t)
 	e := newEnv(t, envOpts{stripeBase: fs.URL})
 	e.plans()
@@ -115,6 +117,7 @@ func TestWithAKeyTheSubscriptionReadFromStripeIsApplied(t *testing.T) {
 // (metered overage first) never block status changes; two plan items make
 // the event failed with a reason an admin sees.
 func TestThePlanItemDecidesAndOtherItemsNeverBlock(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	cus, sub := newCustomer(), "sub_items_"+newCustomer()
@@ -161,6 +164,7 @@ func TestThePlanItemDecidesAndOtherItemsNeverBlock(t *testing.T) {
 // re-link a tenant; the tenant's next Checkout with a new customer links
 // and its subscription applies.
 func TestChurnedTenantIsNeverRelinkedAndANewCheckoutLinks(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	base := time.Now().Add(-time.Minute).Truncate(time.Second)
@@ -238,6 +242,7 @@ func TestChurnedTenantIsNeverRelinkedAndANewCheckoutLinks(t *testing.T) {
 // Stripe keeps the subscription active); invoice.paid of an older invoice
 // does not end grace, only the latest one's does.
 func TestInvoicesNeverDecideStatusExceptTheLatestPaid(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{grace: time.Hour})
 	e.plans()
 	cus, sub := newCustomer(), "sub_inv_"+newCustomer()
@@ -272,6 +277,7 @@ func TestInvoicesNeverDecideStatusExceptTheLatestPaid(t *testing.T) {
 // Bad input: invalid UTF-8 and lone surrogates in a signed body are stored
 // (as U+FFFD) and processed; two t= in Stripe-Signature are a 400.
 func TestBadBytesAreStoredAndTwoTimestampsRefused(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	cus, sub := newCustomer(), "sub_bytes_"+newCustomer()
@@ -311,6 +317,7 @@ func TestBadBytesAreStoredAndTwoTimestampsRefused(t *testing.T) {
 // Thin events (v2 event notifications such as the meter error report) are
 // stored and answered 2xx.
 func TestThinEventsAreAcceptedAndStored(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	id := newEventID(t)
 	body := []byte(`{"id":"` + id + `","object":"v2.core.event","type":"v1.billing.meter.error_report_triggered","livemode":false,` +
@@ -332,6 +339,7 @@ func TestThinEventsAreAcceptedAndStored(t *testing.T) {
 // idempotency key (Stripe replays a saved 500 for 24 hours under the old
 // one); one that got no answer keeps its key.
 func TestPlanChangeAfterAStripeErrorUsesANewIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	fs := newFakeStripe(t)
 	e := newEnv(t, envOpts{stripeBase: fs.URL})
 	e.plans()
@@ -369,6 +377,7 @@ func TestPlanChangeAfterAStripeErrorUsesANewIdempotencyKey(t *testing.T) {
 // an update waiting for payment changes nothing here, and the webhook of
 // the paid update applies it.
 func TestPlanChangeProrationAndLimitsRiseOnlyOncePaid(t *testing.T) {
+	t.Parallel()
 	fs := newFakeStripe(t)
 	e := newEnv(t, envOpts{stripeBase: fs.URL, proration: billing.ProrationPaidFirst})
 	e.plans()
@@ -404,6 +413,7 @@ func TestPlanChangeProrationAndLimitsRiseOnlyOncePaid(t *testing.T) {
 }
 
 func TestProrationOptionIsChecked(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{noWorker: true})
 	ins, err := jobs.NewInsertClient(e.pool, nil)
 	if err != nil {
@@ -422,6 +432,7 @@ func TestProrationOptionIsChecked(t *testing.T) {
 // A plan change that got no answer from Stripe keeps its idempotency key
 // (Stripe may have applied it; the same key makes the retry safe).
 func TestPlanChangeWithoutAnAnswerKeepsItsKey(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -450,6 +461,7 @@ func TestPlanChangeWithoutAnAnswerKeepsItsKey(t *testing.T) {
 // Two entitlement summaries of the same second delivered in reverse end on
 // the newer list (without a key: ordered through previous_attributes).
 func TestSameSecondSummariesInReverseEndOnTheNewerList(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	cus := newCustomer()

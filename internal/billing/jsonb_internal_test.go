@@ -6,6 +6,7 @@ import (
 )
 
 func TestJSONBSafe(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		`{"a":"x"}`:              `{"a":"x"}`,
 		`{"a":"x\u0000y"}`:       `{"a":"x\ufffdy"}`,

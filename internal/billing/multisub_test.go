@@ -66,6 +66,7 @@ func (e *env) settled(customer string) {
 // plan and seats of the subscription that started last, the add-on of the
 // separate subscription, the old subscription shown as overlapping.
 func TestTwoSubscriptionsConvergeInAnyDeliveryOrder(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	addon := "price_ms_addon_" + strings.ToLower(newCustomer()[5:])
@@ -134,6 +135,7 @@ func TestTwoSubscriptionsConvergeInAnyDeliveryOrder(t *testing.T) {
 // subscription is stored (not ignored), grants its quota × quantity and
 // features, and cancelling it takes away the add-on only.
 func TestAnAddonOnItsOwnSubscriptionIsGrantedAndLostAlone(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	ctx := context.Background()
@@ -193,6 +195,7 @@ func eventID(body []byte) string {
 // ignored as early, then runs again when the subscription is applied and
 // ends processed: the past_due subscription it pays is active.
 func TestAnEarlyInvoiceRunsAgainWhenItsSubscriptionArrives(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{grace: time.Hour})
 	e.plans()
 	cus := newCustomer()
@@ -232,6 +235,7 @@ func vevID(t testing.TB, p vev) vev {
 // the plan or the add-on; a price mapped twice is a 409 naming the price and
 // what has it; stripe_price_id is still accepted as a one-element list.
 func TestPlansAndAddonsMapSeveralPricesAndProducts(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	sfx := strings.ToLower(newCustomer()[5:])
@@ -312,6 +316,7 @@ func TestPlansAndAddonsMapSeveralPricesAndProducts(t *testing.T) {
 // anchor: a customer.subscription.updated with a new billing_cycle_anchor
 // and the period it starts moves the tenant's quota window there at once.
 func TestAPortalAnchorChangeMovesTheQuotaWindow(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	cus := newCustomer()
@@ -343,6 +348,7 @@ func TestAPortalAnchorChangeMovesTheQuotaWindow(t *testing.T) {
 // target plan's yearly price (not its monthly default): the price with the
 // subscription's interval and currency, read from Stripe.
 func TestAPlanChangeKeepsTheSubscriptionsInterval(t *testing.T) {
+	t.Parallel()
 	fs := newFakeStripe(t)
 	e := newEnv(t, envOpts{stripeBase: fs.URL})
 	e.plans()

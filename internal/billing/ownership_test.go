@@ -11,6 +11,7 @@ import (
 // Billing writes tenants only through entitlements.Update (issue 13): no
 // SQL in this package updates, inserts into or deletes from tenants.
 func TestBillingWritesNoTenantsColumns(t *testing.T) {
+	t.Parallel()
 	write := regexp.MustCompile(`(?i)(update\s+tenants\b|insert\s+into\s+tenants\b|delete\s+from\s+tenants\b)`)
 	files, err := filepath.Glob("*.go")
 	if err != nil {

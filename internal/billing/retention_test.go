@@ -8,6 +8,7 @@ import (
 // Processed and ignored events older than the cutoff go; pending and
 // failed ones stay whatever their age, and so does anything newer.
 func TestPruneEventsKeepsUnfinishedAndRecent(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{noWorker: true})
 	now := time.Now()
 	old, recent := now.Add(-100*24*time.Hour), now.Add(-10*24*time.Hour)

@@ -19,6 +19,7 @@ var upgradeURLs = billing.UpgradeURLs{Success: "https://tollgate.example/dashboa
 // price is opened; the plan itself only changes when Stripe's webhooks say
 // the Checkout was completed.
 func TestSelfServeCheckoutCreatesTheCustomerAndGrantsNothingBeforeStripe(t *testing.T) {
+	t.Parallel()
 	rec := stripemock.NewRecorder(t, stripemock.Start(t))
 	e := newEnv(t, envOpts{stripeBase: rec.URL, noWorker: true})
 	e.plans()
@@ -98,6 +99,7 @@ func TestSelfServeCheckoutCreatesTheCustomerAndGrantsNothingBeforeStripe(t *test
 // subscription_update_confirm flow for the plan item's new price; the plan
 // changes only through the subscription.updated that follows.
 func TestSelfServeWithASubscriptionOpensThePortalConfirmation(t *testing.T) {
+	t.Parallel()
 	rec := stripemock.NewRecorder(t, stripemock.Start(t))
 	e := newEnv(t, envOpts{stripeBase: rec.URL, noWorker: true})
 	e.plans()
@@ -149,6 +151,7 @@ func TestSelfServeWithASubscriptionOpensThePortalConfirmation(t *testing.T) {
 // Internal, unpriced and unknown plans are refused alike (a tenant learns
 // nothing of internal plans), before any Stripe call.
 func TestSelfServeRefusesPlansNotOffered(t *testing.T) {
+	t.Parallel()
 	rec := stripemock.NewRecorder(t, stripemock.Start(t))
 	e := newEnv(t, envOpts{stripeBase: rec.URL, noWorker: true})
 	e.plans()
@@ -179,6 +182,7 @@ func TestSelfServeRefusesPlansNotOffered(t *testing.T) {
 // Stripe refusing or not answering is an Upstream error with Stripe's
 // message, and changes nothing here.
 func TestSelfServeStripeErrorsChangeNothing(t *testing.T) {
+	t.Parallel()
 	t.Run("stripe refuses the session", func(t *testing.T) {
 		rec := stripemock.NewRecorder(t, stripemock.Start(t))
 		rec.Refuse("/v1/checkout/sessions", "No such price: 'price_pro_test'")

@@ -38,6 +38,7 @@ func summaryEvent(t testing.TB, id, customer string, keys []string, hasMore bool
 }
 
 func TestEntitlementSummarySetsFeaturesFromThePayloadWithoutAKey(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	cus := newCustomer()
@@ -64,6 +65,7 @@ func TestEntitlementSummarySetsFeaturesFromThePayloadWithoutAKey(t *testing.T) {
 // Stripe (whether or not has_more says the payload is partial), which also
 // settles summaries of the same second delivered in reverse.
 func TestEntitlementSummaryWithAKeyIsReListed(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{stripeBase: stripemock.Start(t)})
 	e.plans()
 	cus := newCustomer()
@@ -82,6 +84,7 @@ func TestEntitlementSummaryWithAKeyIsReListed(t *testing.T) {
 }
 
 func TestEntitlementSummaryWithHasMoreFailsWithoutStripeAndRetries(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{noWorker: true})
 	e.plans()
 	cus := newCustomer()
@@ -97,6 +100,7 @@ func TestEntitlementSummaryWithHasMoreFailsWithoutStripeAndRetries(t *testing.T)
 // A failure on the last attempt marks the event failed with its error; an
 // admin's replay then applies it.
 func TestEventFailsAfterTheLastAttemptAndReplayApplies(t *testing.T) {
+	t.Parallel()
 	var fail atomic.Bool
 	fail.Store(true)
 	e := newEnv(t, envOpts{noWorker: true, beforeApply: func(ctx context.Context, id string) error {
@@ -153,6 +157,7 @@ var errTest = testError{}
 // A worker stopped in the middle of applying an event leaves it pending; the
 // next worker applies it, once.
 func TestWorkerKilledMidEventProcessesItAfterRestartOnce(t *testing.T) {
+	t.Parallel()
 	var block atomic.Bool
 	block.Store(true)
 	entered := make(chan struct{}, 1)
@@ -204,6 +209,7 @@ func TestWorkerKilledMidEventProcessesItAfterRestartOnce(t *testing.T) {
 }
 
 func TestPlanChangeGoesThroughStripeAndItsWebhookIsANoop(t *testing.T) {
+	t.Parallel()
 	fs := newFakeStripe(t)
 	fs.validate = stripemock.Start(t) // every update's shape is checked by stripe-mock
 	e := newEnv(t, envOpts{stripeBase: fs.URL})
@@ -290,6 +296,7 @@ func TestPlanChangeGoesThroughStripeAndItsWebhookIsANoop(t *testing.T) {
 }
 
 func TestPlanChangeStripeErrorIs502AndChangesNothing(t *testing.T) {
+	t.Parallel()
 	base := time.Now().Add(-time.Minute)
 	check := func(t *testing.T, e *env, sub string) {
 		cus := newCustomer()
@@ -333,6 +340,7 @@ func TestPlanChangeStripeErrorIs502AndChangesNothing(t *testing.T) {
 }
 
 func TestResyncRepairsDriftAndRecordsIt(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{stripeBase: stripemock.Start(t)})
 	e.plans()
 	if _, err := e.ents.GetPlan(context.Background(), "mockplan"); err != nil {
@@ -401,6 +409,7 @@ func TestResyncRepairsDriftAndRecordsIt(t *testing.T) {
 }
 
 func TestResyncWithoutStripeIs503(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{noWorker: true})
 	e.plans()
 	tenant := e.tenant("free", newCustomer())

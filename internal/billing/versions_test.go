@@ -103,6 +103,7 @@ func (e *env) processed(body []byte) {
 // invoice rolls the period, deletion falls back. The console's event
 // record names the version.
 func TestEveryAPIVersionIsProcessedFromThePayload(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	for _, v := range apiVersions {

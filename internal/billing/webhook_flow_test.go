@@ -13,6 +13,7 @@ import (
 )
 
 func TestSubscriptionLifecycleSetsPlanStatusAndFallsBack(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	cus, sub := newCustomer(), "sub_life_"+newCustomer()
@@ -60,6 +61,7 @@ func TestSubscriptionLifecycleSetsPlanStatusAndFallsBack(t *testing.T) {
 }
 
 func TestUpdatedBeforeCreatedKeepsTheNewer(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	cus, sub := newCustomer(), "sub_order_"+newCustomer()
@@ -94,6 +96,7 @@ func TestUpdatedBeforeCreatedKeepsTheNewer(t *testing.T) {
 }
 
 func TestDeletedIsNeverRevivedByALateUpdate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	cus, sub := newCustomer(), "sub_dead_"+newCustomer()
@@ -122,6 +125,7 @@ func TestDeletedIsNeverRevivedByALateUpdate(t *testing.T) {
 // The same event ten times at once to two api instances: one row, one job,
 // one entitlement version.
 func TestDuplicateDeliveriesToTwoInstancesHaveOneEffect(t *testing.T) {
+	t.Parallel()
 	a := newEnv(t, envOpts{})
 	b := newEnvOn(t, a.pool, a.rdb, a.prefix, envOpts{})
 	a.plans()
@@ -185,6 +189,7 @@ func TestDuplicateDeliveriesToTwoInstancesHaveOneEffect(t *testing.T) {
 }
 
 func TestUnknownTypeAndCustomerAreIgnoredAndShown(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	unknownType := newEventID(t)
@@ -230,6 +235,7 @@ func TestUnknownTypeAndCustomerAreIgnoredAndShown(t *testing.T) {
 // A subscription event posted to one api instance changes what the limiter
 // of another instance enforces within two seconds of the 2xx.
 func TestSubscriptionChangeReachesAnotherInstancesLimiterWithin2s(t *testing.T) {
+	t.Parallel()
 	a := newEnv(t, envOpts{})
 	b := newEnvOn(t, a.pool, a.rdb, a.prefix, envOpts{noWorker: true})
 	a.plans()
@@ -274,6 +280,7 @@ func TestSubscriptionChangeReachesAnotherInstancesLimiterWithin2s(t *testing.T) 
 }
 
 func TestMetricsCountWebhooksProcessingAndLag(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, envOpts{})
 	e.plans()
 	cus := newCustomer()

@@ -186,6 +186,17 @@ type Config struct {
 	// (30 days): how long an expired quota override stays listed after its
 	// expiry took effect.
 	ExpiredOverridesRetention time.Duration
+
+	// Webhooks (docs/configuration.md#webhooks); the api and the worker
+	// both read them. WebhookAllowHTTP (WEBHOOK_ALLOW_HTTP), default false:
+	// accept http:// endpoint URLs. WebhookAllowPrivate
+	// (WEBHOOK_ALLOW_PRIVATE), default false: accept and send to loopback,
+	// private, link-local and metadata addresses.
+	WebhookAllowHTTP, WebhookAllowPrivate bool
+	// WebhookRetryBackoff (WEBHOOK_RETRY_BACKOFF), default
+	// 5s,5m,30m,2h,5h,10h,10h,10h: the wait before each retry of a failed
+	// delivery (1 to 20 positive durations); after the last it is failed.
+	WebhookRetryBackoff []time.Duration
 }
 
 // Error names the variable whose value is bad.
@@ -377,6 +388,15 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.MaxInFlight, err = strconv.Atoi(get("MAX_IN_FLIGHT", "0")); err != nil || c.MaxInFlight < 0 {
 		bad("MAX_IN_FLIGHT", errors.New("want a whole number, 0 for no cap"))
 	}
+	if c.WebhookAllowHTTP, err = strconv.ParseBool(get("WEBHOOK_ALLOW_HTTP", "false")); err != nil {
+		bad("WEBHOOK_ALLOW_HTTP", errors.New("want true or false"))
+	}
+	if c.WebhookAllowPrivate, err = strconv.ParseBool(get("WEBHOOK_ALLOW_PRIVATE", "false")); err != nil {
+		bad("WEBHOOK_ALLOW_PRIVATE", errors.New("want true or false"))
+	}
+	if c.WebhookRetryBackoff, err = parseBackoff(get("WEBHOOK_RETRY_BACKOFF", "5s,5m,30m,2h,5h,10h,10h,10h")); err != nil {
+		bad("WEBHOOK_RETRY_BACKOFF", err)
+	}
 	if c.LimiterLocalLeases, err = strconv.ParseBool(get("LIMITER_LOCAL_LEASES", "false")); err != nil {
 		bad("LIMITER_LOCAL_LEASES", errors.New("want true or false"))
 	}
@@ -490,6 +510,24 @@ func ParseAdminTokens(v string) (map[string]string, error) {
 			return nil, fmt.Errorf("token of %q is another name's token too", name)
 		}
 		out[name], seen[tok] = tok, true
+	}
+	return out, nil
+}
+
+// parseBackoff reads WEBHOOK_RETRY_BACKOFF: 1 to 20 positive durations
+// separated by commas.
+func parseBackoff(v string) ([]time.Duration, error) {
+	parts := strings.Split(v, ",")
+	if len(parts) > 20 {
+		return nil, fmt.Errorf("%d retries, want at most 20", len(parts))
+	}
+	out := make([]time.Duration, 0, len(parts))
+	for _, p := range parts {
+		d, err := time.ParseDuration(strings.TrimSpace(p))
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("%q is not a positive duration; want e.g. 5s,5m,30m", strings.TrimSpace(p))
+		}
+		out = append(out, d)
 	}
 	return out, nil
 }

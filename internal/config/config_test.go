@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -221,6 +222,34 @@ func TestMetricsAddrAndToken(t *testing.T) {
 	for name, v := range map[string]string{"METRICS_ADDR": "9464", "METRICS_TOKEN": "short"} {
 		if _, err := Load(envOf(map[string]string{name: v})); err == nil || !strings.Contains(err.Error(), name) || strings.Contains(err.Error(), v+" ") {
 			t.Errorf("%s=%s: %v, want an error naming it", name, v, err)
+		}
+	}
+}
+
+// Webhook settings: https and public addresses only by default, the
+// documented backoff, and bad values refused naming their variable.
+func TestWebhookSettings(t *testing.T) {
+	c, err := Load(envOf(nil))
+	if err != nil || c.WebhookAllowHTTP || c.WebhookAllowPrivate {
+		t.Fatalf("defaults %v %v (%v), want both false", c.WebhookAllowHTTP, c.WebhookAllowPrivate, err)
+	}
+	want := []time.Duration{5 * time.Second, 5 * time.Minute, 30 * time.Minute, 2 * time.Hour, 5 * time.Hour, 10 * time.Hour, 10 * time.Hour, 10 * time.Hour}
+	if !slices.Equal(c.WebhookRetryBackoff, want) {
+		t.Errorf("default backoff %v, want %v", c.WebhookRetryBackoff, want)
+	}
+	c, err = Load(envOf(map[string]string{"WEBHOOK_ALLOW_HTTP": "true", "WEBHOOK_ALLOW_PRIVATE": "true", "WEBHOOK_RETRY_BACKOFF": "10ms, 1s"}))
+	if err != nil || !c.WebhookAllowHTTP || !c.WebhookAllowPrivate || !slices.Equal(c.WebhookRetryBackoff, []time.Duration{10 * time.Millisecond, time.Second}) {
+		t.Fatalf("set: %+v %v", c.WebhookRetryBackoff, err)
+	}
+	for name, v := range map[string]string{"WEBHOOK_ALLOW_HTTP": "yes please", "WEBHOOK_ALLOW_PRIVATE": "maybe",
+		"WEBHOOK_RETRY_BACKOFF": "5s,,5m"} {
+		if _, err := Load(envOf(map[string]string{name: v})); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=%q: %v, want an error naming it", name, v, err)
+		}
+	}
+	for _, v := range []string{"-5s", "5", strings.Repeat("1s,", 20) + "1s"} {
+		if _, err := Load(envOf(map[string]string{"WEBHOOK_RETRY_BACKOFF": v})); err == nil {
+			t.Errorf("WEBHOOK_RETRY_BACKOFF=%q accepted", v)
 		}
 	}
 }

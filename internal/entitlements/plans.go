@@ -1,7 +1,9 @@
 package entitlements
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -39,6 +41,21 @@ const (
 	maxFeatureLen    = 100
 	maxFeatures      = 200
 	maxQuotas        = 100
+	maxWindows       = 10
+	minWindowLength  = time.Second
+	maxWindowLength  = 31 * 24 * time.Hour
+)
+
+var windowNameRe = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
+
+// Kinds of a plan's window limit (PlanWindow.Kind).
+const (
+	// WindowSliding estimates the last Length from two fixed windows
+	// weighted by overlap (the limiter's Window).
+	WindowSliding = "sliding"
+	// WindowFixed counts from the window's start on Redis's clock; the
+	// counter expires with the window.
+	WindowFixed = "fixed"
 )
 
 // Plan is a stored plan. Rate nil and Concurrency nil mean unlimited; a meter
@@ -61,8 +78,11 @@ type Plan struct {
 	Concurrency   *int64           `json:"concurrency"`
 	Quotas        map[string]Quota `json:"quotas"`
 	Features      []string         `json:"features"`
-	CreatedAt     time.Time        `json:"created_at"`
-	UpdatedAt     time.Time        `json:"updated_at"`
+	// Windows are limits per window ("5,000 an hour") next to the rate,
+	// in the order given.
+	Windows   []PlanWindow `json:"windows"`
+	CreatedAt time.Time    `json:"created_at"`
+	UpdatedAt time.Time    `json:"updated_at"`
 	// Version starts at 1 and grows by one on every edit (PatchPlan), so
 	// that an explanation of a tenant's limits can name the plan as it was.
 	Version int64 `json:"version"`
@@ -89,6 +109,71 @@ type Quota struct {
 	PerSeat bool `json:"per_seat,omitempty"`
 }
 
+// PlanWindow is a window limit of a plan: at most Limit units in Length.
+type PlanWindow struct {
+	Name   string `json:"name"`
+	Limit  int64  `json:"limit"`
+	Length string `json:"length"` // a Go duration, e.g. "1h"
+	Kind   string `json:"kind"`   // WindowSliding or WindowFixed
+}
+
+// Duration is Length parsed (validated on input, so never an error for a
+// stored window).
+func (w PlanWindow) Duration() time.Duration {
+	d, _ := time.ParseDuration(w.Length)
+	return d
+}
+
+// WindowInput is one window of a plan body; Kind defaults to sliding.
+type WindowInput struct {
+	Name   string `json:"name"`
+	Limit  *int64 `json:"limit"`
+	Length string `json:"length"`
+	Kind   string `json:"kind"`
+}
+
+// WindowInputs is a plan body's windows. A patch replaces the list whole
+// (RFC 7396 merges objects, not arrays): decoding into the stored list's
+// elements would keep the fields an entry leaves out.
+type WindowInputs []WindowInput
+
+// UnmarshalJSON decodes into a fresh list (see WindowInputs), entry by
+// entry, so that a wrong type or an unknown field is an Invalid error
+// naming the entry (windows[1].limit), as validation names them.
+func (w *WindowInputs) UnmarshalJSON(b []byte) error {
+	var raw []json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	if raw == nil {
+		*w = nil
+		return nil
+	}
+	fresh := make(WindowInputs, len(raw))
+	for i, r := range raw {
+		dec := json.NewDecoder(bytes.NewReader(r))
+		dec.DisallowUnknownFields()
+		err := dec.Decode(&fresh[i])
+		var typ *json.UnmarshalTypeError
+		switch {
+		case err == nil:
+		case errors.As(err, &typ):
+			field := fmt.Sprintf("windows[%d]", i)
+			if typ.Field != "" {
+				field += "." + typ.Field
+			}
+			return apperr.Invalidf(field, "must be %s, not %s", typ.Type.String(), typ.Value)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+			return apperr.Invalidf(fmt.Sprintf("windows[%d].%s", i, name), "unknown field")
+		default:
+			return err
+		}
+	}
+	*w = fresh
+	return nil
+}
+
 // PlanInput is the body of a plan create (and, merged onto the stored plan,
 // of a patch). Pointers tell "absent" from zero.
 type PlanInput struct {
@@ -111,6 +196,7 @@ type PlanInput struct {
 	Concurrency *int64                 `json:"concurrency"` // nil or 0 = unlimited
 	Quotas      map[string]*QuotaInput `json:"quotas"`      // a nil entry removes the meter
 	Features    []string               `json:"features"`
+	Windows     WindowInputs           `json:"windows"`      // replaced whole by a patch
 	QuotaWindow string                 `json:"quota_window"` // "" = month
 	Public      *bool                  `json:"public"`       // nil = true (offered to tenants)
 }
@@ -201,6 +287,7 @@ func (in *PlanInput) Validate() error {
 			v.Add(field+".stripe_report", `must be "overage" or "total"`)
 		}
 	}
+	validateWindows(&v, in.Windows)
 	if !period.Window(in.QuotaWindow).Valid() {
 		v.Add("quota_window", `must be "month" or "billing_period"`)
 	}
@@ -213,6 +300,42 @@ func (in *PlanInput) Validate() error {
 		}
 	}
 	return v.Err()
+}
+
+// validateWindows checks each window, naming fields as windows[i].name.
+func validateWindows(v *apperr.Validation, ws []WindowInput) {
+	if len(ws) > maxWindows {
+		v.Add("windows", "must have at most %d entries", maxWindows)
+	}
+	seen := make(map[string]bool, len(ws))
+	for i, w := range ws {
+		field := fmt.Sprintf("windows[%d]", i)
+		switch {
+		case !windowNameRe.MatchString(w.Name):
+			v.Add(field+".name", "must match [a-z0-9_-]{1,32}")
+		case seen[w.Name]:
+			v.Add(field+".name", "must be unique in the plan (%q is given twice)", w.Name)
+		case w.Name == limiter.PolicyRate || w.Name == limiter.PolicyConcurrency:
+			// A window named like the rate would be told apart from it in
+			// no header or refusal.
+			v.Add(field+".name", "must not be %q (a policy of its own)", w.Name)
+		}
+		seen[w.Name] = true
+		switch {
+		case w.Limit == nil:
+			v.Add(field+".limit", "is required")
+		case *w.Limit <= 0:
+			v.Add(field+".limit", "must be greater than 0")
+		}
+		if d, err := time.ParseDuration(w.Length); err != nil {
+			v.Add(field+".length", `must be a duration such as "1m" or "24h"`)
+		} else if d < minWindowLength || d > maxWindowLength {
+			v.Add(field+".length", "must be between 1s and 744h (31 days)")
+		}
+		if w.Kind != "" && w.Kind != WindowSliding && w.Kind != WindowFixed {
+			v.Add(field+".kind", `must be "sliding" or "fixed"`)
+		}
+	}
 }
 
 // prices is stripe_price_ids with the legacy stripe_price_id applied.
@@ -271,6 +394,16 @@ func (in PlanInput) normalized() PlanInput {
 		out.Quotas[m] = &qq
 	}
 	out.Features = uniqueSorted(in.Features)
+	out.Windows = make(WindowInputs, len(in.Windows))
+	for i, w := range in.Windows {
+		if w.Kind == "" {
+			w.Kind = WindowSliding
+		}
+		// Stored as the duration's canonical form ("60m" → "1h"), so
+		// that equal windows read back equal.
+		w.Length = windowLength(w.Length)
+		out.Windows[i] = w
+	}
 	if out.QuotaWindow == "" {
 		out.QuotaWindow = string(period.Month)
 	}
@@ -297,6 +430,10 @@ func (p Plan) Input() PlanInput {
 	if p.Concurrency != nil {
 		c := *p.Concurrency
 		in.Concurrency = &c
+	}
+	for _, w := range p.Windows {
+		l := w.Limit
+		in.Windows = append(in.Windows, WindowInput{Name: w.Name, Limit: &l, Length: w.Length, Kind: w.Kind})
 	}
 	in.Quotas = make(map[string]*QuotaInput, len(p.Quotas))
 	for m, q := range p.Quotas {
@@ -455,7 +592,8 @@ SELECT p.key, p.name, coalesce(p.stripe_price_id, ''),
        coalesce((SELECT jsonb_object_agg(q.meter, jsonb_build_object('limit', q.quota_limit, 'mode', q.mode,
                         'stripe_meter_event', coalesce(q.stripe_meter_event, ''), 'stripe_report', q.stripe_report,
                         'per_seat', q.per_seat))
-                   FROM plan_quotas q WHERE q.plan_key = p.key), '{}'::jsonb)
+                   FROM plan_quotas q WHERE q.plan_key = p.key), '{}'::jsonb),
+       p.windows
   FROM plans p`
 
 func scanPlan(row pgx.CollectableRow) (Plan, error) {
@@ -465,7 +603,7 @@ func scanPlan(row pgx.CollectableRow) (Plan, error) {
 		burst *int64
 	)
 	if err := row.Scan(&p.Key, &p.Name, &p.StripePriceID, &p.StripePriceIDs, &p.StripeProductID, &p.PriceVersions, &rps, &burst, &p.Concurrency, &p.Features,
-		&p.QuotaWindow, &p.Public, &p.CreatedAt, &p.UpdatedAt, &p.Version, &p.Quotas); err != nil {
+		&p.QuotaWindow, &p.Public, &p.CreatedAt, &p.UpdatedAt, &p.Version, &p.Quotas, &p.Windows); err != nil {
 		return Plan{}, err
 	}
 	if rps != nil && burst != nil {
@@ -479,6 +617,9 @@ func scanPlan(row pgx.CollectableRow) (Plan, error) {
 	}
 	if p.Quotas == nil {
 		p.Quotas = map[string]Quota{}
+	}
+	if p.Windows == nil {
+		p.Windows = []PlanWindow{}
 	}
 	return p, nil
 }
@@ -505,9 +646,9 @@ func getPlan(ctx context.Context, q postgres.Querier, key string, lock bool) (Pl
 func insertPlan(ctx context.Context, tx pgx.Tx, in PlanInput) error {
 	rps, burst := rateCols(in.Rate)
 	_, err := tx.Exec(ctx, `
-INSERT INTO plans (key, name, stripe_price_id, rate_per_second, rate_burst, concurrency, features, quota_window, public)
-VALUES ($1, $2, NULL, $3, $4, $5, $6, $7, $8)`,
-		in.Key, in.Name, rps, burst, in.Concurrency, in.Features, in.QuotaWindow, *in.Public)
+INSERT INTO plans (key, name, stripe_price_id, rate_per_second, rate_burst, concurrency, features, quota_window, public, windows)
+VALUES ($1, $2, NULL, $3, $4, $5, $6, $7, $8, $9)`,
+		in.Key, in.Name, rps, burst, in.Concurrency, in.Features, in.QuotaWindow, *in.Public, in.storedWindows())
 	if err != nil {
 		return pgError(err)
 	}
@@ -533,9 +674,9 @@ func updatePlan(ctx context.Context, tx pgx.Tx, in PlanInput) error {
 	rps, burst := rateCols(in.Rate)
 	_, err := tx.Exec(ctx, `
 UPDATE plans SET name = $2, stripe_price_id = nullif($3, ''), rate_per_second = $4, rate_burst = $5,
-       concurrency = $6, features = $7, quota_window = $8, public = $9, updated_at = now(), version = version + 1
+       concurrency = $6, features = $7, quota_window = $8, public = $9, windows = $10, updated_at = now(), version = version + 1
  WHERE key = $1`,
-		in.Key, in.Name, in.StripePriceID, rps, burst, in.Concurrency, in.Features, in.QuotaWindow, *in.Public)
+		in.Key, in.Name, in.StripePriceID, rps, burst, in.Concurrency, in.Features, in.QuotaWindow, *in.Public, in.storedWindows())
 	if err != nil {
 		return pgError(err)
 	}
@@ -556,6 +697,32 @@ VALUES ($1, $2, $3, $4, nullif($5, ''), $6, $7)`, in.Key, m, *q.Limit, q.Mode, q
 		}
 	}
 	return nil
+}
+
+// storedWindows is the windows column of a normalized input.
+func (in *PlanInput) storedWindows() []PlanWindow {
+	out := make([]PlanWindow, len(in.Windows))
+	for i, w := range in.Windows {
+		out[i] = PlanWindow{Name: w.Name, Limit: *w.Limit, Length: w.Length, Kind: w.Kind}
+	}
+	return out
+}
+
+// windowLength is a valid duration in its canonical form.
+func windowLength(s string) string {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return s
+	}
+	// "1h0m0s" reads better as "1h".
+	out := d.String()
+	if strings.HasSuffix(out, "m0s") {
+		out = strings.TrimSuffix(out, "0s")
+	}
+	if strings.HasSuffix(out, "h0m") {
+		out = strings.TrimSuffix(out, "0m")
+	}
+	return out
 }
 
 func rateCols(r *RateInput) (*float64, *int64) {

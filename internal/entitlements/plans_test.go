@@ -1,6 +1,7 @@
 package entitlements_test
 
 import (
+	"encoding/json"
 	"math"
 	"slices"
 	"testing"
@@ -48,6 +49,25 @@ func TestPlanInputValidate(t *testing.T) {
 			in.Quotas["Bad Meter"] = &entitlements.QuotaInput{Limit: ptr[int64](1)}
 		}, []string{"quotas.Bad Meter"}},
 		{"empty feature", func(in *entitlements.PlanInput) { in.Features = []string{"ok", ""} }, []string{"features[1]"}},
+		{"valid windows", func(in *entitlements.PlanInput) {
+			in.Windows = entitlements.WindowInputs{{Name: "hourly", Limit: ptr[int64](5000), Length: "1h", Kind: "fixed"},
+				{Name: "per-minute", Limit: ptr[int64](60), Length: "1m"}}
+		}, nil},
+		{"bad windows", func(in *entitlements.PlanInput) {
+			in.Windows = entitlements.WindowInputs{
+				{Name: "Hourly", Limit: ptr[int64](1), Length: "1h"},
+				{Name: "a", Limit: ptr[int64](0), Length: "500ms", Kind: "rolling"},
+				{Name: "a", Length: "32d"},
+				{Name: "b", Limit: ptr[int64](-1), Length: "745h"},
+				{Name: "rate", Limit: ptr[int64](1), Length: "1s"},
+			}
+		}, []string{"windows[0].name", "windows[1].limit", "windows[1].length", "windows[1].kind",
+			"windows[2].name", "windows[2].limit", "windows[2].length", "windows[3].limit", "windows[3].length", "windows[4].name"}},
+		{"too many windows", func(in *entitlements.PlanInput) {
+			for i := range 11 {
+				in.Windows = append(in.Windows, entitlements.WindowInput{Name: string(rune('a' + i)), Limit: ptr[int64](1), Length: "1h"})
+			}
+		}, []string{"windows"}},
 		{"several at once", func(in *entitlements.PlanInput) {
 			in.Key = "!"
 			in.Concurrency = ptr[int64](-2)
@@ -184,5 +204,53 @@ func TestPatchDefaultPlanReachesFallenBackTenants(t *testing.T) {
 	snap, ok, err := b.store.Snapshot(b.ctx, tn.ID)
 	if err != nil || !ok || snap.Plan != b.free || snap.Version != 2 || snap.Quotas["requests"].Limit != 5 {
 		t.Fatalf("fallen-back tenant after default plan patch: %+v %v %v", snap, ok, err)
+	}
+}
+
+func TestPlanWindowsAreStoredAndPatchedWhole(t *testing.T) {
+	b := setup(t)
+	key := uniq("p")
+	p := b.mustPlan(t, entitlements.PlanInput{Key: key, Windows: entitlements.WindowInputs{
+		{Name: "hourly", Limit: ptr[int64](5000), Length: "60m"},
+		{Name: "daily", Limit: ptr[int64](50000), Length: "24h", Kind: "fixed"}}})
+	want := []entitlements.PlanWindow{{Name: "hourly", Limit: 5000, Length: "1h", Kind: "sliding"},
+		{Name: "daily", Limit: 50000, Length: "24h", Kind: "fixed"}}
+	if !slices.Equal(p.Windows, want) {
+		t.Fatalf("created windows = %+v, want %+v", p.Windows, want)
+	}
+	got, err := b.svc.GetPlan(b.ctx, key)
+	if err != nil || !slices.Equal(got.Windows, want) {
+		t.Fatalf("GetPlan windows = %+v, %v", got.Windows, err)
+	}
+	// A patch's list replaces the stored one whole: the entry it gives
+	// keeps nothing of the stored first entry (its kind, its length).
+	p, err = b.svc.PatchPlan(b.ctx, key, func(in *entitlements.PlanInput) error {
+		return json.Unmarshal([]byte(`{"windows": [{"name": "minute", "limit": 60, "length": "1m"}]}`), in)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []entitlements.PlanWindow{{Name: "minute", Limit: 60, Length: "1m", Kind: "sliding"}}; !slices.Equal(p.Windows, want) {
+		t.Fatalf("patched windows = %+v, want %+v", p.Windows, want)
+	}
+	// A patch without windows keeps them; null removes them.
+	p, err = b.svc.PatchPlan(b.ctx, key, func(in *entitlements.PlanInput) error {
+		return json.Unmarshal([]byte(`{"name": "Renamed"}`), in)
+	})
+	if err != nil || len(p.Windows) != 1 {
+		t.Fatalf("patch without windows: %+v, %v", p.Windows, err)
+	}
+	p, err = b.svc.PatchPlan(b.ctx, key, func(in *entitlements.PlanInput) error {
+		return json.Unmarshal([]byte(`{"windows": null}`), in)
+	})
+	if err != nil || len(p.Windows) != 0 || p.Windows == nil {
+		t.Fatalf("windows null: %#v, %v", p.Windows, err)
+	}
+	// A bad window in a patch names its field.
+	_, err = b.svc.PatchPlan(b.ctx, key, func(in *entitlements.PlanInput) error {
+		return json.Unmarshal([]byte(`{"windows": [{"name": "x", "limit": 1, "length": "forever"}]}`), in)
+	})
+	if apperr.CodeOf(err) != apperr.Invalid || !slices.Equal(fieldsOf(err), []string{"windows[0].length"}) {
+		t.Fatalf("bad window length: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
@@ -55,6 +56,18 @@ type Options struct {
 	// the request at most three attempts, never go-redis's seconds of
 	// retries.
 	RedisTimeout time.Duration
+	// OnChange, when set, is told of every version bump inside its
+	// transaction (cmd wires notify's outbox: entitlements.updated and
+	// subscription.status commit with the change). An error rolls the
+	// change back. Default nil.
+	OnChange func(ctx context.Context, tx pgx.Tx, c Change) error
+}
+
+// Change is one version bump: the snapshot before it (zero Version when
+// the tenant had none recorded) and after, and the bump's reason.
+type Change struct {
+	Before, After limiter.Snapshot
+	Reason        string
 }
 
 // Service is the entitlements domain: plans, tenants, API keys, snapshots.

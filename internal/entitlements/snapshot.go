@@ -476,12 +476,31 @@ func (s *Service) BumpTx(ctx context.Context, tx pgx.Tx, tenantID, reason string
 	if tag.RowsAffected() == 0 {
 		return limiter.Snapshot{}, tenantNotFound(tenantID)
 	}
+	var before limiter.Snapshot
+	if s.opts.OnChange != nil {
+		// The last recorded version is what the limiter was told before.
+		var raw []byte
+		err := tx.QueryRow(ctx, `SELECT snapshot FROM entitlement_versions WHERE tenant_id = $1 ORDER BY version DESC LIMIT 1`, tenantID).Scan(&raw)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return limiter.Snapshot{}, fmt.Errorf("entitlements: bump version: previous: %w", err)
+		}
+		if raw != nil {
+			if err := json.Unmarshal(raw, &before); err != nil {
+				return limiter.Snapshot{}, fmt.Errorf("entitlements: bump version: previous: %w", err)
+			}
+		}
+	}
 	snap, err := s.buildSnapshot(ctx, tx, tenantID)
 	if err != nil {
 		return limiter.Snapshot{}, fmt.Errorf("entitlements: bump version: %w", err)
 	}
 	if err := recordVersion(ctx, tx, snap, reason); err != nil {
 		return limiter.Snapshot{}, fmt.Errorf("entitlements: bump version: %w", err)
+	}
+	if s.opts.OnChange != nil {
+		if err := s.opts.OnChange(ctx, tx, Change{Before: before, After: snap, Reason: reason}); err != nil {
+			return limiter.Snapshot{}, fmt.Errorf("entitlements: bump version: on change: %w", err)
+		}
 	}
 	return snap, nil
 }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -112,6 +113,23 @@ func TestPlanQuotaWindowAndStripeReport(t *testing.T) {
 	}
 }
 
+func TestPlanWindowsOverHTTP(t *testing.T) {
+	a := newTestAPI(t, testAPIOptions{})
+	key := uniqueName("p")
+	r := a.admin(t, "POST", "/admin/v1/plans", map[string]any{"key": key, "windows": []any{
+		map[string]any{"name": "hourly", "limit": 5000, "length": "1h", "kind": "fixed"},
+		map[string]any{"name": "minute", "limit": 60, "length": "60s"}}}, http.StatusCreated)
+	want := `[{"kind":"fixed","length":"1h","limit":5000,"name":"hourly"},{"kind":"sliding","length":"1m","limit":60,"name":"minute"}]`
+	if got, _ := json.Marshal(r.JSON["windows"]); string(got) != want {
+		t.Fatalf("windows %s, want %s", got, want)
+	}
+	r = a.admin(t, "PATCH", "/admin/v1/plans/"+key, map[string]any{"windows": []any{map[string]any{"name": "daily", "limit": 9, "length": "24h"}}}, http.StatusOK)
+	want = `[{"kind":"sliding","length":"24h","limit":9,"name":"daily"}]`
+	if got, _ := json.Marshal(a.admin(t, "GET", "/admin/v1/plans/"+key, nil, http.StatusOK).JSON["windows"]); string(got) != want {
+		t.Fatalf("patched windows %s, want %s (patch answered %s)", got, want, r.Raw)
+	}
+}
+
 func TestPlanErrors(t *testing.T) {
 	a := newTestAPI(t, testAPIOptions{})
 	taken := a.createPlan(t, map[string]any{"stripe_price_id": uniqueName("price")})
@@ -138,6 +156,15 @@ func TestPlanErrors(t *testing.T) {
 		{"bad quota mode", "POST", "/admin/v1/plans", map[string]any{"key": uniqueName("p"), "quotas": map[string]any{"requests": map[string]any{"limit": 1, "mode": "strict"}}}, 400, []string{"quotas.requests.mode"}},
 		{"wrong type", "POST", "/admin/v1/plans", map[string]any{"key": uniqueName("p"), "rate": map[string]any{"per_second": 1, "burst": "lots"}}, 400, []string{"rate.burst"}},
 		{"fractional burst", "POST", "/admin/v1/plans", map[string]any{"key": uniqueName("p"), "rate": map[string]any{"per_second": 1, "burst": 1.5}}, 400, []string{"rate.burst"}},
+		{"bad windows", "POST", "/admin/v1/plans", map[string]any{"key": uniqueName("p"), "windows": []any{
+			map[string]any{"name": "hourly", "limit": 0, "length": "1h"},
+			map[string]any{"name": "hourly", "limit": 5, "length": "2d", "kind": "rolling"}}}, 400,
+			[]string{"windows[0].limit", "windows[1].name", "windows[1].length", "windows[1].kind"}},
+		{"window limit not a number", "POST", "/admin/v1/plans", map[string]any{"key": uniqueName("p"), "windows": []any{
+			map[string]any{"name": "hourly", "limit": "lots", "length": "1h"}}}, 400, []string{"windows[0].limit"}},
+		{"unknown window field", "POST", "/admin/v1/plans", map[string]any{"key": uniqueName("p"), "windows": []any{
+			map[string]any{"name": "hourly", "limit": 1, "length": "1h"}, map[string]any{"name": "daily", "limit": 1, "length": "24h", "unit": "day"}}}, 400, []string{"windows[1].unit"}},
+		{"patch bad window", "PATCH", "/admin/v1/plans/" + taken, map[string]any{"windows": []any{map[string]any{"name": "x", "limit": 1, "length": "0s"}}}, 400, []string{"windows[0].length"}},
 		{"duplicate plan key", "POST", "/admin/v1/plans", map[string]any{"key": taken}, 409, []string{"key"}},
 		{"duplicate price", "POST", "/admin/v1/plans", map[string]any{"key": uniqueName("p"), "stripe_price_id": takenPrice}, 409, []string{"stripe_price_id"}},
 		{"unknown plan", "GET", "/admin/v1/plans/no-such-plan", nil, 404, nil},

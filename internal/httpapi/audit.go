@@ -44,6 +44,8 @@ func (s *Server) audited(action string) echo.MiddlewareFunc {
 			case strings.Contains(path, "/service-tokens/:id"):
 				sub.ServiceTokenID = c.Param("id")
 				sub.Target = sub.ServiceTokenID
+			case strings.Contains(path, "/webhook-endpoints/:id"):
+				sub.Target = c.Param("id")
 			}
 			var body *bytes.Buffer
 			if c.Request().Method == http.MethodPost {
@@ -72,7 +74,7 @@ func (s *Server) audited(action string) echo.MiddlewareFunc {
 					case strings.HasSuffix(path, "/service-tokens"):
 						// The id names it; the answer's token never leaves this function.
 						got.ServiceTokenID, got.Target = created.ID, created.ID
-					default: // the new key's or override's id (never the key itself)
+					default: // the new key's, override's or webhook endpoint's id (never a key or secret)
 						got.Target = created.ID
 					}
 				}

@@ -25,9 +25,11 @@ const HeaderIdempotencyKey = "Idempotency-Key"
 // API key, a service token, a login link): keeping the answer for a replay
 // would store the secret, so they refuse the header instead.
 var secretAnswers = map[string]bool{
-	"/admin/v1/tenants/:id/api-keys":        true,
-	"/admin/v1/service-tokens":              true,
-	"/admin/v1/tenants/:id/dashboard-links": true,
+	"/admin/v1/tenants/:id/api-keys":                true,
+	"/admin/v1/service-tokens":                      true,
+	"/admin/v1/tenants/:id/dashboard-links":         true,
+	"/admin/v1/webhook-endpoints":                   true,
+	"/admin/v1/webhook-endpoints/:id/rotate-secret": true,
 }
 
 func validIdempotencyKey(k string) bool {

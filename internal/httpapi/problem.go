@@ -119,6 +119,9 @@ func jsonError(err error) error {
 	var typ *json.UnmarshalTypeError
 	var mbe *http.MaxBytesError
 	var he *echo.HTTPError
+	if e, ok := apperr.As(err); ok {
+		return e // a field's own decoder named it (entitlements.WindowInputs)
+	}
 	switch {
 	case errors.As(err, &mbe):
 		return apperr.New(apperr.TooLarge, "request body over %d bytes", mbe.Limit)

@@ -75,6 +75,14 @@ func (s *Server) routes() {
 	admin.GET("/service-tokens", s.handleListServiceTokens())
 	admin.DELETE("/service-tokens/:id", s.handleRevokeServiceToken(), s.audited("service_token.revoke"))
 
+	// --- admin: webhook endpoints (notify) ---
+	admin.POST("/webhook-endpoints", s.handleCreateWebhookEndpoint(), s.audited("webhook_endpoint.create"))
+	admin.GET("/webhook-endpoints", s.handleListWebhookEndpoints())
+	admin.GET("/webhook-endpoints/:id", s.handleGetWebhookEndpoint())
+	admin.PATCH("/webhook-endpoints/:id", s.handlePatchWebhookEndpoint(), s.audited("webhook_endpoint.edit"))
+	admin.DELETE("/webhook-endpoints/:id", s.handleDeleteWebhookEndpoint(), s.audited("webhook_endpoint.delete"))
+	admin.POST("/webhook-endpoints/:id/rotate-secret", s.handleRotateWebhookSecret(), s.audited("webhook_endpoint.rotate_secret"))
+
 	// --- service API /service/v1: the limiter's remote loaders ---
 	// A service token or ADMIN_TOKEN; read-only, no tenant rate limit (the
 	// calls are rare: a snapshot or counter missing from Redis).

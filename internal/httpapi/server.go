@@ -21,6 +21,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/idempotency"
 	"github.com/tollgatehq/tollgate/internal/metering"
+	"github.com/tollgatehq/tollgate/internal/notify"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -53,6 +54,8 @@ type Deps struct {
 	// Billing takes Stripe's webhooks and serves the admin's Stripe views
 	// (events, replay, resync, drift); nil answers those routes 503.
 	Billing *billing.Service
+	// Notify manages the webhook endpoints; nil answers their routes 503.
+	Notify *notify.Service
 	// DashboardLinks mints the tenant dashboard's login links (web); nil
 	// answers POST /admin/v1/tenants/{id}/dashboard-links 503.
 	DashboardLinks DashboardLinks

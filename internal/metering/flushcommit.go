@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgatehq/tollgate/internal/entitlements"
@@ -236,14 +237,27 @@ func (s *Service) commitRows(ctx context.Context, rows []flushRow, out []commitO
 // commitStatement runs flushRowsSQL and reads its row per claim into out
 // and res. Nothing is written to out before the statement succeeded.
 func (s *Service) commitStatement(ctx context.Context, rows []flushRow, at map[string]int, args []any, out []commitOutcome, res []commitResult, st *FlushStats) error {
-	q, err := s.db.Query(ctx, flushRowsSQL, args...)
+	var q pgx.Rows
+	var tx pgx.Tx
+	var err error
+	if s.opts.Crossings != nil && s.opts.Limits != nil {
+		// The crossings go to the outbox in the transaction of the figures.
+		if tx, err = s.db.Begin(ctx); err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+		q, err = tx.Query(ctx, flushRowsSQL, args...)
+	} else {
+		q, err = s.db.Query(ctx, flushRowsSQL, args...)
+	}
 	if err != nil {
 		return err
 	}
 	defer q.Close()
+	counters := map[counterKey]*counterMove{}
 	type row struct {
 		j     int
-		stale bool
+		stale *bool // nil: another flusher committed this claim meanwhile
 		r     commitResult
 	}
 	got := make([]row, 0, len(rows))
@@ -264,6 +278,14 @@ func (s *Service) commitStatement(ctx context.Context, rows []flushRow, at map[s
 		x.j = j
 		if counted {
 			units += n
+			c := rows[j].c
+			k := counterKey{c.Tenant, c.Meter, c.PeriodStart.Unix()}
+			m := counters[k]
+			if m == nil {
+				m = &counterMove{start: c.PeriodStart, end: rows[j].end}
+				counters[k] = m
+			}
+			m.after, m.delta = x.r.durable, m.delta+n
 		}
 		got = append(got, x)
 	}
@@ -273,15 +295,34 @@ func (s *Service) commitStatement(ctx context.Context, rows []flushRow, at map[s
 	if len(got) != len(rows) {
 		return fmt.Errorf("metering: flush: %d rows for %d claims", len(got), len(rows))
 	}
+	if tx != nil {
+		q.Close()
+		if err := s.reportCrossings(ctx, tx, counters); err != nil {
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+	}
+	done := 0
 	for _, x := range got {
 		i := rows[x.j].i
+		if x.stale == nil {
+			// The claim's id was inserted by a concurrent flusher after
+			// this statement's snapshot: its row is invisible here, so
+			// whether it was counted (and the sequence to acknowledge) is
+			// unknown. That flusher acknowledges it; left failed here, a
+			// replay next pass finds it committed if it is still pending.
+			continue
+		}
+		done++
 		out[i], res[i] = commitCommitted, x.r
-		if x.stale {
+		if *x.stale {
 			out[i] = commitStale
 			stale++
 		}
 	}
-	st.Counters += len(rows)
+	st.Counters += done
 	st.Units += units
 	st.Stale += stale
 	return nil

@@ -3,7 +3,7 @@
 // meter in one statement), the limiter's Redis counters moved to Postgres
 // by an idempotent flush, quota counters rebuilt from Postgres after a Redis
 // loss, periods closed with their figures kept, hourly history, and usage
-// reported to Stripe Billing Meters. See README.md for the rules.
+// reported to Stripe Billing Meters. See docs/metering.md for the rules.
 package metering
 
 import (
@@ -35,6 +35,19 @@ type Options struct {
 	// Snapshot gives the tenant's quotas and period to Usage. Required for
 	// Usage; Ingest and the flush do without it.
 	Snapshot SnapshotFunc
+	// Crossings, when set, is given the quota thresholds a flush crossed,
+	// inside the flush's own transaction (cmd wires notify's outbox), so
+	// an event exists exactly when its figures were committed. Needs
+	// Limits (or Snapshot). Default nil: crossings are not looked for.
+	Crossings CrossingsFunc
+	// Limits gives the quotas crossings are measured against: the worker
+	// wires entitlements' Current (the snapshot the limiter enforces, one
+	// Redis read per flushed tenant, outside any lock but the flushed
+	// rows'). Default Snapshot.
+	Limits SnapshotFunc
+	// Thresholds are the percentages of a quota whose crossing is
+	// reported; default [80, 100].
+	Thresholds []int
 	// OnFlush, when set, is told the outcome of every pass of RunFlusher
 	// (the worker's flush-lag metrics).
 	OnFlush func(st FlushStats, err error)
@@ -88,6 +101,12 @@ type Service struct {
 func NewService(db *pgxpool.Pool, store *limitstore.Store, log *slog.Logger, opts Options) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Limits == nil {
+		opts.Limits = opts.Snapshot
+	}
+	if opts.Thresholds == nil {
+		opts.Thresholds = []int{80, 100}
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now

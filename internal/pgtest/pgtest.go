@@ -158,3 +158,51 @@ func withDB(base, name string) string {
 	i := strings.LastIndexByte(base, '/')
 	return base[:i+1] + name + rest
 }
+
+// Isolated gives the test a database of its own, cloned from the same
+// template as the package's and dropped when the test ends, with its URL
+// (for processes the test starts). Tests whose work is not keyed by their
+// own ids alone, such as River workers that take any job of the database,
+// use it to run in parallel (t.Parallel) without working each other's rows.
+func Isolated(t testing.TB) (*pgxpool.Pool, string) {
+	t.Helper()
+	New(t) // builds the template once, and skips or fails without a server
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, BaseURL())
+	if err != nil {
+		t.Fatalf("pgtest: connect: %v", err)
+	}
+	defer admin.Close(context.Background())
+	tmpl, err := templateName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var suffix [6]byte
+	_, _ = rand.Read(suffix[:])
+	name := "tollgate_test_" + hex.EncodeToString(suffix[:])
+	// The lock setup takes: a template being built is never cloned.
+	if _, err := admin.Exec(ctx, `SELECT pg_advisory_lock(774411)`); err != nil {
+		t.Fatalf("pgtest: lock: %v", err)
+	}
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+pgx.Identifier{tmpl}.Sanitize())
+	_, _ = admin.Exec(context.Background(), `SELECT pg_advisory_unlock(774411)`)
+	if err != nil {
+		t.Fatalf("pgtest: clone template: %v", err)
+	}
+	url := withDB(BaseURL(), name)
+	p, err := postgres.Open(ctx, url, 0)
+	if err != nil {
+		t.Fatalf("pgtest: open %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		p.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if conn, err := pgx.Connect(ctx, BaseURL()); err == nil {
+			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+			conn.Close(ctx)
+		}
+	})
+	return p, url
+}

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,15 +49,33 @@ func StartServer(t testing.TB, extra ...string) *Server {
 	return s
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago, and
+// never the same port twice in one process: the kernel may hand a just
+// closed port out again, and two servers a test starts on "free" ports
+// would then share one (a backend that failed to bind while its probe
+// reached the api on the same port was seen in CI).
 func FreePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	handedMu.Lock()
+	defer handedMu.Unlock()
+	for range 100 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if !handed[port] {
+			handed[port] = true
+			return port, nil
+		}
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("redistest: no loopback port that was not handed out already")
 }
+
+var (
+	handedMu sync.Mutex
+	handed   = map[int]bool{}
+)
 
 func serverArgs(port int, dir string, extra ...string) []string {
 	return append([]string{
