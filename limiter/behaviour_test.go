@@ -14,6 +14,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limithttp"
 )
 
 func TestRefill(t *testing.T) {
@@ -388,11 +389,11 @@ func TestMiddleware(t *testing.T) {
 	}))
 	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix})
 	var inHandler atomic.Int64
-	h := limiter.Middleware(l, func(r *http.Request) (string, limiter.Request, error) {
+	h := limithttp.Middleware(l, func(r *http.Request) (string, limiter.Request, error) {
 		return r.Header.Get("X-Tenant"), limiter.Request{Cost: 1, Concurrency: true}, nil
 	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		inHandler.Add(1)
-		if _, ok := limiter.DecisionFromContext(r.Context()); !ok {
+		if _, ok := limithttp.DecisionFromContext(r.Context()); !ok {
 			t.Error("no decision in context")
 		}
 		w.WriteHeader(204)

@@ -104,7 +104,7 @@ func TestLocalModeHoldsQuotasThroughRedisDeath(t *testing.T) {
 			// above spent them or the loop below.
 			for i := 0; i < 50; i++ {
 				d := allow("little")
-				if d.Fallback != limiter.FallbackLocal {
+				if d.Fallback != limiter.FailLocal {
 					t.Fatalf("little decided without the local mode: %+v", d)
 				}
 				if d.Allowed {
@@ -175,7 +175,7 @@ func TestLocalModeQuotaBudgetIsLeftOverInstances(t *testing.T) {
 	admitted := 0
 	for i := 0; i < 20; i++ {
 		d, err := l.Allow(ctx, "little", limiter.Request{Cost: 1, Meter: "requests"})
-		if err != nil || d.Fallback != limiter.FallbackLocal {
+		if err != nil || d.Fallback != limiter.FailLocal {
 			t.Fatalf("%+v %v", d, err)
 		}
 		if d.Allowed {
