@@ -95,7 +95,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		}
 	case *redis.ClusterClient:
 		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
-		l.keys.cluster = true
+		l.keys.ks.Cluster = true
 	case *redis.Ring:
 		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
 	}
