@@ -3,9 +3,9 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 GO ?= go
 export PATH := $(PATH):$(shell $(GO) env GOPATH)/bin
-# ./... from the root stops at nested modules (limiter/ has its own go.mod;
-# go.work builds them together), so each is named.
-MODULES := ./... ./limiter/...
+# ./... from the root stops at nested modules (limiter/ and bench/ have
+# their own go.mod; go.work builds them together), so each is named.
+MODULES := ./... ./limiter/... ./bench/...
 
 .PHONY: help
 help: ## list the targets
