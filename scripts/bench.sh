@@ -80,6 +80,6 @@ done
 if [[ ${SBS:-1} != 0 ]]; then
   echo "## side-by-side.sh: POST /v1/check vs envoyproxy/ratelimit POST /json"
   bash "$PERF_DIR/side-by-side.sh"
-  echo "## side-by-side.sh with the leased mode (LIMITER_LOCAL_LEASES=true)"
-  TOLLGATE_ENV="${TOLLGATE_ENV:-} LIMITER_LOCAL_LEASES=true" bash "$PERF_DIR/side-by-side.sh"
+  echo "## side-by-side.sh with the leased mode (LIMITER_PREFETCH=true)"
+  TOLLGATE_ENV="${TOLLGATE_ENV:-} LIMITER_PREFETCH=true" bash "$PERF_DIR/side-by-side.sh"
 fi

@@ -6,7 +6,7 @@
 # alternating slices so a noisy machine hits both alike.
 #
 #   bash scripts/grpc-side-by-side.sh
-#   TOLLGATE_ENV="LIMITER_LOCAL_LEASES=true" bash scripts/grpc-side-by-side.sh   # leased mode
+#   TOLLGATE_ENV="LIMITER_PREFETCH=true" bash scripts/grpc-side-by-side.sh   # leased mode
 #
 # Knobs: TENANTS (2000), C (32), SLICE (5s), ROUNDS (3), PEER_VERSION,
 # TOLLGATE_ENV (extra NAME=value settings for the api), KEEP_LOGS=1.

@@ -78,6 +78,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 	log := logging.New(stderr, cfg.LogLevel)
+	for _, d := range cfg.Deprecated {
+		log.Warn("deprecated configuration", "variable", d)
+	}
 	if tokenFile != "" {
 		log.Warn("ADMIN_TOKEN is empty; TOLLGATE_DEV uses the token in this file", "admin_token_file", tokenFile)
 	}
