@@ -1,0 +1,139 @@
+package limiter
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// windowJSON is a Window as a snapshot carries it: its length in
+// milliseconds (a time.Duration would be nanoseconds, which no other
+// language's reader expects).
+type windowJSON struct {
+	Name     string     `json:"name"`
+	Limit    int64      `json:"limit"`
+	LengthMs int64      `json:"length_ms"`
+	Kind     WindowKind `json:"kind,omitempty"`
+}
+
+// MarshalJSON writes the window with length_ms.
+func (w Window) MarshalJSON() ([]byte, error) {
+	return json.Marshal(windowJSON{Name: w.Name, Limit: w.Limit, LengthMs: w.Length.Milliseconds(), Kind: w.Kind})
+}
+
+// UnmarshalJSON reads the window with length_ms.
+func (w *Window) UnmarshalJSON(b []byte) error {
+	var j windowJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*w = Window{Name: j.Name, Limit: j.Limit, Length: time.Duration(j.LengthMs) * time.Millisecond, Kind: j.Kind}
+	return nil
+}
+
+// fixed says whether the window counts in fixed windows.
+func (w *Window) fixed() bool { return w.Kind == WindowFixed }
+
+// windowTyp is the policy type of a window in the decision script: 'w'
+// sliding, 'f' fixed.
+func windowTyp(w *Window) byte {
+	if w.fixed() {
+		return 'f'
+	}
+	return 'w'
+}
+
+// preparedWindow is a plan window with its key and script arguments.
+type preparedWindow struct {
+	w      Window
+	typ    byte
+	key    string
+	limitS string
+	lenS   string // length, ms
+}
+
+// planWindow is the key of a plan window's counter (a hash: w the window
+// index, c its count, and for a sliding window p the previous window's
+// count): "pw:" for a sliding window, "pf:" for a fixed one, so that a
+// window whose kind changes starts afresh rather than reading the other
+// kind's fields; apart from an explicit Limits' windows ("sw:", "fw:").
+func (k keyNames) planWindow(tenant string, w *Window) string {
+	return k.tenantBase(tenant) + "p" + string(windowTyp(w)) + ":" + w.Name + ":" + strconv.FormatInt(w.Length.Milliseconds(), 10)
+}
+
+// explicitWindow is the key of an explicit Limits' window: the sliding
+// window's key as it always was, "fw:" for a fixed one.
+func (k keyNames) explicitWindow(tenant string, w *Window) string {
+	if w.fixed() {
+		return k.tenantBase(tenant) + "fw:" + w.Name + ":" + strconv.FormatInt(w.Length.Milliseconds(), 10)
+	}
+	return k.window(tenant, w.Name, w.Length)
+}
+
+func (k keyNames) prepareWindows(tenant string, ws []Window) []preparedWindow {
+	if len(ws) == 0 {
+		return nil
+	}
+	out := make([]preparedWindow, 0, len(ws))
+	for i := range ws {
+		w := ws[i]
+		if w.Length < time.Millisecond || !validName(w.Name, false) {
+			continue // not a window the script can count (a bad snapshot)
+		}
+		out = append(out, preparedWindow{w: w, typ: windowTyp(&w), key: k.planWindow(tenant, &w),
+			limitS: strconv.FormatInt(w.Limit, 10), lenS: strconv.FormatInt(w.Length.Milliseconds(), 10)})
+	}
+	return out
+}
+
+// policy returns the window's policy in a plan.
+func (pw *preparedWindow) policy(fail FailMode) policy {
+	return policy{typ: pw.typ, name: pw.w.Name, limit: pw.w.Limit, window: pw.w.Length, a: pw.limitS, b: pw.lenS, keys: []string{pw.key}, fail: fail}
+}
+
+// windowsField is the limits hash's w field of a plan's windows (see
+// refGeneral): "<type> <name> <limit> <length ms>" each, space separated.
+// A window's name has no space (validName).
+func windowsField(ws []preparedWindow) string {
+	var b strings.Builder
+	for i, w := range ws {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteByte(w.typ)
+		b.WriteByte(' ')
+		b.WriteString(w.w.Name)
+		b.WriteByte(' ')
+		b.WriteString(w.limitS)
+		b.WriteByte(' ')
+		b.WriteString(w.lenS)
+	}
+	return b.String()
+}
+
+// parseWindowsField reads a limits hash's w field back ("" none).
+func parseWindowsField(s string) ([]Window, error) {
+	if s == "" {
+		return nil, nil
+	}
+	t := strings.Fields(s)
+	if len(t)%4 != 0 {
+		return nil, fmt.Errorf("limiter: windows field of %d words", len(t))
+	}
+	ws := make([]Window, 0, len(t)/4)
+	for i := 0; i < len(t); i += 4 {
+		lim, e1 := strconv.ParseInt(t[i+2], 10, 64)
+		ms, e2 := strconv.ParseInt(t[i+3], 10, 64)
+		if e1 != nil || e2 != nil || (t[i] != "w" && t[i] != "f") {
+			return nil, fmt.Errorf("limiter: windows field %q", s)
+		}
+		w := Window{Name: t[i+1], Limit: lim, Length: time.Duration(ms) * time.Millisecond, Kind: WindowSliding}
+		if t[i] == "f" {
+			w.Kind = WindowFixed
+		}
+		ws = append(ws, w)
+	}
+	return ws, nil
+}
