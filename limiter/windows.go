@@ -137,3 +137,10 @@ func parseWindowsField(s string) ([]Window, error) {
 	}
 	return ws, nil
 }
+
+// IsWindow says whether the policy is a window limit (a plan's, or one of
+// explicit Limits): neither the rate, a quota (which has a mode) nor the
+// concurrency limit (which has a unit). Its Window is the window's length.
+func (p *PolicyStatus) IsWindow() bool {
+	return p.Name != PolicyRate && p.Mode == "" && p.Unit == "" && p.Window > 0
+}
