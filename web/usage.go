@@ -52,8 +52,8 @@ type UsageView struct {
 	ResetIn     string
 	Meters      []MeterView
 	Windows     []WindowView // the plan's windows, live
-	Charts      []Chart // usage per day, one per meter with history or a quota
-	Refusals    Chart   // refused requests per day, stacked by policy
+	Charts      []Chart      // usage per day, one per meter with history or a quota
+	Refusals    Chart        // refused requests per day, stacked by policy
 	Now         time.Time
 	// Stale is set when Redis did not answer in time: the figures are
 	// Postgres's and the page says they may be behind.
