@@ -54,20 +54,16 @@ type preparedWindow struct {
 	lenS   string // length, ms
 }
 
-// planWindow is the key of a plan window's counter (a hash: w the window
-// index, c its count, and for a sliding window p the previous window's
-// count): "pw:" for a sliding window, "pf:" for a fixed one, so that a
-// window whose kind changes starts afresh rather than reading the other
-// kind's fields; apart from an explicit Limits' windows ("sw:", "fw:").
+// planWindow is the key of a plan window's counter (keyspace.Keys.PlanWindow).
 func (k keyNames) planWindow(tenant string, w *Window) string {
-	return k.tenantBase(tenant) + "p" + string(windowTyp(w)) + ":" + w.Name + ":" + strconv.FormatInt(w.Length.Milliseconds(), 10)
+	return k.ks.PlanWindow(tenant, w.Name, w.Length, w.fixed())
 }
 
 // explicitWindow is the key of an explicit Limits' window: the sliding
-// window's key as it always was, "fw:" for a fixed one.
+// window's key as it always was, keyspace's FixedWindow for a fixed one.
 func (k keyNames) explicitWindow(tenant string, w *Window) string {
 	if w.fixed() {
-		return k.tenantBase(tenant) + "fw:" + w.Name + ":" + strconv.FormatInt(w.Length.Milliseconds(), 10)
+		return k.ks.FixedWindow(tenant, w.Name, w.Length)
 	}
 	return k.window(tenant, w.Name, w.Length)
 }

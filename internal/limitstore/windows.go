@@ -12,17 +12,6 @@ import (
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
-// PlanWindow is the key of a plan window's counter (a hash: w the window
-// index since the epoch, c its count, p the previous window's for a
-// sliding one): "pw:" sliding, "pf:" fixed, as the limiter names it.
-func (k Keys) PlanWindow(tenant string, w limiter.Window) string {
-	typ := "w"
-	if w.Kind == limiter.WindowFixed {
-		typ = "f"
-	}
-	return k.tenantBase(tenant) + "p" + typ + ":" + w.Name + ":" + strconv.FormatInt(w.Length.Milliseconds(), 10)
-}
-
 // WindowUse is what a plan window has counted by Redis's clock: the
 // units in the current window (for a sliding window, the limiter's
 // estimate: the previous window's count weighted by its overlap, plus the
@@ -44,7 +33,7 @@ func (s *Store) WindowUsage(ctx context.Context, tenant string, ws []limiter.Win
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		now = p.Time(ctx)
 		for i, w := range ws {
-			cmds[i] = p.HMGet(ctx, s.keys.PlanWindow(tenant, w), "w", "c", "p")
+			cmds[i] = p.HMGet(ctx, s.keys.PlanWindow(tenant, w.Name, w.Length, w.Kind == limiter.WindowFixed), "w", "c", "p")
 		}
 		return nil
 	})
