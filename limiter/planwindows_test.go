@@ -272,3 +272,138 @@ func TestPlanWindowsByReference(t *testing.T) {
 		}
 	})
 }
+
+// TestPlanWindowsLeased: in the leased mode a plan's windows are taken in
+// chunks like the rate; one instance admits exactly L in a fixed window
+// (a refused take takes what is left), two never more than L, and no lease
+// carries units into the next window: each window admits at most L again.
+func TestPlanWindowsLeased(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		const L, length = 40, 2000
+		rdb := b.client()
+		st := limitstore.New(rdb, b.prefix)
+		put(t, st, windowPlan("wl1", limiter.Window{Name: "per-2s", Limit: L, Length: length * time.Millisecond, Kind: limiter.WindowFixed}))
+		put(t, st, windowPlan("wl2", limiter.Window{Name: "per-2s", Limit: L, Length: length * time.Millisecond, Kind: limiter.WindowFixed}))
+		opts := limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, LocalLeases: true}
+		one := newLimiter(t, b.client(), opts)
+		got := exactInWindow(t, rdb, length, 1, func() int64 { return burst(t, "wl1", []*limiter.Limiter{one}, 1, 2*L) })
+		if got != L {
+			t.Fatalf("one leased instance admitted %d in a window of %d", got, L)
+		}
+		two := []*limiter.Limiter{newLimiter(t, b.client(), opts), newLimiter(t, b.client(), opts)}
+		for round := 0; round < 3; round++ {
+			got := exactInWindow(t, rdb, length, 1, func() int64 { return burst(t, "wl2", two, 4, 20) })
+			if got > L || got < L/2 {
+				t.Fatalf("round %d: two leased instances admitted %d in a window of %d", round, got, L)
+			}
+		}
+	})
+}
+
+// TestPlanWindowsLeasedAreLocalWithinTheirWindow: decisions on a plan
+// with windows are leased (most need no Redis trip), and a lease ends with
+// the window: the first decision in the next window goes to Redis, where
+// a lease taken in the window before would otherwise have admitted it
+// uncounted.
+func TestPlanWindowsLeasedAreLocalWithinTheirWindow(t *testing.T) {
+	b := singleRedis(t)
+	const length = 2000
+	l, rt, st := counted(t, b, limiter.Options{Timeout: 5 * time.Second, LocalLeases: true, DisableRefusalCache: true})
+	put(t, st, windowPlan("wll", limiter.Window{Name: "per-2s", Limit: 100000, Length: length * time.Millisecond, Kind: limiter.WindowFixed}))
+	rdb := b.client()
+	ctx := context.Background()
+	waitWindow(t, rdb, length, 1)
+	before := rt.n.Load()
+	const n = 400
+	for i := 0; i < n; i++ {
+		if d, err := l.Allow(ctx, "wll", limiter.Request{Cost: 1}); err != nil || !d.Allowed {
+			t.Fatalf("%d: %+v %v", i, d, err)
+		}
+	}
+	if trips := rt.n.Load() - before; trips > n/4 {
+		t.Fatalf("%d round trips for %d leased decisions", trips, n)
+	}
+	waitWindow(t, rdb, length, 1)
+	before = rt.n.Load()
+	if d, err := l.Allow(ctx, "wll", limiter.Request{Cost: 1}); err != nil || !d.Allowed {
+		t.Fatalf("%+v %v", d, err)
+	}
+	if rt.n.Load() == before {
+		t.Fatal("the first decision of a new window was admitted from a lease taken in the window before")
+	}
+}
+
+// TestPlanWindowsLocalFallback: with Redis gone, a plan window in the
+// local fail mode is held in process to its limit divided among the
+// instances (a bucket of that size refilled over the window's length),
+// never admitted unchecked.
+func TestPlanWindowsLocalFallback(t *testing.T) {
+	srv := startPrivate(t)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	st := limitstore.New(rdb, "")
+	put(t, st, windowPlan("wfb", limiter.Window{Name: "hourly", Limit: 6, Length: time.Hour, Kind: limiter.WindowFixed}))
+	l := newLimiter(t, rdb, limiter.Options{
+		Timeout: 50 * time.Millisecond, Cooldown: time.Hour, ExpectedInstances: 2,
+		FailMode: limiter.FailModes{Rate: limiter.FailLocal, Quota: limiter.FailLocal, Window: limiter.FailLocal},
+	})
+	if d, err := l.Allow(ctx, "wfb", limiter.Request{Cost: 1}); err != nil || !d.Allowed || d.Fallback != "" {
+		t.Fatalf("%+v %v", d, err)
+	}
+	srv.Kill()
+	admitted := 0
+	var last *limiter.Decision
+	for i := 0; i < 20; i++ {
+		d, err := l.Allow(ctx, "wfb", limiter.Request{Cost: 1})
+		if err != nil || d.Fallback != limiter.FailLocal {
+			t.Fatalf("%+v %v", d, err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+		last = d
+	}
+	if admitted != 3 {
+		t.Fatalf("admitted %d in the local mode against a window of 6 over 2 instances, want 3", admitted)
+	}
+	if last.Policy != "hourly" || last.RetryAfter <= 0 {
+		t.Fatalf("refused by %q, retry after %v", last.Policy, last.RetryAfter)
+	}
+}
+
+// TestPlanWindowsReserveAndSettle: a reservation's estimate is taken from
+// the windows as from the rate and the quota, and one the window cannot
+// hold is refused taking nothing; settling adjusts the quota to the actual
+// cost and leaves the windows charged at the estimate, as the token bucket
+// is.
+func TestPlanWindowsReserveAndSettle(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		ctx := context.Background()
+		rdb := b.client()
+		st := limitstore.New(rdb, b.prefix)
+		put(t, st, snapshot("wrs", func(s *limiter.Snapshot) {
+			s.Rate = &limiter.Rate{PerSecond: 1e6, Burst: 1e6}
+			s.Quotas = map[string]limiter.Quota{"requests": {Limit: 1000, Mode: limiter.ModeHard}}
+			s.Windows = []limiter.Window{{Name: "hourly", Limit: 10, Length: time.Hour, Kind: limiter.WindowFixed}}
+		}))
+		l := newLimiter(t, rdb, limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, DisableRefusalCache: true})
+		d, err := l.Allow(ctx, "wrs", limiter.Request{Cost: 8, Reserve: true})
+		if err != nil || !d.Allowed || d.Reservation == nil || d.Policies[1].Remaining != 2 {
+			t.Fatalf("reserve 8: %+v %v", d, err)
+		}
+		if d, err := l.Allow(ctx, "wrs", limiter.Request{Cost: 3, Reserve: true}); err != nil || d.Allowed || d.Policy != "hourly" || d.Reservation != nil {
+			t.Fatalf("reserve 3 with 2 left in the window: %+v %v", d, err)
+		}
+		if est, err := l.Settle(ctx, "wrs", d.Reservation.ID, 2); err != nil || est != 8 {
+			t.Fatalf("settle: %d %v", est, err)
+		}
+		p, err := l.Allow(ctx, "wrs", limiter.Request{Cost: 1, Peek: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w, q := p.Policies[1], p.Policies[2]; w.Remaining != 2 || q.Remaining != 998 {
+			t.Fatalf("after settling 8 as 2: window %d left (want 2), quota %d left (want 998)", w.Remaining, q.Remaining)
+		}
+	})
+}

@@ -140,3 +140,31 @@ func parseWindowsField(s string) ([]Window, error) {
 func (p *PolicyStatus) IsWindow() bool {
 	return p.Name != PolicyRate && p.Mode == "" && p.Unit == "" && p.Window > 0
 }
+
+// windowsEnd is when the first of the plan's windows' current (fixed)
+// windows ends, by a take's answer; zero for a plan without windows. A
+// prefetched unit was counted in Redis in the window the take ran in; used
+// after that window ends it would be admitted in the next one, which never
+// counted it (a fixed window would then admit more than its limit), so no
+// lease lives past this.
+func windowsEnd(pl *plan, d *Decision, now time.Time) time.Time {
+	var end time.Time
+	for i := range pl.pol {
+		if t := pl.pol[i].typ; (t != 'w' && t != 'f') || i >= len(d.Policies) {
+			continue
+		}
+		e := now.Add(d.Policies[i].Reset)
+		if end.IsZero() || e.Before(end) {
+			end = e
+		}
+	}
+	return end
+}
+
+// capUntil is t, or until when that is earlier (a zero until caps nothing).
+func capUntil(t, until time.Time) time.Time {
+	if !until.IsZero() && until.Before(t) {
+		return until
+	}
+	return t
+}
