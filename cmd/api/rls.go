@@ -22,6 +22,11 @@ func (k rlsKeys) TenantOfKey(ctx context.Context, raw string) (string, error) {
 	return info.TenantID, err
 }
 
+// TenantOfExternalID resolves a descriptor's external_id from Postgres.
+func (k rlsKeys) TenantOfExternalID(ctx context.Context, ext string) (string, error) {
+	return k.LoadExternal(ctx, ext)
+}
+
 // serveRLS answers Envoy's rate limit service on GRPC_ADDR until ctx ends,
 // with the same limiter, keys and plans as POST /v1/check. Its health is
 // SERVING while Postgres and Redis answer.

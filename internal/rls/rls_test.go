@@ -129,6 +129,10 @@ func (k keys) TenantOfKey(ctx context.Context, raw string) (string, error) {
 	return info.TenantID, err
 }
 
+func (k keys) TenantOfExternalID(ctx context.Context, ext string) (string, error) {
+	return k.LoadExternal(ctx, ext)
+}
+
 var planSeq atomic.Int64
 
 // tenantWithKey creates a plan (rate per second and burst, hard quota of
