@@ -52,7 +52,7 @@ const (
 	// request headers (request_headers: descriptor_key), and a gateway that
 	// forwards a header holding the backend's own id cannot prepend to it.
 	EntryExternalID = "external_id"
-	EntryMeter    = "meter"
+	EntryMeter      = "meter"
 )
 
 // ReasonHeader carries why Tollgate refused a descriptor that no limit
