@@ -4,18 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// Alias is the key that maps a tenant's external id (the backend's own id
-// for it) to the tenant id: "<p>:{x:<external id>}:tid", a string with the
-// snapshot's TTL. It carries a hash tag of its own: an external id is
-// resolved before the tenant's keys are known, in a trip of its own, and
-// the limiter caches the answer. The limiter reads the same layout
-// (limiter/external.go); TestAliasKeyMatchesLimiter keeps them in step.
-func (k Keys) Alias(externalID string) string { return k.Base() + ":{x:" + externalID + "}:tid" }
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
+)
 
 // Deletes KEYS[1] only while it still names ARGV[1]: an external id that
 // moved to another tenant is not taken from it by a late write.
@@ -23,6 +16,8 @@ var deleteAliasScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 `)
+
+// The alias of an external id is keyspace's Keys.Alias.
 
 // MoveAlias records that tenant's external id changed from old to new
 // ("" = none): old's alias goes (if it still names tenant), new's is
@@ -45,7 +40,7 @@ func (s *Store) MoveAlias(ctx context.Context, tenant, old, new string, version 
 			return err
 		}
 	}
-	if err := s.rdb.Publish(ctx, s.keys.Invalidations(), tenant+":"+strconv.FormatInt(version, 10)).Err(); err != nil {
+	if err := s.rdb.Publish(ctx, s.keys.Invalidations(), keyspace.Invalidation(tenant, version)).Err(); err != nil {
 		return fmt.Errorf("limitstore: announcing alias of %q: %w", tenant, err)
 	}
 	return nil
