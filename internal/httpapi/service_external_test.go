@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/remote"
 )
 
 // The service routes take "ext:<external id>" wherever they take a tenant
@@ -63,6 +65,21 @@ func TestServiceRoutesByExternalID(t *testing.T) {
 	}
 	a.admin(t, http.MethodPatch, "/admin/v1/tenants/"+tenant, `{"external_id": null}`, http.StatusOK)
 	assertProblem(t, "removed", a.do(t, http.MethodGet, "/service/v1/tenants/ext:"+ext+"/snapshot", token, nil), http.StatusNotFound)
+	// The limiter's remote loader resolves an external id through these routes.
+	rc, err := remote.New(a.URL, token, remote.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again := uniqueName("again")
+	a.admin(t, http.MethodPatch, "/admin/v1/tenants/"+tenant, map[string]any{"external_id": again}, http.StatusOK)
+	if id, err := rc.ExternalTenant(context.Background(), again); err != nil || id != tenant {
+		t.Fatalf("remote ExternalTenant = %q, %v", id, err)
+	}
+	for _, unknown := range []string{ext, "a/b", ""} {
+		if _, err := rc.ExternalTenant(context.Background(), unknown); !errors.Is(err, limiter.ErrUnknownTenant) {
+			t.Fatalf("remote ExternalTenant(%q) = %v, want ErrUnknownTenant", unknown, err)
+		}
+	}
 	// Still the service routes' credentials.
 	assertProblem(t, "no token", a.do(t, http.MethodGet, "/service/v1/tenants/ext:"+ext+"/snapshot", "", nil), http.StatusUnauthorized)
 }
