@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
@@ -99,7 +98,7 @@ func TestExternalTenant(t *testing.T) {
 		hook := &extTrips{}
 		rdb.AddHook(hook)
 		l := newLimiter(t, rdb, limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second})
-		put(t, limitstore.New(b.client(), b.prefix), snapshot("ext-t", func(s *limiter.Snapshot) {
+		put(t, newStore(b.client(), b.prefix), snapshot("ext-t", func(s *limiter.Snapshot) {
 			s.Quotas = map[string]limiter.Quota{"requests": {Limit: 100, Mode: limiter.ModeHard}}
 		}))
 		admin := b.client()
