@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -109,7 +108,7 @@ func TestPlanFixedWindowExact(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const L, length = 25, 2000
 		rdb := b.client()
-		st := limitstore.New(rdb, b.prefix)
+		st := newStore(rdb, b.prefix)
 		put(t, st, windowPlan("fw", limiter.Window{Name: "per-2s", Limit: L, Length: length * time.Millisecond, Kind: limiter.WindowFixed}))
 		ls := []*limiter.Limiter{
 			newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second}),
@@ -146,7 +145,7 @@ func TestPlanSlidingWindowExact(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const L, length = 25, 1500
 		rdb := b.client()
-		st := limitstore.New(rdb, b.prefix)
+		st := newStore(rdb, b.prefix)
 		put(t, st, windowPlan("sw", limiter.Window{Name: "per-1500ms", Limit: L, Length: length * time.Millisecond}))
 		ls := []*limiter.Limiter{
 			newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second}),
@@ -174,7 +173,7 @@ func TestPlanWindowsRefuseTakingNothing(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
 	rdb := b.client()
-	st := limitstore.New(rdb, b.prefix)
+	st := newStore(rdb, b.prefix)
 	put(t, st, snapshot("wr", func(s *limiter.Snapshot) {
 		s.Rate = &limiter.Rate{PerSecond: 1, Burst: 100}
 		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 100, Mode: limiter.ModeHard}}
@@ -223,7 +222,7 @@ func TestPlanWindowsRefuseTakingNothing(t *testing.T) {
 func TestPlanWindowsBatched(t *testing.T) {
 	b := singleRedis(t)
 	rdb := b.client()
-	st := limitstore.New(rdb, b.prefix)
+	st := newStore(rdb, b.prefix)
 	put(t, st, windowPlan("wb", limiter.Window{Name: "hourly", Limit: 30, Length: time.Hour, Kind: limiter.WindowFixed}))
 	ls := []*limiter.Limiter{
 		newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Batching: true, Timeout: 5 * time.Second}),
@@ -241,7 +240,7 @@ func TestPlanWindowsByReference(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
 		rdb := b.client()
-		st := limitstore.New(rdb, b.prefix)
+		st := newStore(rdb, b.prefix)
 		put(t, st, windowPlan("wref", limiter.Window{Name: "hourly", Limit: 20, Length: time.Hour, Kind: limiter.WindowFixed},
 			limiter.Window{Name: "minute", Limit: 15, Length: time.Minute}))
 		put(t, st, snapshot("wref-fill", nil))
@@ -281,7 +280,7 @@ func TestPlanWindowsLeased(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		const L, length = 40, 2000
 		rdb := b.client()
-		st := limitstore.New(rdb, b.prefix)
+		st := newStore(rdb, b.prefix)
 		put(t, st, windowPlan("wl1", limiter.Window{Name: "per-2s", Limit: L, Length: length * time.Millisecond, Kind: limiter.WindowFixed}))
 		put(t, st, windowPlan("wl2", limiter.Window{Name: "per-2s", Limit: L, Length: length * time.Millisecond, Kind: limiter.WindowFixed}))
 		opts := limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, LocalLeases: true}
@@ -342,7 +341,7 @@ func TestPlanWindowsLocalFallback(t *testing.T) {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	st := limitstore.New(rdb, "")
+	st := newStore(rdb, "")
 	put(t, st, windowPlan("wfb", limiter.Window{Name: "hourly", Limit: 6, Length: time.Hour, Kind: limiter.WindowFixed}))
 	l := newLimiter(t, rdb, limiter.Options{
 		Timeout: 50 * time.Millisecond, Cooldown: time.Hour, ExpectedInstances: 2,
@@ -381,7 +380,7 @@ func TestPlanWindowsReserveAndSettle(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
 		rdb := b.client()
-		st := limitstore.New(rdb, b.prefix)
+		st := newStore(rdb, b.prefix)
 		put(t, st, snapshot("wrs", func(s *limiter.Snapshot) {
 			s.Rate = &limiter.Rate{PerSecond: 1e6, Burst: 1e6}
 			s.Quotas = map[string]limiter.Quota{"requests": {Limit: 1000, Mode: limiter.ModeHard}}

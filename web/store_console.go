@@ -129,7 +129,7 @@ func (s *store) tenantPage(ctx context.Context, q string, page, size int) ([]Ten
 	var total int64
 	if err := s.db.QueryRow(ctx, `
 		SELECT count(*) FROM tenants
-		WHERE lower(name) LIKE $1 OR id::text = $2 OR stripe_customer_id = $2`, like, q).Scan(&total); err != nil {
+		WHERE lower(name) LIKE $1 OR id::text = $2 OR stripe_customer_id = $2 OR external_id = $2`, like, q).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("web: count tenants: %w", err)
 	}
 	rows, err := s.db.Query(ctx, `
@@ -140,7 +140,7 @@ func (s *store) tenantPage(ctx context.Context, q string, page, size int) ([]Ten
 		       (SELECT quota_limit FROM plan_quotas q WHERE q.plan_key = t.plan_key AND q.meter = 'requests'),
 		       t.created_at
 		FROM tenants t
-		WHERE lower(t.name) LIKE $1 OR t.id::text = $2 OR t.stripe_customer_id = $2
+		WHERE lower(t.name) LIKE $1 OR t.id::text = $2 OR t.stripe_customer_id = $2 OR t.external_id = $2
 		ORDER BY t.created_at DESC, t.id DESC
 		LIMIT $3 OFFSET $4`, like, q, size, (page-1)*size)
 	if err != nil {
