@@ -11,7 +11,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
@@ -55,7 +54,7 @@ func (h *extTrips) trips(fn func(ctx context.Context)) int64 {
 	return h.n.Load() - before
 }
 
-// setAlias writes an alias as Tollgate's server does (limitstore.MoveAlias):
+// setAlias writes an alias as Tollgate's server does (its limitstore.MoveAlias):
 // the old one deleted, the new one set, the tenant announced.
 func setAlias(t *testing.T, rdb redis.UniversalClient, prefix, tenant, old, new string) {
 	t.Helper()
@@ -99,7 +98,7 @@ func TestExternalTenant(t *testing.T) {
 		hook := &extTrips{}
 		rdb.AddHook(hook)
 		l := newLimiter(t, rdb, limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second})
-		put(t, limitstore.New(b.client(), b.prefix), snapshot("ext-t", func(s *limiter.Snapshot) {
+		put(t, newStore(b.client(), b.prefix), snapshot("ext-t", func(s *limiter.Snapshot) {
 			s.Quotas = map[string]limiter.Quota{"requests": {Limit: 100, Mode: limiter.ModeHard}}
 		}))
 		admin := b.client()
