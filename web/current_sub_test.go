@@ -22,7 +22,7 @@ func TestConsoleShowsTheEnforcedSubscription(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st := &store{db: b.pool}
+	st := b.web.store
 	sub, err := st.subscription(b.ctx, tn.ID)
 	if err != nil || sub == nil || sub.Status != "active" {
 		t.Fatalf("subscription = %+v, %v; want the active one", sub, err)

@@ -12,9 +12,10 @@
 //   - A tenant session reads only its own tenant: every dashboard query takes
 //     the tenant id from the session, never from the URL; another tenant's
 //     object is a 404.
-//   - Reads go straight to Postgres (the read model in store.go) and to the
-//     limiter's Redis counters; changes go through the other parts' services,
-//     through the small interfaces declared in actions.go.
+//   - SQL only over the web's own tables (web_sessions, dashboard_links);
+//     every other table is read through its owner (readers.go) and changed
+//     through the other parts' services (actions.go). Live counters come
+//     from the limiter's Redis.
 package web
 
 import (
@@ -59,6 +60,12 @@ type Deps struct {
 	// Usage computes the usage of the current period (GET /v1/usage's
 	// function). Required.
 	Usage UsageReader
+	// Entitlements, Billing and Metering are the owners the pages read
+	// tenants, plans, keys and subscriptions; Stripe events and repairs;
+	// usage history and meter reports through (readers.go). Required.
+	Entitlements EntitlementsReader
+	Billing      BillingReader
+	Metering     MeteringReader
 	// AdminToken logs into the console (compared in constant time) as
 	// "admin". Required.
 	AdminToken string
@@ -130,6 +137,9 @@ func New(d Deps) (*Web, error) {
 	if d.DB == nil || d.Snapshots == nil || d.Usage == nil || d.Limits == nil {
 		return nil, errors.New("web: DB, Limits, Snapshots and Usage are required")
 	}
+	if d.Entitlements == nil || d.Billing == nil || d.Metering == nil {
+		return nil, errors.New("web: Entitlements, Billing and Metering are required")
+	}
 	if d.AdminToken == "" {
 		return nil, errors.New("web: AdminToken is required")
 	}
@@ -148,7 +158,7 @@ func New(d Deps) (*Web, error) {
 	if d.AdminTTL <= 0 {
 		d.AdminTTL = 8 * time.Hour
 	}
-	w := &Web{Deps: d, log: d.Log, store: &store{db: d.DB}}
+	w := &Web{Deps: d, log: d.Log, store: &store{db: d.DB, ents: d.Entitlements, bill: d.Billing, meter: d.Metering}}
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err
