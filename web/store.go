@@ -57,7 +57,7 @@ type TenantRow struct {
 }
 
 // SubscriptionRow is the tenant's current subscription
-// (entitlements.CurrentSubscriptionOf: the one the limiter enforces).
+// (the view current_subscriptions: the one the limiter enforces).
 type SubscriptionRow struct {
 	ID                 string
 	Status             string

@@ -26,7 +26,7 @@ type TenantSummary struct {
 }
 
 var summaryCols = tenantCols + `, p.name,
-       coalesce((SELECT s.status FROM (` + CurrentSubscriptionOf("t.id") + `) s), '')`
+       coalesce((SELECT c.status FROM current_subscriptions c WHERE c.tenant_id = t.id), '')`
 
 func scanSummary(row pgx.CollectableRow) (TenantSummary, error) {
 	var t TenantSummary
@@ -156,7 +156,7 @@ type SubscriptionState struct {
 }
 
 // CurrentSubscription is the tenant's current subscription (the one the
-// limiter enforces, see CurrentSubscriptionOf); nil when it never had one.
+// limiter enforces: the view current_subscriptions); nil when it never had one.
 func (s *Service) CurrentSubscription(ctx context.Context, tenantID string) (*SubscriptionState, error) {
 	if !ids.IsUUID(tenantID) {
 		return nil, nil
@@ -166,7 +166,7 @@ func (s *Service) CurrentSubscription(ctx context.Context, tenantID string) (*Su
 SELECT id, status, coalesce(stripe_price_id, ''), current_period_start, current_period_end, cancel_at_period_end,
        trial_end, trial_will_end_at, past_due_since, grace_ends_at, payment_attempts,
        next_payment_attempt, canceled_at, updated_at
-  FROM (`+CurrentSubscriptionOf("$1")+`) s`, tenantID).Scan(
+  FROM current_subscriptions s WHERE s.tenant_id = $1`, tenantID).Scan(
 		&r.ID, &r.Status, &r.PriceID, &r.PeriodStart, &r.PeriodEnd, &r.CancelAtPeriodEnd, &r.TrialEnd,
 		&r.TrialWillEndAt, &r.PastDueSince, &r.GraceEndsAt, &r.PaymentAttempts, &r.NextPaymentAttempt,
 		&r.CanceledAt, &r.UpdatedAt)
@@ -202,7 +202,7 @@ func (s *Service) OtherSubscriptions(ctx context.Context, tenantID string, limit
 SELECT s.id, s.status, coalesce(s.stripe_price_id, ''), s.cancel_at_period_end, s.has_plan_item,
        s.id IN (`+OverlappingSubscriptionsOf("$1")+`)
   FROM subscriptions s
- WHERE s.tenant_id = $1 AND s.id IS DISTINCT FROM (SELECT c.id FROM (`+CurrentSubscriptionOf("$1")+`) c)
+ WHERE s.tenant_id = $1 AND s.id IS DISTINCT FROM (SELECT c.id FROM current_subscriptions c WHERE c.tenant_id = $1)
  ORDER BY s.status IN (`+liveStatuses+`) DESC, s.start_date DESC NULLS LAST, s.id LIMIT $2`, tenantID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("entitlements: other subscriptions: %w", err)
