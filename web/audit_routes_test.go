@@ -15,6 +15,7 @@ import (
 // served route, so that no admin action goes unrecorded by a route that
 // was added without one and no declaration outlives its route.
 func TestEveryMutatingAdminRouteIsDeclared(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	served := map[string]bool{}
 	for _, r := range b.api.Echo().Routes() {

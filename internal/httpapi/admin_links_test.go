@@ -19,6 +19,7 @@ import (
 )
 
 func TestMintDashboardLink(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	store := limitstore.New(rdb, prefix)

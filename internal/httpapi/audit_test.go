@@ -56,6 +56,7 @@ func stateField(raw json.RawMessage, key string) string {
 // and after; secrets handed out (a service token, a dashboard link) never
 // reach the trail.
 func TestAuditRecordsEveryAdminActionOfTheAPI(t *testing.T) {
+	t.Parallel()
 	const carolToken = "tga_carol_audit_token_0123456789"
 	actor := uniqueName("carol")
 	a := auditAPI(t, actor, carolToken)
