@@ -20,6 +20,7 @@ type EntitlementsReader interface {
 	SearchTenants(ctx context.Context, q string, page, size int) ([]entitlements.TenantSummary, int64, error)
 	TenantNames(ctx context.Context, tenantIDs []string, limit int) ([]entitlements.TenantName, error)
 	TenantByCustomer(ctx context.Context, stripeCustomerID string) (entitlements.Tenant, error)
+	TenantByExternalID(ctx context.Context, externalID string) (entitlements.Tenant, error)
 	ListPlans(ctx context.Context) ([]entitlements.Plan, error)
 	PlanTenantCounts(ctx context.Context) (map[string]int64, error)
 	ListOverrides(ctx context.Context, tenantID string) ([]entitlements.Override, error)

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/ids"
 )
 
@@ -49,6 +50,7 @@ type TenantRow struct {
 	PlanKey            string
 	PlanName           string
 	StripeCustomerID   string
+	ExternalID         string // "" when none
 	StripeFeatures     []string
 	PeriodAnchor       time.Time
 	EntitlementVersion int64
@@ -58,22 +60,7 @@ type TenantRow struct {
 
 // SubscriptionRow is the tenant's current subscription
 // (the view current_subscriptions: the one the limiter enforces).
-type SubscriptionRow struct {
-	ID                 string
-	Status             string
-	PriceID            string
-	PeriodStart        *time.Time
-	PeriodEnd          *time.Time
-	CancelAtPeriodEnd  bool
-	TrialEnd           *time.Time
-	TrialWillEndAt     *time.Time
-	PastDueSince       *time.Time
-	GraceEndsAt        *time.Time
-	PaymentAttempts    int
-	NextPaymentAttempt *time.Time
-	CanceledAt         *time.Time
-	UpdatedAt          time.Time
-}
+type SubscriptionRow = entitlements.SubscriptionState
 
 func (s *store) tenant(ctx context.Context, id string) (TenantRow, error) {
 	if !ids.IsUUID(id) {
@@ -83,9 +70,13 @@ func (s *store) tenant(ctx context.Context, id string) (TenantRow, error) {
 	if err != nil {
 		return TenantRow{}, fmt.Errorf("web: tenant: %w", err)
 	}
-	return TenantRow{ID: t.ID, Name: t.Name, PlanKey: t.Plan, PlanName: t.PlanName, StripeCustomerID: t.StripeCustomerID,
+	r := TenantRow{ID: t.ID, Name: t.Name, PlanKey: t.Plan, PlanName: t.PlanName, StripeCustomerID: t.StripeCustomerID,
 		StripeFeatures: t.StripeFeatures, PeriodAnchor: t.PeriodAnchor, EntitlementVersion: t.EntitlementVersion,
-		CreatedAt: t.CreatedAt, SubStatus: t.SubStatus}, nil
+		CreatedAt: t.CreatedAt, SubStatus: t.SubStatus}
+	if t.ExternalID != nil {
+		r.ExternalID = *t.ExternalID
+	}
+	return r, nil
 }
 
 func (s *store) subscription(ctx context.Context, tenantID string) (*SubscriptionRow, error) {

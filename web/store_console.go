@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
 // PlanRow is a plan with its quotas.
@@ -30,6 +31,8 @@ type PlanRow struct {
 	UpdatedAt       time.Time
 	QuotaWindow     string // "month" or "billing_period"
 	Public          bool   // offered to tenants on their dashboard
+	// Windows are the plan's window limits, in its order.
+	Windows []entitlements.PlanWindow
 }
 
 // QuotaRow is one meter's monthly quota of a plan.
@@ -53,7 +56,7 @@ func (s *store) plans(ctx context.Context) ([]PlanRow, error) {
 	for _, p := range plans {
 		r := PlanRow{Key: p.Key, Name: p.Name, StripePriceID: p.StripePriceID, StripePriceIDs: p.StripePriceIDs,
 			StripeProductID: p.StripeProductID, Concurrency: p.Concurrency, Features: p.Features, Tenants: counts[p.Key],
-			UpdatedAt: p.UpdatedAt, QuotaWindow: p.QuotaWindow, Public: p.Public}
+			UpdatedAt: p.UpdatedAt, QuotaWindow: p.QuotaWindow, Public: p.Public, Windows: p.Windows}
 		if p.Rate != nil {
 			r.RatePerSecond, r.RateBurst = &p.Rate.PerSecond, &p.Rate.Burst
 		}
@@ -138,11 +141,7 @@ func (s *store) overrides(ctx context.Context, tenantID string) ([]OverrideRow, 
 }
 
 // VersionRow is one entitlement version.
-type VersionRow struct {
-	Version   int64
-	Reason    string
-	CreatedAt time.Time
-}
+type VersionRow = entitlements.Version
 
 func (s *store) versions(ctx context.Context, tenantID string, limit int) ([]VersionRow, error) {
 	vs, err := s.ents.ListVersions(ctx, tenantID, limit)

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/metering"
 )
 
@@ -37,14 +38,7 @@ func (s *store) dailyRefusals(ctx context.Context, tenantID string, from, to tim
 }
 
 // KeyRow is an API key as people see it: never the key, only its prefix.
-type KeyRow struct {
-	ID         string
-	Prefix     string
-	Name       string
-	CreatedAt  time.Time
-	LastUsedAt *time.Time
-	RevokedAt  *time.Time
-}
+type KeyRow = entitlements.KeySummary
 
 // keys are the tenant's last 100 keys, unrevoked ones first, each group
 // newest first.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
 // EventRow is a stored Stripe event.
@@ -169,14 +170,7 @@ func (s *store) drift(ctx context.Context, tenantID string, limit int) ([]DriftR
 // OtherSubRow is a subscription of the tenant besides the current one: an
 // overlapping plan subscription (a re-subscribe beside the old one, which
 // grants its add-ons, never the plan) or one that bills add-ons on its own.
-type OtherSubRow struct {
-	ID                string
-	Status            string
-	PriceID           string
-	CancelAtPeriodEnd bool
-	PlanItem          bool
-	Overlapping       bool // live with a plan item: not enforced, shown so that an admin can cancel it
-}
+type OtherSubRow = entitlements.OtherSubscription
 
 // otherSubscriptions lists the tenant's subscriptions other than the
 // current one, live ones first.

@@ -223,6 +223,7 @@ func (w *Web) Register(e *echo.Echo) {
 	e.POST("/admin/tenants", w.handleAdminCreateTenant(), admin...)
 	e.GET("/admin/tenants/:id", w.handleAdminTenant(), admin...)
 	e.POST("/admin/tenants/:id/plan", w.handleAdminChangePlan(), admin...)
+	e.POST("/admin/tenants/:id/external-id", w.handleAdminSetExternalID(), admin...)
 	e.POST("/admin/tenants/:id/keys", w.handleAdminIssueKey(), admin...)
 	e.POST("/admin/tenants/:id/keys/:key/revoke", w.handleAdminRevokeKey(), admin...)
 	e.POST("/admin/tenants/:id/overrides", w.handleAdminAddOverride(), admin...)

@@ -45,6 +45,7 @@ var Routes = map[string]Route{
 	"PUT /admin/v1/addons/:price_id":                      {Action: "addon.put", Kind: KindAddon, ID: "price_id"},
 	"DELETE /admin/v1/addons/:price_id":                   {Action: "addon.delete", Kind: KindAddon, ID: "price_id"},
 	"POST /admin/v1/tenants":                              {Action: "tenant.create", Kind: KindTenant},
+	"PATCH /admin/v1/tenants/:id":                         {Action: "tenant.edit", Kind: KindTenant, ID: "id"},
 	"PUT /admin/v1/tenants/:id/plan":                      {Action: "tenant.plan_change", Kind: KindTenant, ID: "id"},
 	"POST /admin/v1/tenants/:id/api-keys":                 {Action: "api_key.issue", Kind: KindTenant, ID: "id"},
 	"DELETE /admin/v1/api-keys/:id":                       {Action: "api_key.revoke", Kind: KindKey, ID: "id"},
@@ -62,6 +63,7 @@ var Routes = map[string]Route{
 	// Console.
 	"POST /admin/tenants":                           {Action: "tenant.create", Kind: KindTenant},
 	"POST /admin/tenants/:id/plan":                  {Action: "tenant.plan_change", Kind: KindTenant, ID: "id"},
+	"POST /admin/tenants/:id/external-id":           {Action: "tenant.edit", Kind: KindTenant, ID: "id"},
 	"POST /admin/tenants/:id/keys":                  {Action: "api_key.issue", Kind: KindTenant, ID: "id"},
 	"POST /admin/tenants/:id/keys/:key/revoke":      {Action: "api_key.revoke", Kind: KindTenant, ID: "id", Target: "key"},
 	"POST /admin/tenants/:id/overrides":             {Action: "override.create", Kind: KindTenant, ID: "id"},

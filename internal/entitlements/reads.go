@@ -30,7 +30,7 @@ var summaryCols = tenantCols + `, p.name,
 
 func scanSummary(row pgx.CollectableRow) (TenantSummary, error) {
 	var t TenantSummary
-	err := row.Scan(&t.ID, &t.Name, &t.Plan, &t.StripeCustomerID, &t.StripeFeatures, &t.PeriodAnchor,
+	err := row.Scan(&t.ID, &t.Name, &t.Plan, &t.StripeCustomerID, &t.ExternalID, &t.StripeFeatures, &t.PeriodAnchor,
 		&t.EntitlementVersion, &t.CreatedAt, &t.UpdatedAt, &t.PlanVersion, &t.PlanName, &t.SubStatus)
 	if t.StripeFeatures == nil {
 		t.StripeFeatures = []string{}
@@ -59,7 +59,8 @@ func (s *Service) TenantSummary(ctx context.Context, id string) (TenantSummary, 
 }
 
 // SearchTenants is the console's numbered tenant list: tenants whose name
-// contains q (case-insensitively), or whose id or Stripe customer is q,
+// contains q (case-insensitively), or whose id, Stripe customer or
+// external id is q,
 // newest first, page (1-based) of size, with how many match in all.
 // ListTenants is the API's cursor-paged form of the same search.
 func (s *Service) SearchTenants(ctx context.Context, q string, page, size int) ([]TenantSummary, int64, error) {
@@ -69,7 +70,7 @@ func (s *Service) SearchTenants(ctx context.Context, q string, page, size int) (
 		like = "%" + likeEscape(strings.ToLower(q)) + "%"
 	}
 	page, size = max(page, 1), max(size, 1)
-	const where = ` WHERE lower(t.name) LIKE $1 OR t.id::text = $2 OR t.stripe_customer_id = $2`
+	const where = ` WHERE lower(t.name) LIKE $1 OR t.id::text = $2 OR t.stripe_customer_id = $2 OR t.external_id = $2`
 	var total int64
 	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM tenants t`+where, like, q).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("entitlements: search tenants: %w", err)

@@ -49,6 +49,7 @@ func (s *Server) routes() {
 	admin.POST("/tenants", s.handleCreateTenant())
 	admin.GET("/tenants", s.handleListTenants())
 	admin.GET("/tenants/:id", s.handleGetTenant())
+	admin.PATCH("/tenants/:id", s.handleUpdateTenant())
 	admin.GET("/tenants/:id/explain", s.handleExplainTenant()) // "why this limit"
 	admin.PUT("/tenants/:id/plan", s.handleChangePlan())
 	admin.POST("/tenants/:id/api-keys", s.handleIssueKey())
