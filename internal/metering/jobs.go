@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/riverqueue/river"
-
-	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
 // ClosePeriodsArgs closes finished periods: a final flush, then closed_at
@@ -54,7 +52,7 @@ UPDATE usage_periods SET closed_at = $1, updated_at = $1
 	moved, err := s.db.Exec(ctx, `
 UPDATE usage_periods u SET closed_at = $1, updated_at = $1, period_end = s.current_period_start
   FROM tenants t
-  JOIN LATERAL (`+entitlements.CurrentSubscriptionOf("t.id")+`) s ON true
+  JOIN LATERAL (SELECT * FROM current_subscriptions c WHERE c.tenant_id = t.id LIMIT 1) s ON true
  WHERE u.tenant_id = t.id AND u.closed_at IS NULL AND s.current_period_start IS NOT NULL
    AND u.period_start < s.current_period_start AND u.period_end > s.current_period_start
    AND s.current_period_start <= $2`, now, now.Add(-s.opts.CloseGrace))
