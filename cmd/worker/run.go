@@ -130,7 +130,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	if err != nil {
 		return err
 	}
-	meter := newMetering(pool, rdb, ents, cfg, log, jm, hooks.QuotaCrossings)
+	meter := newMetering(pool, rdb, ents, cfg, log, jm, hooks)
 	periodic = append(periodic, meter.Register(workers)...)
 	river.AddWorker(workers, &jobs.RetentionWorker{Log: log, Rules: retention(cfg, ents, bill, meter, idempotency.New(pool))})
 	periodic = append(periodic, jobs.RetentionPeriodic())

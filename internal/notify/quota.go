@@ -33,3 +33,45 @@ func (s *Service) QuotaCrossings(ctx context.Context, tx pgx.Tx, cs []metering.C
 	_, err := s.Emit(ctx, tx, evs...)
 	return err
 }
+
+// QuotaExhausted is quota.exhausted's data.
+type QuotaExhausted struct {
+	TenantID    string    `json:"tenant_id"`
+	Meter       string    `json:"meter"`
+	Limit       int64     `json:"limit"`
+	WindowStart time.Time `json:"window_start"`
+	WindowEnd   time.Time `json:"window_end"`
+}
+
+// QuotaExhaustions writes one quota.exhausted event per exhaustion in tx,
+// the refusals flush's transaction (metering.Options.Exhausted); its key
+// keeps it to one per tenant, meter and window.
+func (s *Service) QuotaExhaustions(ctx context.Context, tx pgx.Tx, es []metering.Exhaustion) error {
+	evs := make([]Event, len(es))
+	for i, e := range es {
+		evs[i] = Event{Type: TypeQuotaExhausted, DedupeKey: e.DedupeKey(), Data: QuotaExhausted{
+			TenantID: e.Tenant, Meter: e.Meter, Limit: e.Limit, WindowStart: e.WindowStart.UTC(), WindowEnd: e.WindowEnd.UTC()}}
+	}
+	_, err := s.Emit(ctx, tx, evs...)
+	return err
+}
+
+// PeriodClosed is period.closed's data.
+type PeriodClosed struct {
+	TenantID    string           `json:"tenant_id"`
+	WindowStart time.Time        `json:"window_start"`
+	WindowEnd   time.Time        `json:"window_end"`
+	Meters      map[string]int64 `json:"meters"` // meter → final usage
+}
+
+// PeriodsClosed writes one period.closed event per closed window in tx,
+// ClosePeriods' transaction (metering.Options.PeriodsClosed).
+func (s *Service) PeriodsClosed(ctx context.Context, tx pgx.Tx, ws []metering.ClosedWindow) error {
+	evs := make([]Event, len(ws))
+	for i, w := range ws {
+		evs[i] = Event{Type: TypePeriodClosed, DedupeKey: w.DedupeKey(), Data: PeriodClosed{
+			TenantID: w.Tenant, WindowStart: w.WindowStart.UTC(), WindowEnd: w.WindowEnd.UTC(), Meters: w.Meters}}
+	}
+	_, err := s.Emit(ctx, tx, evs...)
+	return err
+}
