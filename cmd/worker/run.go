@@ -112,6 +112,11 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 		return err
 	}
 	hooks.Register(workers)
+	if n, err := hooks.SealStored(ctx); err != nil {
+		log.Error("sealing webhook secrets stored in clear failed", "err", err)
+	} else if n > 0 {
+		log.Info("webhook secrets sealed at rest", "endpoints", n)
+	}
 	ents := entitlements.NewService(pool, limitstore.New(rdb, limiter.DefaultPrefix), log, entitlements.Options{
 		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Prefix: limiter.DefaultPrefix,
 		OnChange: hooks.EntitlementsChanged,

@@ -14,6 +14,9 @@ func webhookAPI(t *testing.T, opts notify.Options) *testAPI {
 	t.Helper()
 	return newTestAPI(t, testAPIOptions{Deps: func(d *Deps) {
 		d.Audit = audit.New(d.DB, d.Log)
+		if opts.SecretKey == nil {
+			opts.SecretKey = make([]byte, 32) // WEBHOOK_SECRET_KEY
+		}
 		n, err := notify.NewService(d.DB, d.Log, opts)
 		if err != nil {
 			t.Fatal(err)

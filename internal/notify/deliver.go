@@ -129,15 +129,15 @@ func (w *DeliverWorker) Timeout(*river.Job[DeliverArgs]) time.Duration {
 // Work sends the delivery once and records what the receiver said.
 func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	var (
-		eventID, url, status, secret string
-		prev                         *string
-		prevUntil                    *time.Time
-		enabled                      bool
-		body                         []byte
+		eventID, endpointID, url, status, secret string
+		prev                                     *string
+		prevUntil                                *time.Time
+		enabled                                  bool
+		body                                     []byte
 	)
-	err := w.svc.db.QueryRow(ctx, `SELECT d.event_id, d.status, e.url, e.enabled, e.secret, e.prev_secret, e.prev_until, ev.payload::text
+	err := w.svc.db.QueryRow(ctx, `SELECT d.event_id, e.id::text, d.status, e.url, e.enabled, e.secret, e.prev_secret, e.prev_until, ev.payload::text
 FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id JOIN webhook_events ev ON ev.id = d.event_id
-WHERE d.id = $1`, job.Args.DeliveryID).Scan(&eventID, &status, &url, &enabled, &secret, &prev, &prevUntil, &body)
+WHERE d.id = $1`, job.Args.DeliveryID).Scan(&eventID, &endpointID, &status, &url, &enabled, &secret, &prev, &prevUntil, &body)
 	if err != nil {
 		if errors.Is(err, pgxErrNoRows) {
 			return nil // the endpoint was deleted: nothing to send
@@ -150,10 +150,18 @@ WHERE d.id = $1`, job.Args.DeliveryID).Scan(&eventID, &status, &url, &enabled, &
 	if !enabled {
 		return w.finish(ctx, job, 0, "", errors.New("endpoint disabled"))
 	}
-	secrets := []string{secret}
+	cur, err := w.svc.box.open(endpointID, secret)
+	if err != nil {
+		return w.finish(ctx, job, 0, "", err)
+	}
+	secrets := []string{cur}
 	now := w.svc.opts.Now()
 	if prev != nil && prevUntil != nil && now.Before(*prevUntil) {
-		secrets = append(secrets, *prev)
+		old, err := w.svc.box.open(endpointID, *prev)
+		if err != nil {
+			return w.finish(ctx, job, 0, "", err)
+		}
+		secrets = append(secrets, old)
 	}
 	ts := now.Unix()
 	sig, err := sign(secrets, eventID, ts, body)

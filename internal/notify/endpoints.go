@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -152,13 +153,28 @@ func (s *Service) Create(ctx context.Context, in EndpointInput) (Endpoint, error
 	if err != nil {
 		return Endpoint{}, err
 	}
-	e := Endpoint{URL: in.URL, Events: normEvents(in.Events), Description: in.Description, Enabled: true, Secret: secret}
-	err = s.db.QueryRow(ctx, `INSERT INTO webhook_endpoints (url, events, description, secret) VALUES ($1, $2, $3, $4)
-RETURNING id::text, created_at, updated_at`, e.URL, e.Events, e.Description, secret).Scan(&e.ID, &e.CreatedAt, &e.UpdatedAt)
+	// The id is made here: it is the sealed secret's additional data.
+	e := Endpoint{ID: newUUID(), URL: in.URL, Events: normEvents(in.Events), Description: in.Description, Enabled: true, Secret: secret}
+	sealed, err := s.box.seal(e.ID, secret)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	err = s.db.QueryRow(ctx, `INSERT INTO webhook_endpoints (id, url, events, description, secret) VALUES ($1, $2, $3, $4, $5)
+RETURNING created_at, updated_at`, e.ID, e.URL, e.Events, e.Description, sealed).Scan(&e.CreatedAt, &e.UpdatedAt)
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("notify: create endpoint: %w", err)
 	}
 	return e, nil
+}
+
+// newUUID is a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 const endpointCols = `id::text, url, events, description, enabled, created_at, updated_at`
@@ -260,9 +276,13 @@ func (s *Service) RotateSecret(ctx context.Context, id string) (Endpoint, error)
 	if err != nil {
 		return Endpoint{}, err
 	}
+	sealed, err := s.box.seal(strings.ToLower(id), secret)
+	if err != nil {
+		return Endpoint{}, err
+	}
 	var e Endpoint
 	err = s.db.QueryRow(ctx, `UPDATE webhook_endpoints SET prev_secret = secret, prev_until = $3, secret = $2, updated_at = now()
-WHERE id = $1 RETURNING `+endpointCols, id, secret, s.opts.Now().Add(rotationOverlap)).
+WHERE id = $1 RETURNING `+endpointCols, id, sealed, s.opts.Now().Add(rotationOverlap)).
 		Scan(&e.ID, &e.URL, &e.Events, &e.Description, &e.Enabled, &e.CreatedAt, &e.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Endpoint{}, ErrNotFound
@@ -272,4 +292,53 @@ WHERE id = $1 RETURNING `+endpointCols, id, secret, s.opts.Now().Add(rotationOve
 	}
 	e.Secret = secret
 	return e, nil
+}
+
+// SealStored seals the secrets of endpoints created before secrets were
+// encrypted at rest (the worker calls it at start). Without a key it does
+// nothing.
+func (s *Service) SealStored(ctx context.Context) (int, error) {
+	if s.box == nil {
+		return 0, nil
+	}
+	rows, err := s.db.Query(ctx, `SELECT id::text, secret, prev_secret FROM webhook_endpoints
+WHERE secret LIKE 'whsec\_%' OR prev_secret LIKE 'whsec\_%'`)
+	if err != nil {
+		return 0, fmt.Errorf("notify: seal stored secrets: %w", err)
+	}
+	type row struct {
+		ID, Secret string
+		Prev       *string
+	}
+	plain, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	if err != nil {
+		return 0, fmt.Errorf("notify: seal stored secrets: %w", err)
+	}
+	for _, r := range plain {
+		sec, err := s.sealIfPlain(r.ID, r.Secret)
+		if err != nil {
+			return 0, err
+		}
+		var prev *string
+		if r.Prev != nil {
+			p, err := s.sealIfPlain(r.ID, *r.Prev)
+			if err != nil {
+				return 0, err
+			}
+			prev = &p
+		}
+		// Only the row as read is rewritten: a rotation meanwhile wins.
+		if _, err := s.db.Exec(ctx, `UPDATE webhook_endpoints SET secret = $2, prev_secret = $3
+WHERE id = $1 AND secret = $4 AND prev_secret IS NOT DISTINCT FROM $5`, r.ID, sec, prev, r.Secret, r.Prev); err != nil {
+			return 0, fmt.Errorf("notify: seal stored secrets: %w", err)
+		}
+	}
+	return len(plain), nil
+}
+
+func (s *Service) sealIfPlain(id, stored string) (string, error) {
+	if !strings.HasPrefix(stored, "whsec_") {
+		return stored, nil
+	}
+	return s.box.seal(id, stored)
 }
