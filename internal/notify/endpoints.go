@@ -36,8 +36,14 @@ type Endpoint struct {
 	Description string    `json:"description"`
 	Enabled     bool      `json:"enabled"`
 	Secret      string    `json:"secret,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	// FailingSince is the first failed attempt since the last delivered
+	// one; DisabledAt and DisabledReason say when and why the sender
+	// disabled the endpoint (failing for 5 days straight).
+	FailingSince   *time.Time `json:"failing_since"`
+	DisabledAt     *time.Time `json:"disabled_at"`
+	DisabledReason *string    `json:"disabled_reason"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
 }
 
 // EndpointInput is POST /admin/v1/webhook-endpoints.
@@ -177,11 +183,11 @@ func newUUID() string {
 	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
-const endpointCols = `id::text, url, events, description, enabled, created_at, updated_at`
+const endpointCols = `id::text, url, events, description, enabled, failing_since, disabled_at, disabled_reason, created_at, updated_at`
 
 func scanEndpoint(row pgx.Row) (Endpoint, error) {
 	var e Endpoint
-	err := row.Scan(&e.ID, &e.URL, &e.Events, &e.Description, &e.Enabled, &e.CreatedAt, &e.UpdatedAt)
+	err := row.Scan(&e.ID, &e.URL, &e.Events, &e.Description, &e.Enabled, &e.FailingSince, &e.DisabledAt, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Endpoint{}, ErrNotFound
 	}
@@ -243,7 +249,11 @@ func (s *Service) Patch(ctx context.Context, id string, p EndpointPatch) (Endpoi
 		return Endpoint{}, err
 	}
 	e, err := scanEndpoint(s.db.QueryRow(ctx, `UPDATE webhook_endpoints SET
-    url = coalesce($2, url), events = coalesce($3, events), enabled = coalesce($4, enabled), updated_at = now()
+    url = coalesce($2, url), events = coalesce($3, events), enabled = coalesce($4, enabled), updated_at = now(),
+    -- enabled again by an admin: the failing streak starts over
+    failing_since = CASE WHEN $4 THEN NULL ELSE failing_since END,
+    disabled_at = CASE WHEN $4 THEN NULL ELSE disabled_at END,
+    disabled_reason = CASE WHEN $4 THEN NULL ELSE disabled_reason END
 WHERE id = $1 RETURNING `+endpointCols, id, p.URL, events, p.Enabled))
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Endpoint{}, fmt.Errorf("notify: patch endpoint: %w", err)
@@ -280,11 +290,9 @@ func (s *Service) RotateSecret(ctx context.Context, id string) (Endpoint, error)
 	if err != nil {
 		return Endpoint{}, err
 	}
-	var e Endpoint
-	err = s.db.QueryRow(ctx, `UPDATE webhook_endpoints SET prev_secret = secret, prev_until = $3, secret = $2, updated_at = now()
-WHERE id = $1 RETURNING `+endpointCols, id, sealed, s.opts.Now().Add(rotationOverlap)).
-		Scan(&e.ID, &e.URL, &e.Events, &e.Description, &e.Enabled, &e.CreatedAt, &e.UpdatedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
+	e, err := scanEndpoint(s.db.QueryRow(ctx, `UPDATE webhook_endpoints SET prev_secret = secret, prev_until = $3, secret = $2, updated_at = now()
+WHERE id = $1 RETURNING `+endpointCols, id, sealed, s.opts.Now().Add(rotationOverlap)))
+	if errors.Is(err, ErrNotFound) {
 		return Endpoint{}, ErrNotFound
 	}
 	if err != nil {
