@@ -11,7 +11,7 @@ import (
 // testClock is a clock tests move while the worker reads it.
 type testClock struct{ offset atomic.Int64 }
 
-func (c *testClock) Now() time.Time         { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *testClock) Now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
 func (c *testClock) Advance(d time.Duration) { c.offset.Add(int64(d)) }
 
 // An endpoint failing for 5 days straight is disabled and says why; 4 days

@@ -30,12 +30,12 @@ const rotationOverlap = 24 * time.Hour
 // Endpoint is a receiver of webhooks. Secret is set only in the answers of
 // create and rotate-secret.
 type Endpoint struct {
-	ID          string    `json:"id"`
-	URL         string    `json:"url"`
-	Events      []string  `json:"events"`
-	Description string    `json:"description"`
-	Enabled     bool      `json:"enabled"`
-	Secret      string    `json:"secret,omitempty"`
+	ID          string   `json:"id"`
+	URL         string   `json:"url"`
+	Events      []string `json:"events"`
+	Description string   `json:"description"`
+	Enabled     bool     `json:"enabled"`
+	Secret      string   `json:"secret,omitempty"`
 	// FailingSince is the first failed attempt since the last delivered
 	// one; DisabledAt and DisabledReason say when and why the sender
 	// disabled the endpoint (failing for 5 days straight).
