@@ -82,6 +82,9 @@ func (s *Server) routes() {
 	admin.PATCH("/webhook-endpoints/:id", s.handlePatchWebhookEndpoint(), s.audited("webhook_endpoint.edit"))
 	admin.DELETE("/webhook-endpoints/:id", s.handleDeleteWebhookEndpoint(), s.audited("webhook_endpoint.delete"))
 	admin.POST("/webhook-endpoints/:id/rotate-secret", s.handleRotateWebhookSecret(), s.audited("webhook_endpoint.rotate_secret"))
+	admin.GET("/webhook-endpoints/:id/deliveries", s.handleListWebhookDeliveries())
+	admin.POST("/webhook-endpoints/:id/deliveries/:delivery_id/retry", s.handleRetryWebhookDelivery(), s.audited("webhook_delivery.retry"))
+	admin.POST("/webhook-endpoints/:id/events/:event_id/replay", s.handleReplayWebhookEvent(), s.audited("webhook_event.replay"))
 
 	// --- service API /service/v1: the limiter's remote loaders ---
 	// A service token or ADMIN_TOKEN; read-only, no tenant rate limit (the

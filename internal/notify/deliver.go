@@ -133,19 +133,20 @@ func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 		prev                                     *string
 		prevUntil                                *time.Time
 		enabled                                  bool
+		gen                                      int
 		body                                     []byte
 	)
-	err := w.svc.db.QueryRow(ctx, `SELECT d.event_id, e.id::text, d.status, e.url, e.enabled, e.secret, e.prev_secret, e.prev_until, ev.payload::text
+	err := w.svc.db.QueryRow(ctx, `SELECT d.event_id, e.id::text, d.status, e.url, e.enabled, e.secret, e.prev_secret, e.prev_until, ev.payload::text, d.gen
 FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id JOIN webhook_events ev ON ev.id = d.event_id
-WHERE d.id = $1`, job.Args.DeliveryID).Scan(&eventID, &endpointID, &status, &url, &enabled, &secret, &prev, &prevUntil, &body)
+WHERE d.id = $1`, job.Args.DeliveryID).Scan(&eventID, &endpointID, &status, &url, &enabled, &secret, &prev, &prevUntil, &body, &gen)
 	if err != nil {
 		if errors.Is(err, pgxErrNoRows) {
 			return nil // the endpoint was deleted: nothing to send
 		}
 		return fmt.Errorf("notify: load delivery %d: %w", job.Args.DeliveryID, err)
 	}
-	if status != "pending" {
-		return nil // a retry-now after it landed, or a replayed job
+	if status != "pending" || gen != job.Args.Gen {
+		return nil // delivered, or superseded by a retry-now or replay's job
 	}
 	if !enabled {
 		return w.finish(ctx, job, endpointID, 0, "", errors.New("endpoint disabled"))
@@ -210,7 +211,7 @@ func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs],
 	_, err := w.svc.db.Exec(ctx, `UPDATE webhook_deliveries SET status = $2, attempts = attempts + 1, last_code = $3,
     last_body = $4, last_error = $5, last_attempt_at = now(),
     delivered_at = CASE WHEN $2 = 'delivered' THEN now() END
-WHERE id = $1`, job.Args.DeliveryID, status, codeArg, body, errText)
+WHERE id = $1 AND gen = $6`, job.Args.DeliveryID, status, codeArg, body, errText, job.Args.Gen)
 	if err != nil {
 		return fmt.Errorf("notify: record attempt: %w", err)
 	}
