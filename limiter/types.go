@@ -21,6 +21,10 @@ type Snapshot struct {
 	Rate        *Rate            `json:"rate,omitempty"`        // nil = unlimited
 	Concurrency int64            `json:"concurrency,omitempty"` // 0 = unlimited
 	Quotas      map[string]Quota `json:"quotas,omitempty"`      // meter -> quota
+	// Notify are, per meter, the thresholds whose crossing Tollgate's
+	// flush reports (quota.threshold webhooks); decisions never read them.
+	// A meter absent has the server's default (80% and 100%).
+	Notify map[string][]QuotaThreshold `json:"notify,omitempty"`
 	Features    []string         `json:"features,omitempty"`
 	PeriodStart time.Time        `json:"period_start"`
 	PeriodEnd   time.Time        `json:"period_end"`
@@ -53,6 +57,13 @@ const (
 type Quota struct {
 	Limit int64     `json:"limit"`
 	Mode  QuotaMode `json:"mode"` // ModeHard or ModeSoft; "" means hard
+}
+
+// QuotaThreshold is a line in a quota: Percent of its limit, or Units
+// (exactly one is set).
+type QuotaThreshold struct {
+	Percent int   `json:"percent,omitempty"`
+	Units   int64 `json:"units,omitempty"`
 }
 
 // Limits are explicit limits a backend defines itself (per IP, per endpoint,

@@ -11,13 +11,13 @@ import (
 
 // QuotaThreshold is quota.threshold's data.
 type QuotaThreshold struct {
-	TenantID    string         `json:"tenant_id"`
-	Meter       string         `json:"meter"`
-	Threshold   map[string]int `json:"threshold"` // {"percent": 80}
-	Used        int64          `json:"used"`
-	Limit       int64          `json:"limit"`
-	WindowStart time.Time      `json:"window_start"`
-	WindowEnd   time.Time      `json:"window_end"`
+	TenantID    string           `json:"tenant_id"`
+	Meter       string           `json:"meter"`
+	Threshold   map[string]int64 `json:"threshold"` // {"percent": 80} or {"units": 5000}
+	Used        int64            `json:"used"`
+	Limit       int64            `json:"limit"`
+	WindowStart time.Time        `json:"window_start"`
+	WindowEnd   time.Time        `json:"window_end"`
 }
 
 // QuotaCrossings writes one quota.threshold event per crossing in tx, the
@@ -26,8 +26,12 @@ type QuotaThreshold struct {
 func (s *Service) QuotaCrossings(ctx context.Context, tx pgx.Tx, cs []metering.Crossing) error {
 	evs := make([]Event, len(cs))
 	for i, c := range cs {
+		th := map[string]int64{"percent": int64(c.Percent)}
+		if c.Units > 0 {
+			th = map[string]int64{"units": c.Units}
+		}
 		evs[i] = Event{Type: TypeQuotaThreshold, DedupeKey: c.DedupeKey(), Data: QuotaThreshold{
-			TenantID: c.Tenant, Meter: c.Meter, Threshold: map[string]int{"percent": c.Percent},
+			TenantID: c.Tenant, Meter: c.Meter, Threshold: th,
 			Used: c.Used, Limit: c.Limit, WindowStart: c.WindowStart.UTC(), WindowEnd: c.WindowEnd.UTC()}}
 	}
 	_, err := s.Emit(ctx, tx, evs...)

@@ -127,11 +127,11 @@ func TestQuotaThresholdsExactlyOnceAcrossTwoFlushers(t *testing.T) {
 	if len(got) != 2 || got[0].Threshold["percent"] != 100 && got[0].Threshold["percent"] != 80 {
 		t.Fatalf("events %+v, want one at 80%% and one at 100%%", got)
 	}
-	seen := map[int]bool{}
+	seen := map[int64]bool{}
 	for _, g := range got {
 		p := g.Threshold["percent"]
 		seen[p] = true
-		if g.TenantID != tenant.ID || g.Meter != "requests" || g.Limit != limit || g.Used < limit*int64(p)/100 || g.WindowEnd.Before(g.WindowStart) || g.WindowStart.IsZero() {
+		if g.TenantID != tenant.ID || g.Meter != "requests" || g.Limit != limit || g.Used < limit*p/100 || g.WindowEnd.Before(g.WindowStart) || g.WindowStart.IsZero() {
 			t.Errorf("event %+v", g)
 		}
 	}
