@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limithttp"
 )
 
 // TestZeroCostTakesOne: the zero Request enforces (a forgotten Cost is 1),
@@ -17,7 +17,7 @@ import (
 func TestZeroCostTakesOne(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
-	st := limitstore.New(b.client(), b.prefix)
+	st := newStore(b.client(), b.prefix)
 	put(t, st, snapshot("zero", func(s *limiter.Snapshot) {
 		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 2, Mode: limiter.ModeHard}}
 	}))
@@ -86,7 +86,7 @@ func TestClosed(t *testing.T) {
 	if _, err := l.Allow(context.Background(), "k", limiter.Request{Limits: x}); !errors.Is(err, limiter.ErrClosed) {
 		t.Fatalf("Allow after Close: %v", err)
 	}
-	h := limiter.Middleware(l, func(*http.Request) (string, limiter.Request, error) {
+	h := limithttp.Middleware(l, func(*http.Request) (string, limiter.Request, error) {
 		return "k", limiter.Request{Limits: x}, nil
 	})(http.NotFoundHandler())
 	rec := httptest.NewRecorder()
@@ -96,21 +96,21 @@ func TestClosed(t *testing.T) {
 	}
 }
 
-// TestTypedFallback: a decision made without Redis says so with a typed
-// Fallback; a quota never falls back to local (FallbackOpen).
+// TestTypedFallback: a decision made without Redis says so with the fail
+// mode that decided (Decision.Fallback is a FailMode, "" when Redis did).
 func TestTypedFallback(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
-	put(t, limitstore.New(b.client(), b.prefix), snapshot("fb", func(s *limiter.Snapshot) {
+	put(t, newStore(b.client(), b.prefix), snapshot("fb", func(s *limiter.Snapshot) {
 		s.Rate = &limiter.Rate{PerSecond: 10, Burst: 10}
 	}))
 	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Timeout: 2 * time.Second})
 	d, err := l.Allow(ctx, "fb", limiter.Request{})
-	if err != nil || d.Fallback != limiter.FallbackNone {
+	if err != nil || d.Fallback != "" {
 		t.Fatalf("%+v %v", d, err)
 	}
 	var m limiter.QuotaMode = limiter.ModeSoft
-	if m != "soft" || limiter.FailLocal != "local" || limiter.FallbackLocal != "local" || limiter.FallbackOpen != "open" {
+	if m != "soft" || limiter.FailLocal != "local" || limiter.FailOpen != "open" {
 		t.Fatal("typed constants changed their wire values")
 	}
 }

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"net"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // subscribe follows the invalidation channel until ctx ends. Every
@@ -52,8 +52,9 @@ func (l *Limiter) subscribe(ctx context.Context) {
 				l.dropAll(true)
 			}
 		case *redis.Message:
-			tenant, version := parseInvalidation(m.Payload)
+			tenant, version := keyspace.ParseInvalidation(m.Payload)
 			l.cache.invalidate(tenant, version)
+			l.aliases.invalidate(tenant)
 			l.dropRefusals(tenant)
 			if l.leases != nil {
 				l.leases.revoke(tenant)
@@ -67,6 +68,7 @@ func (l *Limiter) subscribe(ctx context.Context) {
 
 func (l *Limiter) dropAll(subscribed bool) {
 	l.cache.dropAll(subscribed)
+	l.aliases.invalidate("")
 	// A lost subscription keeps the refusals: they are what the fail modes
 	// know of exhausted tenants while Redis is away. A new subscription
 	// (Redis answering again, invalidations maybe missed) drops them.
@@ -76,18 +78,4 @@ func (l *Limiter) dropAll(subscribed bool) {
 	if h := l.opts.Hooks.OnInvalidation; h != nil {
 		h("", true)
 	}
-}
-
-// parseInvalidation splits "<tenant>:<version>"; a missing or malformed
-// version is -1 (invalidate whatever is cached).
-func parseInvalidation(s string) (string, int64) {
-	i := strings.LastIndexByte(s, ':')
-	if i < 0 {
-		return s, -1
-	}
-	v, err := strconv.ParseInt(s[i+1:], 10, 64)
-	if err != nil {
-		return s[:i], -1
-	}
-	return s[:i], v
 }

@@ -21,13 +21,17 @@ type Snapshot struct {
 	Rate        *Rate            `json:"rate,omitempty"`        // nil = unlimited
 	Concurrency int64            `json:"concurrency,omitempty"` // 0 = unlimited
 	Quotas      map[string]Quota `json:"quotas,omitempty"`      // meter -> quota
+	// Windows are the plan's window limits ("5,000 an hour"), checked next
+	// to the rate in the same decision: like the token bucket they count
+	// every decision's cost, whatever its meter.
+	Windows []Window `json:"windows,omitempty"`
 	// Notify are, per meter, the thresholds whose crossing Tollgate's
 	// flush reports (quota.threshold webhooks); decisions never read them.
 	// A meter absent has the server's default (80% and 100%).
-	Notify map[string][]QuotaThreshold `json:"notify,omitempty"`
-	Features    []string         `json:"features,omitempty"`
-	PeriodStart time.Time        `json:"period_start"`
-	PeriodEnd   time.Time        `json:"period_end"`
+	Notify      map[string][]QuotaThreshold `json:"notify,omitempty"`
+	Features    []string                    `json:"features,omitempty"`
+	PeriodStart time.Time                   `json:"period_start"`
+	PeriodEnd   time.Time                   `json:"period_end"`
 	// NextPeriodEnd is the end of the period after this one, so that a
 	// request after PeriodEnd rolls over without waiting for the server.
 	NextPeriodEnd time.Time `json:"next_period_end"`
@@ -77,13 +81,25 @@ type Limits struct {
 	Windows     []Window // sliding windows
 }
 
-// Window is a sliding-window limit: at most Limit units in any Length,
-// estimated from two fixed windows weighted by overlap.
+// Window is a window limit: at most Limit units per Length. A sliding
+// window (the default) counts any Length, estimated from two fixed windows
+// weighted by overlap; a fixed one counts from Redis time's multiples of
+// Length (floor(now/Length)·Length) and resets at the next.
 type Window struct {
-	Name   string        // policy name in decisions and headers, e.g. "auth-failures"
-	Limit  int64         // units per Length
-	Length time.Duration // at least 1ms
+	Name   string        `json:"name"`  // policy name in decisions and headers, e.g. "auth-failures"
+	Limit  int64         `json:"limit"` // units per Length
+	Length time.Duration `json:"-"`     // at least 1ms; JSON length_ms
+	Kind   WindowKind    `json:"kind,omitempty"`
 }
+
+// WindowKind says how a Window counts.
+type WindowKind string
+
+// Window kinds.
+const (
+	WindowSliding WindowKind = "sliding" // two fixed windows weighted by overlap ("" too)
+	WindowFixed   WindowKind = "fixed"   // a counter that resets every Length
+)
 
 // Request describes what one decision takes.
 type Request struct {
@@ -118,28 +134,16 @@ type Request struct {
 	leaseTake bool
 }
 
-// Policy names and units used in decisions.
+// Policy names used in decisions.
 const (
 	PolicyRate        = "rate"
 	PolicyConcurrency = "concurrency"
-	UnitConcurrent    = "concurrent-requests"
 	DefaultMeter      = "requests"
 )
 
-// Fallback says how a decision was made when Redis did not answer.
-type Fallback string
-
-// Fallbacks of a Decision.
-const (
-	// FallbackNone: Redis decided (the normal case).
-	FallbackNone Fallback = ""
-	// FallbackOpen: at least one policy was allowed without being checked
-	// (fail mode open, or a soft quota in fail mode local).
-	FallbackOpen Fallback = "open"
-	// FallbackLocal: at least one policy was decided in process (fail mode
-	// local); its limit was divided by Options.ExpectedInstances.
-	FallbackLocal Fallback = "local"
-)
+// unitConcurrent is PolicyStatus.Unit of a concurrency policy (limithttp
+// names it in RateLimit-Policy).
+const unitConcurrent = "concurrent-requests"
 
 // Decision is the outcome of Allow. A refusal is a Decision with Allowed
 // false, never an error.
@@ -156,9 +160,13 @@ type Decision struct {
 	// Policies has one entry per policy checked, in header order: rate,
 	// windows, quota, concurrency.
 	Policies []PolicyStatus
-	// Fallback is FallbackNone normally; FallbackOpen or FallbackLocal when
-	// Redis failed and the fail modes decided.
-	Fallback Fallback
+	// Fallback is "" when Redis decided (the normal case). When Redis did
+	// not answer and the fail modes decided, it is FailLocal if at least
+	// one policy was decided in process (its limit divided among the
+	// instances alive), else FailOpen (at least one policy was allowed
+	// without being checked: fail mode open, or a soft quota in fail mode
+	// local).
+	Fallback FailMode
 	// Shadow is true in shadow mode when the request would have been refused
 	// and was allowed.
 	Shadow bool
@@ -177,7 +185,7 @@ type PolicyStatus struct {
 	Window    time.Duration // bucket refill time (burst/per_second), period length, window length; 0 for concurrency
 	Remaining int64         // units left after this decision (never negative)
 	Reset     time.Duration // until the units can be used again (refused) or are all back (allowed)
-	Unit      string        // "" or "concurrent-requests"
+	Unit      string        // "" or "concurrent-requests" (a concurrency policy)
 	Mode      QuotaMode     // ModeHard or ModeSoft for quotas; "" otherwise
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/httpapi"
 	"github.com/tollgatehq/tollgate/internal/tracing"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // newLimiter builds the api's limiter: its own Redis client with context
@@ -33,8 +34,9 @@ func newLimiter(cfg config.Config, ents *entitlements.Service, usage limiter.Usa
 	}
 	mode := limiter.FailMode(cfg.LimiterFailMode)
 	lim, err := limiter.New(rdb, limiter.Options{
-		Prefix:            limiter.DefaultPrefix,
+		Prefix:            keyspace.DefaultPrefix,
 		Loader:            ents.LoadSnapshot,
+		ExternalLoader:    ents.LoadExternal,
 		UsageLoader:       usage,
 		Timeout:           cfg.LimiterTimeout,
 		FailMode:          limiter.FailModes{Rate: mode, Quota: mode, Concurrency: mode, Window: mode},

@@ -14,7 +14,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/notify"
-	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // meteringPart is the worker's metering: the flush loop (every worker runs
@@ -30,7 +30,7 @@ type meteringPart struct {
 }
 
 func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlements.Service, cfg config.Config, log *slog.Logger, jm *jobMetrics, hooks *notify.Service) *meteringPart {
-	store := limitstore.New(rdb, limiter.DefaultPrefix)
+	store := limitstore.New(rdb, keyspace.DefaultPrefix)
 	// The snapshot (computed from Postgres) gives the Stripe report each
 	// tenant's included quota, overrides and all, for overage billing.
 	// The flush's quota crossings, the refusals flush's exhausted quotas and

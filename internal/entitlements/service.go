@@ -19,6 +19,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // Options configure a Service. Every field has a usable zero value.
@@ -112,7 +113,7 @@ func NewService(db *pgxpool.Pool, store *limitstore.Store, log *slog.Logger, opt
 		opts.Prefix = store.Keys().Prefix
 	}
 	if opts.Prefix == "" {
-		opts.Prefix = limiter.DefaultPrefix
+		opts.Prefix = keyspace.DefaultPrefix
 	}
 	if opts.KeyCacheTTL == 0 {
 		opts.KeyCacheTTL = 30 * time.Second
@@ -270,6 +271,8 @@ func fieldOfConstraint(constraint, column string) string {
 		return "stripe_price_id"
 	case "tenants_stripe_customer_id_key":
 		return "stripe_customer_id"
+	case "tenants_external_id_key", "tenants_external_id_check":
+		return "external_id"
 	case "tenants_plan_key_fkey":
 		return "plan"
 	case "plan_quotas_pkey":

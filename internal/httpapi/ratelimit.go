@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limithttp"
 )
 
 // pathCheck is the one /v1 route that makes its own decision (its own cost,
@@ -50,16 +51,16 @@ func (s *Server) decide(c echo.Context, req limiter.Request) (*limiter.Decision,
 			// would loop forever. 422 says so, with the headers every /v1
 			// answer carries.
 			setDecision(c, "impossible", p.Name)
-			limiter.WriteHeaders(c.Response().Header(), d)
+			limithttp.WriteHeaders(c.Response().Header(), d)
 			c.Response().Header().Del("Retry-After") // no wait helps
 			return nil, writeProblem(c, costProblem(d, p, req), http.StatusUnprocessableEntity)
 		}
 		setDecision(c, "refused", d.Policy)
-		limiter.WriteRefusal(c.Response(), d)
+		limithttp.WriteRefusal(c.Response(), d)
 		return nil, nil
 	}
 	setDecision(c, "allowed", "")
-	limiter.WriteHeaders(c.Response().Header(), d)
+	limithttp.WriteHeaders(c.Response().Header(), d)
 	return d, nil
 }
 
@@ -74,11 +75,11 @@ func (s *Server) limiterError(c echo.Context, err error) error {
 		// nothing wrong) and count it.
 		s.m.overloaded.Inc()
 		setDecision(c, "overloaded", "")
-		limiter.WriteUnavailable(c.Response(), err)
+		limithttp.WriteUnavailable(c.Response(), err)
 		return nil
 	case errors.Is(err, limiter.ErrUnavailable):
 		setDecision(c, "unavailable", "")
-		limiter.WriteUnavailable(c.Response(), err)
+		limithttp.WriteUnavailable(c.Response(), err)
 		return nil
 	case errors.Is(err, limiter.ErrUnknownTenant):
 		// The key authenticated but its tenant is gone (deleted meanwhile).
@@ -96,7 +97,7 @@ func (s *Server) limiterError(c echo.Context, err error) error {
 }
 
 // impossible returns the policy of a refusal that no wait can lift: a cost
-// above the rate's burst or above a hard quota's whole limit. Decisions of
+// above the rate's burst, a window's limit or a hard quota's whole limit. Decisions of
 // a fail mode (whose local limits are a share of the real ones) never count.
 func impossible(d *limiter.Decision, req limiter.Request) *limiter.PolicyStatus {
 	if d.Fallback != "" || d.Shadow {
@@ -113,6 +114,8 @@ func impossible(d *limiter.Decision, req limiter.Request) *limiter.PolicyStatus 
 			return p
 		case p.Mode == limiter.ModeHard && p.Unit == "" && p.Limit < cost:
 			return p
+		case p.IsWindow() && p.Limit < cost: // no window ever holds more than its limit
+			return p
 		}
 	}
 	return nil
@@ -120,7 +123,10 @@ func impossible(d *limiter.Decision, req limiter.Request) *limiter.PolicyStatus 
 
 func costProblem(d *limiter.Decision, p *limiter.PolicyStatus, req limiter.Request) map[string]any {
 	what := "its burst"
-	if p.Name != limiter.PolicyRate {
+	switch {
+	case p.IsWindow():
+		what = "its window of " + p.Window.String()
+	case p.Name != limiter.PolicyRate:
 		what = "its hard quota for the period"
 	}
 	detail := fmt.Sprintf("a cost of %d can never be admitted: the plan %q allows at most %d (%s of policy %q)", req.Cost, d.Plan, p.Limit, what, p.Name)
