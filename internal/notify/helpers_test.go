@@ -87,7 +87,7 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
-func setup(t *testing.T, opts Options) bundle {
+func setup(t testing.TB, opts Options) bundle {
 	t.Helper()
 	db := pgtest.New(t)
 	ctx := context.Background()
