@@ -84,6 +84,9 @@ func (s *Server) routes() {
 	admin.PATCH("/webhook-endpoints/:id", s.handlePatchWebhookEndpoint())
 	admin.DELETE("/webhook-endpoints/:id", s.handleDeleteWebhookEndpoint())
 	admin.POST("/webhook-endpoints/:id/rotate-secret", s.handleRotateWebhookSecret())
+	admin.GET("/webhook-endpoints/:id/deliveries", s.handleListWebhookDeliveries())
+	admin.POST("/webhook-endpoints/:id/deliveries/:delivery_id/retry", s.handleRetryWebhookDelivery())
+	admin.POST("/webhook-endpoints/:id/events/:event_id/replay", s.handleReplayWebhookEvent())
 
 	// --- service API /service/v1: the limiter's remote loaders ---
 	// A service token or ADMIN_TOKEN; read-only, no tenant rate limit (the

@@ -39,6 +39,16 @@ type Options struct {
 	// an event exists exactly when its figures were committed. Needs
 	// Limits (or Snapshot). Default nil: crossings are not looked for.
 	Crossings CrossingsFunc
+	// Exhausted, when set, is given the hard quotas that refused requests
+	// in their current window, found by the refusals flush (every 10
+	// flush intervals) in the transaction that stores the refusal counts
+	// (cmd wires notify's quota.exhausted). Needs Limits (or Snapshot).
+	// Default nil.
+	Exhausted ExhaustedFunc
+	// PeriodsClosed, when set, is given the windows ClosePeriods closed,
+	// with each meter's final figure, in the transaction that closes them
+	// (cmd wires notify's period.closed). Default nil.
+	PeriodsClosed PeriodsClosedFunc
 	// Limits gives the quotas crossings are measured against: the worker
 	// wires entitlements' Current (the snapshot the limiter enforces, one
 	// Redis read per flushed tenant, outside any lock but the flushed
