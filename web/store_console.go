@@ -35,6 +35,8 @@ type PlanRow struct {
 	UpdatedAt       time.Time
 	QuotaWindow     string // "month" or "billing_period"
 	Public          bool   // offered to tenants on their dashboard
+	// Windows are the plan's window limits, in its order.
+	Windows []entitlements.PlanWindow
 }
 
 // QuotaRow is one meter's monthly quota of a plan.
@@ -54,16 +56,23 @@ func (s *store) plans(ctx context.Context) ([]PlanRow, error) {
 		       p.features, p.updated_at, p.quota_window, p.public,
 		       (SELECT count(*) FROM tenants t WHERE t.plan_key = p.key),
 		       COALESCE((SELECT json_agg(json_build_object('meter', q.meter, 'limit', q.quota_limit, 'mode', q.mode, 'per_seat', q.per_seat) ORDER BY q.meter)
-		                 FROM plan_quotas q WHERE q.plan_key = p.key), '[]')
+		                 FROM plan_quotas q WHERE q.plan_key = p.key), '[]'),
+		       p.windows
 		FROM plans p ORDER BY p.key`)
 	if err != nil {
 		return nil, fmt.Errorf("web: plans: %w", err)
 	}
 	var out []PlanRow
 	var p PlanRow
-	var quotas []byte
+	var quotas, windows []byte
 	_, err = pgx.ForEachRow(rows, []any{&p.Key, &p.Name, &p.StripePriceID, &p.StripePriceIDs, &p.StripeProductID, &p.RatePerSecond, &p.RateBurst, &p.Concurrency,
-		&p.Features, &p.UpdatedAt, &p.QuotaWindow, &p.Public, &p.Tenants, &quotas}, func() error {
+		&p.Features, &p.UpdatedAt, &p.QuotaWindow, &p.Public, &p.Tenants, &quotas, &windows}, func() error {
+		p.Windows = nil
+		if len(windows) > 0 {
+			if err := json.Unmarshal(windows, &p.Windows); err != nil {
+				return err
+			}
+		}
 		var qs []struct {
 			Meter   string `json:"meter"`
 			Limit   int64  `json:"limit"`

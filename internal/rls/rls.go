@@ -362,6 +362,10 @@ func rateLimitOf(p *limiter.PolicyStatus) *rlsv3.RateLimitResponse_RateLimit {
 		}
 		return rl
 	}
+	if p.IsWindow() {
+		rl.Unit, rl.RequestsPerUnit = windowUnit(p.Limit, p.Window)
+		return rl
+	}
 	rl.RequestsPerUnit = clampU32(float64(p.Limit))
 	w := p.Window
 	switch {
@@ -392,7 +396,7 @@ func impossible(d *limiter.Decision, cost int64) string {
 		return ""
 	}
 	for _, p := range d.Policies {
-		if (p.Name == limiter.PolicyRate || (p.Mode == limiter.ModeHard && p.Unit == "")) && p.Limit < cost {
+		if (p.Name == limiter.PolicyRate || (p.Mode == limiter.ModeHard && p.Unit == "") || p.IsWindow()) && p.Limit < cost {
 			return p.Name
 		}
 	}
