@@ -3,6 +3,8 @@ package limiter
 import (
 	"context"
 	"time"
+
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // Snapshot is the tenant's entitlement snapshot. Tollgate's server writes it
@@ -123,11 +125,14 @@ type Request struct {
 	leaseTake bool
 }
 
-// Policy names used in decisions.
+// Policy names of decisions (Decision.Policy, PolicyStatus.Name) and the
+// default meter are the protocol's (keyspace.PolicyRate,
+// keyspace.PolicyConcurrency, keyspace.DefaultMeter): "rate",
+// "concurrency" and "requests".
 const (
-	PolicyRate        = "rate"
-	PolicyConcurrency = "concurrency"
-	DefaultMeter      = "requests"
+	policyRate        = keyspace.PolicyRate
+	policyConcurrency = keyspace.PolicyConcurrency
+	defaultMeter      = keyspace.DefaultMeter
 )
 
 // unitConcurrent is PolicyStatus.Unit of a concurrency policy (limithttp
