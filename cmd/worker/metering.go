@@ -13,6 +13,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
+	"github.com/tollgatehq/tollgate/internal/notify"
 	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
@@ -28,11 +29,14 @@ type meteringPart struct {
 	wg   sync.WaitGroup
 }
 
-func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlements.Service, cfg config.Config, log *slog.Logger, jm *jobMetrics, crossings metering.CrossingsFunc) *meteringPart {
+func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlements.Service, cfg config.Config, log *slog.Logger, jm *jobMetrics, hooks *notify.Service) *meteringPart {
 	store := limitstore.New(rdb, keyspace.DefaultPrefix)
 	// The snapshot (computed from Postgres) gives the Stripe report each
 	// tenant's included quota, overrides and all, for overage billing.
-	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush, Snapshot: ents.Snapshot, Crossings: crossings, Limits: ents.Current})
+	// The flush's quota crossings, the refusals flush's exhausted quotas and
+	// the closed windows go to the webhooks' outbox in their own transactions.
+	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush, Snapshot: ents.Snapshot,
+		Crossings: hooks.QuotaCrossings, Exhausted: hooks.QuotaExhaustions, PeriodsClosed: hooks.PeriodsClosed, Limits: ents.Current})
 	return &meteringPart{svc: svc, ents: ents, rdb: rdb, cfg: cfg, jm: jm}
 }
 

@@ -201,6 +201,11 @@ type Config struct {
 	// 5s,5m,30m,2h,5h,10h,10h,10h: the wait before each retry of a failed
 	// delivery (1 to 20 positive durations); after the last it is failed.
 	WebhookRetryBackoff []time.Duration
+	// WebhookSecretKey (WEBHOOK_SECRET_KEY, 32 bytes in base64): seals the
+	// endpoints' signing secrets at rest (AES-256-GCM). Empty: in
+	// development (TOLLGATE_DEV) one is made in DataDir; otherwise the
+	// endpoints' routes answer 503 and sealed secrets cannot sign.
+	WebhookSecretKey []byte
 }
 
 // Error names the variable whose value is bad.
@@ -400,6 +405,9 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.WebhookRetryBackoff, err = parseBackoff(get("WEBHOOK_RETRY_BACKOFF", "5s,5m,30m,2h,5h,10h,10h,10h")); err != nil {
 		bad("WEBHOOK_RETRY_BACKOFF", err)
+	}
+	if c.WebhookSecretKey, err = parseWebhookKey(get("WEBHOOK_SECRET_KEY", "")); err != nil {
+		bad("WEBHOOK_SECRET_KEY", err)
 	}
 	prefetchVar := "LIMITER_PREFETCH"
 	if get("LIMITER_PREFETCH", "") == "" && get("LIMITER_LOCAL_LEASES", "") != "" {

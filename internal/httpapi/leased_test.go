@@ -16,6 +16,7 @@ import (
 // down one by one, every header parses, and past the quota a 429 carries
 // Retry-After no earlier than the quota's t and a problem body naming it.
 func TestCheckHeadersWithPrefetch(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{opts: limiter.Options{Prefetch: true}})

@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-
-	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
 // ClosePeriodsArgs closes finished periods: a final flush, then closed_at
@@ -40,36 +39,67 @@ func (s *Service) ClosePeriods(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	now := s.opts.Now()
-	tag, err := s.db.Exec(ctx, `
+	var closed []closedRow
+	var cutShort int64
+	// Both updates and the period.closed events share one transaction, so
+	// a window's event exists exactly when it was closed (once: a closed
+	// row is never closed again).
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		closed, cutShort = nil, 0
+		rows, err := tx.Query(ctx, `
 UPDATE usage_periods SET closed_at = $1, updated_at = $1
- WHERE closed_at IS NULL AND period_end <= $2`, now, now.Add(-s.opts.CloseGrace))
-	if err != nil {
-		return 0, fmt.Errorf("metering: close periods: %w", err)
-	}
-	// A window that a new billing cycle anchor cut short (since
-	// 2025-12-15.clover the customer portal may move it): the tenant's
-	// current subscription period now starts inside an open window, which
-	// ended there. It is closed with its figure and the end it really had,
-	// once the grace has passed as for any other window (issue 25).
-	moved, err := s.db.Exec(ctx, `
+ WHERE closed_at IS NULL AND period_end <= $2
+RETURNING tenant_id::text, meter, period_start, period_end, used`, now, now.Add(-s.opts.CloseGrace))
+		if err != nil {
+			return fmt.Errorf("metering: close periods: %w", err)
+		}
+		closed, err = pgx.CollectRows(rows, pgx.RowToStructByPos[closedRow])
+		if err != nil {
+			return fmt.Errorf("metering: close periods: %w", err)
+		}
+		// A window that a new billing cycle anchor cut short (since
+		// 2025-12-15.clover the customer portal may move it): the tenant's
+		// current subscription period now starts inside an open window, which
+		// ended there. It is closed with its figure and the end it really had,
+		// once the grace has passed as for any other window (issue 25).
+		rows, err = tx.Query(ctx, `
 UPDATE usage_periods u SET closed_at = $1, updated_at = $1, period_end = s.current_period_start
   FROM tenants t
-  JOIN LATERAL (`+entitlements.CurrentSubscriptionOf("t.id")+`) s ON true
+  JOIN LATERAL (SELECT * FROM current_subscriptions c WHERE c.tenant_id = t.id LIMIT 1) s ON true
  WHERE u.tenant_id = t.id AND u.closed_at IS NULL AND s.current_period_start IS NOT NULL
    AND u.period_start < s.current_period_start AND u.period_end > s.current_period_start
-   AND s.current_period_start <= $2`, now, now.Add(-s.opts.CloseGrace))
+   AND s.current_period_start <= $2
+RETURNING u.tenant_id::text, u.meter, u.period_start, u.period_end, u.used`, now, now.Add(-s.opts.CloseGrace))
+		if err != nil {
+			return fmt.Errorf("metering: close moved periods: %w", err)
+		}
+		moved, err := pgx.CollectRows(rows, pgx.RowToStructByPos[closedRow])
+		if err != nil {
+			return fmt.Errorf("metering: close moved periods: %w", err)
+		}
+		cutShort = int64(len(moved))
+		closed = append(closed, moved...)
+		if s.opts.PeriodsClosed == nil || len(closed) == 0 {
+			return nil
+		}
+		if err := s.opts.PeriodsClosed(ctx, tx, closedWindows(closed)); err != nil {
+			return fmt.Errorf("metering: period closed: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return tag.RowsAffected(), fmt.Errorf("metering: close moved periods: %w", err)
+		return 0, err
 	}
-	if n := tag.RowsAffected() + moved.RowsAffected(); n > 0 {
-		s.log.InfoContext(ctx, "periods closed", "count", n, "cut_short", moved.RowsAffected())
+	n := int64(len(closed))
+	if n > 0 {
+		s.log.InfoContext(ctx, "periods closed", "count", n, "cut_short", cutShort)
 	}
 	// A flushing record lives 40 days in Redis (limiter's claim TTL); a
 	// batch id older than that can never be replayed.
 	if _, err := s.db.Exec(ctx, `DELETE FROM usage_flushes WHERE flushed_at < $1`, now.Add(-41*24*time.Hour)); err != nil {
-		return tag.RowsAffected() + moved.RowsAffected(), fmt.Errorf("metering: prune flushes: %w", err)
+		return n, fmt.Errorf("metering: prune flushes: %w", err)
 	}
-	return tag.RowsAffected() + moved.RowsAffected(), nil
+	return n, nil
 }
 
 // ClosePeriodsPeriodic schedules ClosePeriodsArgs every minute.
