@@ -110,7 +110,7 @@ type Quota struct {
 	PerSeat bool `json:"per_seat,omitempty"`
 	// Notify are the thresholds that send quota.threshold webhooks;
 	// empty = the default, 80% and 100%.
-	Notify []limiter.QuotaThreshold `json:"notify,omitempty"`
+	Notify []keyspace.QuotaThreshold `json:"notify,omitempty"`
 }
 
 // PlanWindow is a window limit of a plan: at most Limit units in Length.

@@ -58,7 +58,7 @@ type override struct {
 	extra      *int64
 	quotaLimit *int64
 	mode       *string
-	notify     []limiter.QuotaThreshold
+	notify     []keyspace.QuotaThreshold
 	reason     string
 	expiresAt  *time.Time
 }
