@@ -73,7 +73,7 @@ func TestTenantsIsolatedAndKeysExpire(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d.Allowed != (i < 2) && !(i == 2 && !d.Allowed && d.Policy == limiter.PolicyConcurrency) {
+		if d.Allowed != (i < 2) && !(i == 2 && !d.Allowed && d.Policy == keyspace.PolicyConcurrency) {
 			t.Fatalf("a #%d: %+v", i, d)
 		}
 	}

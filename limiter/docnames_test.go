@@ -28,50 +28,64 @@ func moduleAPI(t *testing.T) (names map[string]bool, types map[string]bool, comm
 			return filepath.SkipDir
 		}
 		fset := token.NewFileSet()
-		pkgs, err := parser.ParseDir(fset, dir, func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
+		entries, err := os.ReadDir(dir)
 		if err != nil {
 			return err
 		}
-		for _, p := range pkgs {
-			for name, f := range p.Files {
-				var b strings.Builder
-				for _, cg := range f.Comments {
-					b.WriteString(cg.Text())
-				}
-				comments[name] = b.String()
+		var files []*ast.File
+		for _, e := range entries {
+			n := e.Name()
+			if e.IsDir() || !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
+				continue
 			}
-			dp := doc.New(p, p.Name, 0)
-			add := func(n string) { names[p.Name+"."+n] = true }
-			for _, c := range append(dp.Consts, dp.Vars...) {
+			f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, parser.ParseComments)
+			if err != nil {
+				return err
+			}
+			var b strings.Builder
+			for _, cg := range f.Comments {
+				b.WriteString(cg.Text())
+			}
+			comments[filepath.Join(dir, n)] = b.String()
+			files = append(files, f)
+		}
+		if len(files) == 0 {
+			return nil
+		}
+		dp, err := doc.NewFromFiles(fset, files, "x")
+		if err != nil {
+			return err
+		}
+		add := func(n string) { names[dp.Name+"."+n] = true }
+		for _, c := range append(dp.Consts, dp.Vars...) {
+			for _, n := range c.Names {
+				add(n)
+			}
+		}
+		for _, f := range dp.Funcs {
+			add(f.Name)
+		}
+		for _, ty := range dp.Types {
+			add(ty.Name)
+			types[ty.Name] = true
+			member := func(m string) { names[ty.Name+"."+m] = true; add(ty.Name + "." + m) }
+			for _, c := range append(ty.Consts, ty.Vars...) {
 				for _, n := range c.Names {
 					add(n)
 				}
 			}
-			for _, f := range dp.Funcs {
+			for _, f := range ty.Funcs {
 				add(f.Name)
 			}
-			for _, ty := range dp.Types {
-				add(ty.Name)
-				types[ty.Name] = true
-				member := func(m string) { names[ty.Name+"."+m] = true; add(ty.Name + "." + m) }
-				for _, c := range append(ty.Consts, ty.Vars...) {
-					for _, n := range c.Names {
-						add(n)
-					}
-				}
-				for _, f := range ty.Funcs {
-					add(f.Name)
-				}
-				for _, m := range ty.Methods {
-					member(m.Name)
-				}
-				for _, s := range ty.Decl.Specs {
-					if st, ok := s.(*ast.TypeSpec).Type.(*ast.StructType); ok {
-						for _, f := range st.Fields.List {
-							for _, n := range f.Names {
-								if n.IsExported() {
-									member(n.Name)
-								}
+			for _, m := range ty.Methods {
+				member(m.Name)
+			}
+			for _, s := range ty.Decl.Specs {
+				if st, ok := s.(*ast.TypeSpec).Type.(*ast.StructType); ok {
+					for _, f := range st.Fields.List {
+						for _, n := range f.Names {
+							if n.IsExported() {
+								member(n.Name)
 							}
 						}
 					}

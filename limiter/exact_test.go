@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 const (
@@ -63,7 +64,7 @@ func TestExactness(t *testing.T) {
 				}
 				if d.Allowed {
 					admitted.Add(1)
-				} else if d.Policy != limiter.PolicyRate || d.RetryAfter <= 0 {
+				} else if d.Policy != keyspace.PolicyRate || d.RetryAfter <= 0 {
 					t.Errorf("refusal %+v", d)
 				}
 			})
@@ -153,7 +154,7 @@ func TestExactness(t *testing.T) {
 					return
 				}
 				if !d.Allowed {
-					if d.Policy != limiter.PolicyConcurrency {
+					if d.Policy != keyspace.PolicyConcurrency {
 						t.Errorf("refused by %q", d.Policy)
 					}
 					return

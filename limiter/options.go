@@ -9,13 +9,11 @@ import (
 )
 
 // FailMode says what a policy does when Redis cannot be reached within
-// Options.Timeout.
+// Options.Timeout. The zero value ("") picks the policy's default
+// (FailLocal for rate and windows, FailOpen for quotas and concurrency).
 type FailMode string
 
 const (
-	// FailDefault picks the policy's default (FailLocal for rate and
-	// windows, FailOpen for quotas and concurrency).
-	FailDefault FailMode = ""
 	// FailOpen allows the request (reported in Decision.Fallback and the
 	// OnFallback hook). It is the only mode that admits unchecked.
 	FailOpen FailMode = "open"
@@ -230,7 +228,7 @@ func (o *Options) setDefaults() error {
 		n   string
 	}{{&fm.Rate, FailLocal, "Rate"}, {&fm.Quota, FailOpen, "Quota"}, {&fm.Concurrency, FailOpen, "Concurrency"}, {&fm.Window, FailLocal, "Window"}} {
 		switch *p.m {
-		case FailDefault:
+		case "":
 			*p.m = p.def
 		case FailOpen, FailClosed, FailLocal:
 		default:

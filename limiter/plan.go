@@ -179,7 +179,7 @@ func (l *Limiter) snapshotPlan(p *prepared, req *Request) *plan {
 	pl := &plan{tenant: p.snap.TenantID, planName: p.snap.Plan, refKey: p.snap.TenantID, hash: p.state, base: p.base, rfBase: p.rfBase, dirty: p.dirty, src: p}
 	pl.pol = make([]policy, 0, 3)
 	if r := p.rate; r != nil {
-		pl.add(policy{typ: 'r', name: PolicyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, ei: r.eiF, fail: l.opts.FailMode.Rate})
+		pl.add(policy{typ: 'r', name: policyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, ei: r.eiF, fail: l.opts.FailMode.Rate})
 	}
 	for i := range p.windows {
 		pl.add(p.windows[i].policy(l.opts.FailMode.Window))
@@ -189,7 +189,7 @@ func (l *Limiter) snapshotPlan(p *prepared, req *Request) *plan {
 		pl.add(policy{typ: 'q', name: q.meter, limit: q.limit, mode: q.mode, quota: q, a: q.limitS, b: boolArg(q.hard), c: q.endS, d: q.nextS, fail: l.opts.FailMode.Quota})
 	}
 	if k.concurrent {
-		pl.add(policy{typ: 'c', name: PolicyConcurrency, limit: p.conc, a: strconv.FormatInt(p.conc, 10), b: strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10), keys: []string{p.concKey}, fail: l.opts.FailMode.Concurrency})
+		pl.add(policy{typ: 'c', name: policyConcurrency, limit: p.conc, a: strconv.FormatInt(p.conc, 10), b: strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10), keys: []string{p.concKey}, fail: l.opts.FailMode.Concurrency})
 	}
 	pl.finish(l.opts.UsageLoader != nil)
 	if pl.fast != nil && p.floors != nil && pl.pol[1].quota.hard {
@@ -241,13 +241,13 @@ func (l *Limiter) explicitPlan(tenant string, req *Request) *plan {
 	pl := &plan{tenant: tenant, refKey: "\x00" + tenant, hash: l.keys.explicitRate(tenant), base: l.keys.tenantBase(tenant), rfBase: l.keys.refusalBase(tenant), dirty: l.keys.dirtyBase(tenant), explicit: true}
 	if x.Rate != nil {
 		r := prepareRate(pl.hash, x.Rate)
-		pl.add(policy{typ: 'r', name: PolicyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, ei: r.eiF, fail: l.opts.FailMode.Rate})
+		pl.add(policy{typ: 'r', name: policyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, ei: r.eiF, fail: l.opts.FailMode.Rate})
 	}
 	for _, w := range x.Windows {
 		pl.add(policy{typ: windowTyp(&w), name: w.Name, limit: w.Limit, window: w.Length, a: strconv.FormatInt(w.Limit, 10), b: strconv.FormatInt(w.Length.Milliseconds(), 10), keys: []string{l.keys.explicitWindow(tenant, &w)}, fail: l.opts.FailMode.Window})
 	}
 	if req.Concurrency && x.Concurrency > 0 {
-		pl.add(policy{typ: 'c', name: PolicyConcurrency, limit: x.Concurrency, a: strconv.FormatInt(x.Concurrency, 10), b: strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10), keys: []string{l.keys.explicitConcurrency(tenant)}, fail: l.opts.FailMode.Concurrency})
+		pl.add(policy{typ: 'c', name: policyConcurrency, limit: x.Concurrency, a: strconv.FormatInt(x.Concurrency, 10), b: strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10), keys: []string{l.keys.explicitConcurrency(tenant)}, fail: l.opts.FailMode.Concurrency})
 	}
 	pl.finish(l.opts.UsageLoader != nil)
 	return pl

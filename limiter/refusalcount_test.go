@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 	"github.com/tollgatehq/tollgate/limiter/limitertest"
 )
 
@@ -61,7 +62,7 @@ func TestCachedRefusalsAreCounted(t *testing.T) {
 		// The background flush adds the 17 within about a second.
 		limitertest.Eventually(t, 10*time.Second, "18 refusals in Redis", func() bool {
 			rf, err := st.Refusals(ctx, "hammer", time.Now())
-			return err == nil && rf[limiter.PolicyRate] == 18
+			return err == nil && rf[keyspace.PolicyRate] == 18
 		})
 		// Close flushes what is left.
 		l.Allow(ctx, "hammer", limiter.Request{Cost: 1}) //nolint:errcheck
@@ -69,7 +70,7 @@ func TestCachedRefusalsAreCounted(t *testing.T) {
 			t.Fatal(err)
 		}
 		rf, err := st.Refusals(ctx, "hammer", time.Now())
-		if err != nil || rf[limiter.PolicyRate] != 19 {
+		if err != nil || rf[keyspace.PolicyRate] != 19 {
 			t.Fatalf("after Close: %v %v, want 19", rf, err)
 		}
 	})
@@ -109,7 +110,7 @@ func TestOutageRefusalsAreCountedWhenRedisReturns(t *testing.T) {
 			t.Fatalf("#%d in the outage: %+v %v", i, d, err)
 		}
 		if !d.Allowed {
-			if d.Policy != limiter.PolicyRate {
+			if d.Policy != keyspace.PolicyRate {
 				t.Fatalf("#%d refused by %q", i, d.Policy)
 			}
 			refused++
@@ -128,13 +129,13 @@ func TestOutageRefusalsAreCountedWhenRedisReturns(t *testing.T) {
 	// No decision from here on: only the background flush writes.
 	limitertest.Eventually(t, 10*time.Second, "10 outage refusals in Redis", func() bool {
 		rf, err := st.Refusals(ctx, "outage", time.Now())
-		return err == nil && rf[limiter.PolicyRate] == 10
+		return err == nil && rf[keyspace.PolicyRate] == 10
 	})
 	// Flushed once: a later flush adds nothing.
 	if err := limiter.FlushRefusals(l, ctx); err != nil {
 		t.Fatal(err)
 	}
-	if rf, err := st.Refusals(ctx, "outage", time.Now()); err != nil || rf[limiter.PolicyRate] != 10 || len(rf) != 1 {
+	if rf, err := st.Refusals(ctx, "outage", time.Now()); err != nil || rf[keyspace.PolicyRate] != 10 || len(rf) != 1 {
 		t.Fatalf("after a second flush: %v %v, want rate 10", rf, err)
 	}
 }

@@ -3,6 +3,8 @@ package limiter
 import (
 	"context"
 	"time"
+
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // Snapshot is the tenant's entitlement snapshot. Tollgate's server writes it
@@ -28,10 +30,10 @@ type Snapshot struct {
 	// Notify are, per meter, the thresholds whose crossing Tollgate's
 	// flush reports (quota.threshold webhooks); decisions never read them.
 	// A meter absent has the server's default (80% and 100%).
-	Notify      map[string][]QuotaThreshold `json:"notify,omitempty"`
-	Features    []string                    `json:"features,omitempty"`
-	PeriodStart time.Time                   `json:"period_start"`
-	PeriodEnd   time.Time                   `json:"period_end"`
+	Notify      map[string][]keyspace.QuotaThreshold `json:"notify,omitempty"`
+	Features    []string                             `json:"features,omitempty"`
+	PeriodStart time.Time                            `json:"period_start"`
+	PeriodEnd   time.Time                            `json:"period_end"`
 	// NextPeriodEnd is the end of the period after this one, so that a
 	// request after PeriodEnd rolls over without waiting for the server.
 	NextPeriodEnd time.Time `json:"next_period_end"`
@@ -61,13 +63,6 @@ const (
 type Quota struct {
 	Limit int64     `json:"limit"`
 	Mode  QuotaMode `json:"mode"` // ModeHard or ModeSoft; "" means hard
-}
-
-// QuotaThreshold is a line in a quota: Percent of its limit, or Units
-// (exactly one is set).
-type QuotaThreshold struct {
-	Percent int   `json:"percent,omitempty"`
-	Units   int64 `json:"units,omitempty"`
 }
 
 // Limits are explicit limits a backend defines itself (per IP, per endpoint,
@@ -134,11 +129,14 @@ type Request struct {
 	leaseTake bool
 }
 
-// Policy names used in decisions.
+// Policy names of decisions (Decision.Policy, PolicyStatus.Name) and the
+// default meter are the protocol's (keyspace.PolicyRate,
+// keyspace.PolicyConcurrency, keyspace.DefaultMeter): "rate",
+// "concurrency" and "requests".
 const (
-	PolicyRate        = "rate"
-	PolicyConcurrency = "concurrency"
-	DefaultMeter      = "requests"
+	policyRate        = keyspace.PolicyRate
+	policyConcurrency = keyspace.PolicyConcurrency
+	defaultMeter      = keyspace.DefaultMeter
 )
 
 // unitConcurrent is PolicyStatus.Unit of a concurrency policy (limithttp

@@ -40,7 +40,7 @@ func (l *Limiter) validate(tenant string, req *Request) error {
 		return invalid("cost %d is over the maximum %d", req.Cost, l.opts.MaxCost)
 	}
 	if req.Meter == "" {
-		req.Meter = DefaultMeter
+		req.Meter = defaultMeter
 	} else if !validName(req.Meter, false) {
 		return invalid("meter %q: want 1-256 printable ASCII characters without spaces, braces or colons", req.Meter)
 	}

@@ -134,13 +134,6 @@ func parseWindowsField(s string) ([]Window, error) {
 	return ws, nil
 }
 
-// IsWindow says whether the policy is a window limit (a plan's, or one of
-// explicit Limits): neither the rate, a quota (which has a mode) nor the
-// concurrency limit (which has a unit). Its Window is the window's length.
-func (p *PolicyStatus) IsWindow() bool {
-	return p.Name != PolicyRate && p.Mode == "" && p.Unit == "" && p.Window > 0
-}
-
 // windowsEnd is when the first of the plan's windows' current (fixed)
 // windows ends, by a take's answer; zero for a plan without windows. A
 // prefetched unit was counted in Redis in the window the take ran in; used

@@ -17,6 +17,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 	"github.com/tollgatehq/tollgate/limiter/limitertest"
 	"github.com/tollgatehq/tollgate/limiter/limitertest/redisproc"
 )
@@ -149,7 +150,7 @@ func BenchmarkAllow(b *testing.B) {
 		limitertest.PutSnapshot(b, admin, prefix, limiter.Snapshot{
 			TenantID: t, Plan: "bench", Status: "active", Version: 1,
 			Rate:        &limiter.Rate{PerSecond: 1000, Burst: 1000},
-			Quotas:      map[string]limiter.Quota{limiter.DefaultMeter: {Limit: 1 << 40, Mode: limiter.ModeHard}},
+			Quotas:      map[string]limiter.Quota{keyspace.DefaultMeter: {Limit: 1 << 40, Mode: limiter.ModeHard}},
 			PeriodStart: start, PeriodEnd: start.AddDate(0, 1, 0), NextPeriodEnd: start.AddDate(0, 2, 0),
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 	"github.com/tollgatehq/tollgate/limiter/limitertest"
 	"github.com/tollgatehq/tollgate/limiter/limitertest/redisproc"
 )
@@ -38,7 +39,7 @@ func BenchmarkScriptCost(b *testing.B) {
 		limitertest.PutSnapshot(b, rdb, "", limiter.Snapshot{
 			TenantID: t, Plan: "bench", Status: "active", Version: 1,
 			Rate:        &limiter.Rate{PerSecond: 1e6, Burst: 1e6},
-			Quotas:      map[string]limiter.Quota{limiter.DefaultMeter: {Limit: 1 << 40, Mode: limiter.ModeHard}},
+			Quotas:      map[string]limiter.Quota{keyspace.DefaultMeter: {Limit: 1 << 40, Mode: limiter.ModeHard}},
 			PeriodStart: start, PeriodEnd: start.AddDate(0, 1, 0), NextPeriodEnd: start.AddDate(0, 2, 0),
 		})
 	}

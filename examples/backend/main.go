@@ -92,7 +92,7 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 	tenantOf := func(r *http.Request) (string, limiter.Request, error) {
 		// An empty or malformed id is ErrInvalidRequest (400), an id
 		// Tollgate does not know ErrUnknownTenant (401).
-		return r.Header.Get("X-Tenant-ID"), limiter.Request{Cost: 1, Meter: limiter.DefaultMeter}, nil
+		return r.Header.Get("X-Tenant-ID"), limiter.Request{Cost: 1, Meter: "requests"}, nil
 	}
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		plan := ""

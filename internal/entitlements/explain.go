@@ -12,6 +12,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/internal/numfmt"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // "Why this limit" (issue 14): every figure the limiter enforces, with what
@@ -366,7 +367,7 @@ func (e *explainer) limits(snap limiter.Snapshot, in inputs) []Limit {
 	}
 	out = append(out, c)
 	out = append(out, e.windowLimits(snap)...)
-	meters := map[string]bool{limiter.DefaultMeter: true}
+	meters := map[string]bool{keyspace.DefaultMeter: true}
 	for m := range snap.Quotas {
 		meters[m] = true
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // maxNotify is how many thresholds one quota may have.
@@ -17,7 +18,7 @@ const maxNotify = 10
 // limit (50, or {"percent": 50}) or a number of units ({"units": 5000}).
 // Decoding never fails: a bad entry is reported by Validate, naming it.
 type NotifyInput struct {
-	limiter.QuotaThreshold
+	keyspace.QuotaThreshold
 	bad string
 }
 
@@ -48,7 +49,7 @@ func validateNotify(v *apperr.Validation, field string, ns []NotifyInput) {
 	if len(ns) > maxNotify {
 		v.Add(field, "must have at most %d thresholds", maxNotify)
 	}
-	seen := map[limiter.QuotaThreshold]bool{}
+	seen := map[keyspace.QuotaThreshold]bool{}
 	for i, n := range ns {
 		f := fmt.Sprintf("%s[%d]", field, i)
 		switch {
@@ -71,15 +72,15 @@ func validateNotify(v *apperr.Validation, field string, ns []NotifyInput) {
 
 // thresholds returns ns as stored: sorted (percentages first), nil when
 // empty (the default).
-func thresholds(ns []NotifyInput) []limiter.QuotaThreshold {
+func thresholds(ns []NotifyInput) []keyspace.QuotaThreshold {
 	if len(ns) == 0 {
 		return nil
 	}
-	out := make([]limiter.QuotaThreshold, len(ns))
+	out := make([]keyspace.QuotaThreshold, len(ns))
 	for i, n := range ns {
 		out[i] = n.QuotaThreshold
 	}
-	slices.SortFunc(out, func(a, b limiter.QuotaThreshold) int {
+	slices.SortFunc(out, func(a, b keyspace.QuotaThreshold) int {
 		if (a.Percent == 0) != (b.Percent == 0) {
 			if a.Percent != 0 {
 				return -1
@@ -95,7 +96,7 @@ func thresholds(ns []NotifyInput) []limiter.QuotaThreshold {
 }
 
 // notifyInputs is the reverse of thresholds, for a stored plan edited.
-func notifyInputs(ts []limiter.QuotaThreshold) []NotifyInput {
+func notifyInputs(ts []keyspace.QuotaThreshold) []NotifyInput {
 	if len(ts) == 0 {
 		return nil
 	}
@@ -107,7 +108,7 @@ func notifyInputs(ts []limiter.QuotaThreshold) []NotifyInput {
 }
 
 // notifyJSON is the column value: NULL for the default.
-func notifyJSON(ts []limiter.QuotaThreshold) []byte {
+func notifyJSON(ts []keyspace.QuotaThreshold) []byte {
 	if len(ts) == 0 {
 		return nil
 	}
@@ -117,13 +118,13 @@ func notifyJSON(ts []limiter.QuotaThreshold) []byte {
 
 // setNotify records meter's thresholds in the snapshot (none: the
 // default).
-func setNotify(snap *limiter.Snapshot, meter string, ts []limiter.QuotaThreshold) {
+func setNotify(snap *limiter.Snapshot, meter string, ts []keyspace.QuotaThreshold) {
 	if len(ts) == 0 {
 		delete(snap.Notify, meter)
 		return
 	}
 	if snap.Notify == nil {
-		snap.Notify = map[string][]limiter.QuotaThreshold{}
+		snap.Notify = map[string][]keyspace.QuotaThreshold{}
 	}
 	snap.Notify[meter] = slices.Clone(ts)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // Overrides are admin-granted changes of one tenant's quota for one meter
@@ -50,11 +51,11 @@ type Override struct {
 	Limit    *int64  `json:"limit"`
 	Mode     *string `json:"mode"`
 	// Notify is nil when the override keeps the plan's thresholds.
-	Notify    []limiter.QuotaThreshold `json:"notify"`
-	Reason    string                   `json:"reason"`
-	ExpiresAt *time.Time               `json:"expires_at"`
-	CreatedAt time.Time                `json:"created_at"`
-	Active    bool                     `json:"active"`
+	Notify    []keyspace.QuotaThreshold `json:"notify"`
+	Reason    string                    `json:"reason"`
+	ExpiresAt *time.Time                `json:"expires_at"`
+	CreatedAt time.Time                 `json:"created_at"`
+	Active    bool                      `json:"active"`
 }
 
 // Validate checks every field against now, naming the bad ones.

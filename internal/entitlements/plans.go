@@ -21,6 +21,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/period"
 	"github.com/tollgatehq/tollgate/internal/postgres"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 var (
@@ -109,7 +110,7 @@ type Quota struct {
 	PerSeat bool `json:"per_seat,omitempty"`
 	// Notify are the thresholds that send quota.threshold webhooks;
 	// empty = the default, 80% and 100%.
-	Notify []limiter.QuotaThreshold `json:"notify,omitempty"`
+	Notify []keyspace.QuotaThreshold `json:"notify,omitempty"`
 }
 
 // PlanWindow is a window limit of a plan: at most Limit units in Length.
@@ -322,7 +323,7 @@ func validateWindows(v *apperr.Validation, ws []WindowInput, quotas map[string]*
 			v.Add(field+".name", "must match [a-z0-9_-]{1,32}")
 		case seen[w.Name]:
 			v.Add(field+".name", "must be unique in the plan (%q is given twice)", w.Name)
-		case w.Name == limiter.PolicyRate || w.Name == limiter.PolicyConcurrency:
+		case w.Name == keyspace.PolicyRate || w.Name == keyspace.PolicyConcurrency:
 			// A window named like the rate would be told apart from it in
 			// no header or refusal.
 			v.Add(field+".name", "must not be %q (a policy of its own)", w.Name)

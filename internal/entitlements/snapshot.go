@@ -16,6 +16,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/period"
 	"github.com/tollgatehq/tollgate/internal/postgres"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // Subscription statuses that grant the tenant's own plan.
@@ -57,7 +58,7 @@ type override struct {
 	extra      *int64
 	quotaLimit *int64
 	mode       *string
-	notify     []limiter.QuotaThreshold
+	notify     []keyspace.QuotaThreshold
 	reason     string
 	expiresAt  *time.Time
 }
@@ -290,7 +291,7 @@ func (s *Service) fallback(in inputs) Plan {
 	// No default plan stored: refuse metered use (the default meter and
 	// every meter of the tenant's own plan) rather than keep paid limits
 	// for a tenant that stopped paying. (Version 0 tells Explain.)
-	refused := map[string]Quota{limiter.DefaultMeter: {Limit: 0, Mode: string(limiter.ModeHard)}}
+	refused := map[string]Quota{keyspace.DefaultMeter: {Limit: 0, Mode: string(limiter.ModeHard)}}
 	for m := range in.plan.Quotas {
 		refused[m] = Quota{Limit: 0, Mode: string(limiter.ModeHard)}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 	"github.com/tollgatehq/tollgate/limiter/limithttp"
 	"github.com/tollgatehq/tollgate/limiter/tgserver"
 )
@@ -83,7 +84,7 @@ func (s *Server) handleCheck() echo.HandlerFunc {
 			}
 			return err
 		}
-		if req.Meter != limiter.DefaultMeter {
+		if req.Meter != keyspace.DefaultMeter {
 			// A meter no plan defines is a mistake (a typo would otherwise
 			// be "unlimited" forever); one the tenant's plan leaves without
 			// a quota is unlimited and allowed.
@@ -201,7 +202,7 @@ func appendJSONString(b []byte, s string) []byte {
 // parseCheck reads the optional body: an empty body is cost 1 on the meter
 // "requests".
 func parseCheck(c echo.Context) (limiter.Request, error) {
-	req := limiter.Request{Cost: 1, Meter: limiter.DefaultMeter}
+	req := limiter.Request{Cost: 1, Meter: keyspace.DefaultMeter}
 	body, err := io.ReadAll(http.MaxBytesReader(c.Response(), c.Request().Body, checkMaxBytes))
 	if err != nil {
 		return req, jsonError(err)

@@ -9,6 +9,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // leaseOf returns the lease of a POST /v1/check answer.
@@ -53,7 +54,7 @@ func TestConcurrencyLeasesOverHTTP(t *testing.T) {
 		t.Fatalf("lease ids repeat: %v", ids)
 	}
 	a := check(keyA, conc)
-	if a.status != http.StatusTooManyRequests || a.body["policy"] != limiter.PolicyConcurrency {
+	if a.status != http.StatusTooManyRequests || a.body["policy"] != keyspace.PolicyConcurrency {
 		t.Fatalf("check %d of a concurrency limit of %d: %d %s (want 429 policy concurrency)", limit+1, limit, a.status, a.raw)
 	}
 	// A check without concurrency takes no slot and is not held by them;

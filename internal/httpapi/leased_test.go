@@ -8,6 +8,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // With the limiter's leased mode (LIMITER_PREFETCH=true), POST
@@ -38,7 +39,7 @@ func TestCheckHeadersWithPrefetch(t *testing.T) {
 			t.Fatalf("call %d: %d %s", i, r.status, r.raw)
 		}
 		items := assertLimitHeaders(t, "leased check", r)
-		if items[0].name != limiter.PolicyRate {
+		if items[0].name != keyspace.PolicyRate {
 			t.Fatalf("call %d: first item %q, want rate", i, items[0].name)
 		}
 		if got := quotaItem(items).params["r"]; got != strconv.Itoa(40-i) {

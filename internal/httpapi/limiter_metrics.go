@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // LimiterMetrics turns the limiter's hooks into Prometheus metrics: decisions
@@ -70,17 +71,17 @@ func NewLimiterMetrics(reg prometheus.Registerer) (*LimiterMetrics, error) {
 	// The series an operator alerts on exist at 0 from the start, so that
 	// rate() and absent() work before the first event.
 	m.decisions.WithLabelValues("allowed", "none", "none")
-	m.decisions.WithLabelValues("refused", limiter.PolicyRate, "none")
+	m.decisions.WithLabelValues("refused", keyspace.PolicyRate, "none")
 	for _, op := range []string{"decide", "snapshot", "seed", "release", "subscribe", "usage"} {
 		m.redisErrors.WithLabelValues(op)
 	}
 	for _, mode := range []limiter.FailMode{limiter.FailOpen, limiter.FailClosed, limiter.FailLocal} {
-		m.fallbacks.WithLabelValues(limiter.PolicyRate, string(mode))
-		m.fallbacks.WithLabelValues(limiter.DefaultMeter, string(mode))
+		m.fallbacks.WithLabelValues(keyspace.PolicyRate, string(mode))
+		m.fallbacks.WithLabelValues(keyspace.DefaultMeter, string(mode))
 	}
 	m.cache.WithLabelValues("hit")
 	m.cache.WithLabelValues("miss")
-	m.refusalCache.WithLabelValues(limiter.PolicyRate)
+	m.refusalCache.WithLabelValues(keyspace.PolicyRate)
 	m.invalidation.WithLabelValues("tenant")
 	m.invalidation.WithLabelValues("all")
 	return m, nil

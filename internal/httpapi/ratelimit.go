@@ -9,7 +9,9 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 	"github.com/tollgatehq/tollgate/limiter/limithttp"
+	"github.com/tollgatehq/tollgate/limiter/tgserver"
 )
 
 // pathCheck is the one /v1 route that makes its own decision (its own cost,
@@ -110,11 +112,11 @@ func impossible(d *limiter.Decision, req limiter.Request) *limiter.PolicyStatus 
 	for i := range d.Policies {
 		p := &d.Policies[i]
 		switch {
-		case p.Name == limiter.PolicyRate && p.Limit < cost:
+		case p.Name == keyspace.PolicyRate && p.Limit < cost:
 			return p
 		case p.Mode == limiter.ModeHard && p.Unit == "" && p.Limit < cost:
 			return p
-		case p.IsWindow() && p.Limit < cost: // no window ever holds more than its limit
+		case tgserver.IsWindow(p) && p.Limit < cost: // no window ever holds more than its limit
 			return p
 		}
 	}
@@ -124,9 +126,9 @@ func impossible(d *limiter.Decision, req limiter.Request) *limiter.PolicyStatus 
 func costProblem(d *limiter.Decision, p *limiter.PolicyStatus, req limiter.Request) map[string]any {
 	what := "its burst"
 	switch {
-	case p.IsWindow():
+	case tgserver.IsWindow(p):
 		what = "its window of " + p.Window.String()
-	case p.Name != limiter.PolicyRate:
+	case p.Name != keyspace.PolicyRate:
 		what = "its hard quota for the period"
 	}
 	detail := fmt.Sprintf("a cost of %d can never be admitted: the plan %q allows at most %d (%s of policy %q)", req.Cost, d.Plan, p.Limit, what, p.Name)

@@ -10,7 +10,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/internal/testkit"
-	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // A plan change made through the admin API of one instance is enforced by
@@ -31,7 +31,7 @@ func TestPlanChangeEnforcedOnOtherInstanceWithinASecond(t *testing.T) {
 		}
 	}
 	r := b.call(t, http.MethodPost, "/v1/check", key, nil)
-	if r.status != http.StatusTooManyRequests || r.body["policy"] != limiter.PolicyRate || r.body["plan"] != plan {
+	if r.status != http.StatusTooManyRequests || r.body["policy"] != keyspace.PolicyRate || r.body["plan"] != plan {
 		t.Fatalf("third call on B: %d %s, want 429 naming plan %s and policy rate", r.status, r.raw, plan)
 	}
 
@@ -86,7 +86,7 @@ func TestEveryV1ResponseCarriesRateLimitHeaders(t *testing.T) {
 			t.Fatalf("%s %s: %d %s", c.method, c.path, r.status, r.raw)
 		}
 		items := assertLimitHeaders(t, c.method+" "+c.path, r)
-		if items[0].name != limiter.PolicyRate {
+		if items[0].name != keyspace.PolicyRate {
 			t.Fatalf("%s %s: first RateLimit item %q, want rate", c.method, c.path, items[0].name)
 		}
 	}
@@ -126,7 +126,7 @@ func TestCheckRefusalRetryAfterAndProblemBody(t *testing.T) {
 		t.Fatalf("Retry-After %q", r.header.Get("Retry-After"))
 	}
 	for _, it := range items {
-		if it.name == limiter.PolicyRate {
+		if it.name == keyspace.PolicyRate {
 			tt, _ := strconv.ParseInt(it.params["t"], 10, 64)
 			if retryAfter < tt {
 				t.Fatalf("Retry-After %d is earlier than the rate policy's t=%d", retryAfter, tt)

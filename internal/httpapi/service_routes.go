@@ -12,7 +12,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/ids"
-	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // requireService guards /service/v1/*: the routes of the limiter's remote
@@ -87,7 +87,7 @@ func (s *Server) handleServiceUsage() echo.HandlerFunc {
 		}
 		meter := c.QueryParam("meter")
 		if meter == "" {
-			meter = limiter.DefaultMeter
+			meter = keyspace.DefaultMeter
 		}
 		if len(meter) > 64 || !validMeterName(meter) {
 			return apperr.Invalidf("meter", "must be 1-64 characters of a-z, 0-9, '_', '.' or '-'")

@@ -266,4 +266,3 @@ func TestReserveSettleCancel(t *testing.T) {
 		t.Fatalf("peek with Reserve: %+v %v", d, err)
 	}
 }
-

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // Crossing is a tenant's usage of a meter passing a threshold of its quota
@@ -100,13 +101,13 @@ func (s *Service) reportCrossings(ctx context.Context, tx pgx.Tx, counters map[c
 
 // thresholdsOf are the meter's thresholds: the plan's or override's
 // (Snapshot.Notify), else Options.Thresholds.
-func (s *Service) thresholdsOf(snap limiter.Snapshot, meter string) []limiter.QuotaThreshold {
+func (s *Service) thresholdsOf(snap limiter.Snapshot, meter string) []keyspace.QuotaThreshold {
 	if ts := snap.Notify[meter]; len(ts) > 0 {
 		return ts
 	}
-	out := make([]limiter.QuotaThreshold, len(s.opts.Thresholds))
+	out := make([]keyspace.QuotaThreshold, len(s.opts.Thresholds))
 	for i, p := range s.opts.Thresholds {
-		out[i] = limiter.QuotaThreshold{Percent: p}
+		out[i] = keyspace.QuotaThreshold{Percent: p}
 	}
 	return out
 }

@@ -41,7 +41,9 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 	"github.com/tollgatehq/tollgate/limiter/limithttp"
+	"github.com/tollgatehq/tollgate/limiter/tgserver"
 )
 
 // Descriptor entry keys Tollgate reads.
@@ -227,8 +229,8 @@ func (s *Server) descriptor(ctx context.Context, req *rlsv3.RateLimitRequest, d 
 		return s.refuse("invalid", "hits_addend "+strconv.FormatInt(cost, 10)+" is above the limit of "+strconv.Itoa(maxCost))
 	}
 	if meter == "" {
-		meter = limiter.DefaultMeter
-	} else if meter != limiter.DefaultMeter {
+		meter = keyspace.DefaultMeter
+	} else if meter != keyspace.DefaultMeter {
 		known, err := s.keys.MeterDefined(ctx, meter)
 		if err != nil {
 			return s.refuse("unavailable", "cannot read the plans right now; retry")
@@ -350,7 +352,7 @@ func closest(d *limiter.Decision) *limiter.PolicyStatus {
 // period (a month, a year, a day or an hour).
 func rateLimitOf(p *limiter.PolicyStatus) *rlsv3.RateLimitResponse_RateLimit {
 	rl := &rlsv3.RateLimitResponse_RateLimit{Name: p.Name}
-	if p.Name == limiter.PolicyRate && p.Window > 0 {
+	if p.Name == keyspace.PolicyRate && p.Window > 0 {
 		perSecond := float64(p.Limit) / p.Window.Seconds()
 		switch {
 		case perSecond >= 1:
@@ -362,7 +364,7 @@ func rateLimitOf(p *limiter.PolicyStatus) *rlsv3.RateLimitResponse_RateLimit {
 		}
 		return rl
 	}
-	if p.IsWindow() {
+	if tgserver.IsWindow(p) {
 		rl.Unit, rl.RequestsPerUnit = windowUnit(p.Limit, p.Window)
 		return rl
 	}
@@ -396,7 +398,7 @@ func impossible(d *limiter.Decision, cost int64) string {
 		return ""
 	}
 	for _, p := range d.Policies {
-		if (p.Name == limiter.PolicyRate || (p.Mode == limiter.ModeHard && p.Unit == "") || p.IsWindow()) && p.Limit < cost {
+		if (p.Name == keyspace.PolicyRate || (p.Mode == limiter.ModeHard && p.Unit == "") || tgserver.IsWindow(&p)) && p.Limit < cost {
 			return p.Name
 		}
 	}

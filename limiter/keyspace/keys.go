@@ -266,3 +266,14 @@ func SlotTag(n int) string {
 	})
 	return slotTags[n&16383]
 }
+
+// Names the limiter's decisions and the server's snapshots share.
+const (
+	// PolicyRate names the token bucket in decisions (Decision.Policy,
+	// PolicyStatus.Name) and headers.
+	PolicyRate = "rate"
+	// PolicyConcurrency names the concurrency limit.
+	PolicyConcurrency = "concurrency"
+	// DefaultMeter is the meter of a request that names none.
+	DefaultMeter = "requests"
+)

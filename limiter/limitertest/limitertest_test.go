@@ -64,7 +64,7 @@ func TestSnapshots(t *testing.T) {
 	}))
 	l := limitertest.New(t, rdb, limiter.Options{Prefix: prefix, Loader: snaps.Load, Timeout: 5 * time.Second})
 	limitertest.Allowed(t, l, "a", limiter.Request{})
-	limitertest.Refused(t, l, "a", limiter.Request{}, limiter.PolicyRate)
+	limitertest.Refused(t, l, "a", limiter.Request{}, "rate")
 	if _, err := l.Allow(context.Background(), "b", limiter.Request{}); err == nil || !errors.Is(err, limiter.ErrUnknownTenant) {
 		t.Fatalf("unknown tenant: %v", err)
 	}

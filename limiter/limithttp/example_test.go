@@ -17,10 +17,10 @@ type oneRequest map[string]bool
 
 func (o oneRequest) Allow(_ context.Context, tenant string, _ limiter.Request) (*limiter.Decision, error) {
 	d := &limiter.Decision{Allowed: !o[tenant], Plan: "free", Policies: []limiter.PolicyStatus{
-		{Name: limiter.PolicyRate, Limit: 1, Window: 1000 * time.Second, Reset: 1000 * time.Second},
+		{Name: "rate", Limit: 1, Window: 1000 * time.Second, Reset: 1000 * time.Second},
 	}}
 	if !d.Allowed {
-		d.Policy, d.RetryAfter = limiter.PolicyRate, time.Second
+		d.Policy, d.RetryAfter = "rate", time.Second
 	}
 	o[tenant] = true
 	return d, nil
@@ -31,7 +31,7 @@ func (o oneRequest) Allow(_ context.Context, tenant string, _ limiter.Request) (
 func ExampleMiddleware() {
 	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
 	byKey := func(r *http.Request) (string, limiter.Request, error) {
-		return r.Header.Get("X-Tenant"), limiter.Request{Cost: 1, Meter: limiter.DefaultMeter}, nil
+		return r.Header.Get("X-Tenant"), limiter.Request{Cost: 1, Meter: "requests"}, nil
 	}
 	h := limithttp.Middleware(oneRequest{}, byKey)(api)
 

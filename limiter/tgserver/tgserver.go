@@ -15,6 +15,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/limiter"
 	"github.com/tollgatehq/tollgate/limiter/internal/hook"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // LeaseInfo names a concurrency slot held in Redis, for a holder that gives
@@ -47,4 +48,11 @@ func Lease(d *limiter.Decision) (LeaseInfo, bool) {
 // limiter.ErrUnavailable; the slot then expires after Options.LeaseTTL.
 func ReleaseLease(ctx context.Context, l *limiter.Limiter, tenant, id string) (found bool, err error) {
 	return hook.ReleaseLease(ctx, l, tenant, id)
+}
+
+// IsWindow says whether the policy is a window limit (a plan's, or one of
+// explicit Limits): neither the rate, a quota (which has a mode) nor the
+// concurrency limit (which has a unit). Its Window is the window's length.
+func IsWindow(p *limiter.PolicyStatus) bool {
+	return p.Name != keyspace.PolicyRate && p.Mode == "" && p.Unit == "" && p.Window > 0
 }

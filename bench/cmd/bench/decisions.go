@@ -21,6 +21,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // benchRate is every contender's per-tenant limit: high enough that no
@@ -85,7 +86,7 @@ func benchSnapshot(tenant string, now time.Time) limiter.Snapshot {
 	return limiter.Snapshot{
 		TenantID: tenant, Plan: "bench", Status: "active", Version: 1,
 		Rate:          &limiter.Rate{PerSecond: benchRate, Burst: benchRate},
-		Quotas:        map[string]limiter.Quota{limiter.DefaultMeter: {Limit: 1 << 40, Mode: limiter.ModeHard}},
+		Quotas:        map[string]limiter.Quota{keyspace.DefaultMeter: {Limit: 1 << 40, Mode: limiter.ModeHard}},
 		PeriodStart:   start,
 		PeriodEnd:     start.AddDate(0, 1, 0),
 		NextPeriodEnd: start.AddDate(0, 2, 0),

@@ -24,6 +24,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/postgres"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // queryCounter counts the queries the api sends to Postgres, to show that
@@ -237,7 +238,7 @@ func seedTenants(ctx context.Context, ents *entitlements.Service, runID string, 
 	plan := "bench-" + runID
 	if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: "Bench " + runID,
 		Rate:   &entitlements.RateInput{PerSecond: f64(benchRate), Burst: i64(benchRate)},
-		Quotas: map[string]*entitlements.QuotaInput{limiter.DefaultMeter: {Limit: i64(1 << 40), Mode: string(limiter.ModeHard)}},
+		Quotas: map[string]*entitlements.QuotaInput{keyspace.DefaultMeter: {Limit: i64(1 << 40), Mode: string(limiter.ModeHard)}},
 	}); err != nil {
 		return nil, fmt.Errorf("bench: plan: %w", err)
 	}
