@@ -37,6 +37,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
+	"github.com/tollgatehq/tollgate/internal/notify"
 )
 
 //go:embed templates/*.html
@@ -74,6 +75,9 @@ type Deps struct {
 	Addons    AddonAdmin
 	Keys      KeyManager
 	Overrides OverrideManager
+	// Webhooks manages outbound webhook endpoints (admin_webhooks.go); nil
+	// hides the webhooks pages.
+	Webhooks *notify.Service
 	// Explainer fills the tenant page's "Why these limits" panel; nil hides it.
 	Explainer Explainer
 	Replayer  EventReplayer
@@ -226,6 +230,7 @@ func (w *Web) Register(e *echo.Echo) {
 	e.GET("/admin/addons", w.handleAdminAddons(), admin...)
 	e.POST("/admin/addons", w.handleAdminPutAddon(), append(admin, w.audited("addon.put"))...)
 	e.POST("/admin/addons/:price/delete", w.handleAdminDeleteAddon(), append(admin, w.audited("addon.delete"))...)
+	w.webhookRoutes(e, admin)
 	e.GET("/admin/events", w.handleAdminEvents(), admin...)
 	e.GET("/admin/events/:id", w.handleAdminEvent(), admin...)
 	e.POST("/admin/events/replay", w.handleAdminBulkReplay(), admin...)
