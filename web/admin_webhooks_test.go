@@ -2,6 +2,7 @@ package web
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/audit"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/notify"
 )
 
@@ -130,3 +132,26 @@ func TestConsoleWebhookPages(t *testing.T) {
 }
 
 func itoa64(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Editing a plan on the console keeps its quotas' webhook thresholds
+// ("notify"), which the form does not show.
+func TestConsolePlanEditKeepsNotify(t *testing.T) {
+	b := setup(t)
+	br, tok := b.adminBrowser(t)
+	key := uniq("notify")
+	limit := int64(10)
+	var notify []entitlements.NotifyInput
+	if err := json.Unmarshal([]byte(`[50, {"units": 9}]`), &notify); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ents.CreatePlan(b.ctx, entitlements.PlanInput{Key: key, Quotas: map[string]*entitlements.QuotaInput{
+		"requests": {Limit: &limit, Mode: "hard", Notify: notify}}}); err != nil {
+		t.Fatal(err)
+	}
+	edit := quotaRows(url.Values{"csrf": {tok}, "name": {"Notify"}, "confirm": {"1"}}, "requests 20 hard")
+	wantRedirect(t, br.post("/admin/plans/"+key, edit), "/admin/plans/"+key+"?done=edited", "edit plan")
+	p, err := b.ents.GetPlan(b.ctx, key)
+	if err != nil || p.Quotas["requests"].Limit != 20 || len(p.Quotas["requests"].Notify) != 2 {
+		t.Fatalf("edited plan %+v, %v: want the limit changed and both thresholds kept", p.Quotas, err)
+	}
+}
