@@ -7,9 +7,9 @@ import (
 
 // Snapshot is the tenant's entitlement snapshot. Tollgate's server writes it
 // to Redis as JSON and announces changes; the limiter reads it through its
-// near-cache, or asks Options.Loader (e.g. RemoteLoaders) for one missing
-// from Redis. Its JSON form is also what Tollgate's API returns from
-// GET /v1/internal/snapshots/{tenant}.
+// near-cache, or asks Options.Loader (e.g. remote.Client.Snapshot) for one
+// missing from Redis. Its JSON form is also what Tollgate's API returns from
+// GET /service/v1/tenants/{id}/snapshot.
 type Snapshot struct {
 	TenantID string `json:"tenant_id"`
 	Plan     string `json:"plan"`

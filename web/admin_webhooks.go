@@ -16,15 +16,17 @@ import (
 // rotated; per endpoint its deliveries with retry now and replay. Each
 // change is audited like the admin API's.
 
+// webhookRoutes registers the pages; their audited POSTs are declared in
+// audit.Routes.
 func (w *Web) webhookRoutes(e *echo.Echo, admin []echo.MiddlewareFunc) {
 	e.GET("/admin/webhooks", w.handleAdminWebhooks(), admin...)
-	e.POST("/admin/webhooks", w.handleAdminCreateWebhook(), append(admin, w.audited("webhook_endpoint.create"))...)
+	e.POST("/admin/webhooks", w.handleAdminCreateWebhook(), admin...)
 	e.GET("/admin/webhooks/:wid", w.handleAdminWebhook(), admin...)
-	e.POST("/admin/webhooks/:wid", w.handleAdminEditWebhook(), append(admin, w.audited("webhook_endpoint.edit"))...)
-	e.POST("/admin/webhooks/:wid/delete", w.handleAdminDeleteWebhook(), append(admin, w.audited("webhook_endpoint.delete"))...)
-	e.POST("/admin/webhooks/:wid/rotate-secret", w.handleAdminRotateWebhook(), append(admin, w.audited("webhook_endpoint.rotate_secret"))...)
-	e.POST("/admin/webhooks/:wid/deliveries/:did/retry", w.handleAdminRetryDelivery(), append(admin, w.audited("webhook_delivery.retry"))...)
-	e.POST("/admin/webhooks/:wid/events/:eid/replay", w.handleAdminReplayWebhookEvent(), append(admin, w.audited("webhook_event.replay"))...)
+	e.POST("/admin/webhooks/:wid", w.handleAdminEditWebhook(), admin...)
+	e.POST("/admin/webhooks/:wid/delete", w.handleAdminDeleteWebhook(), admin...)
+	e.POST("/admin/webhooks/:wid/rotate-secret", w.handleAdminRotateWebhook(), admin...)
+	e.POST("/admin/webhooks/:wid/deliveries/:did/retry", w.handleAdminRetryDelivery(), admin...)
+	e.POST("/admin/webhooks/:wid/events/:eid/replay", w.handleAdminReplayWebhookEvent(), admin...)
 }
 
 // webhookNotices are the pages' confirmations after a redirect.

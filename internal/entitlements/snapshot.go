@@ -96,7 +96,7 @@ func (s *Service) fill(ctx context.Context, q postgres.Querier, in *inputs) erro
 	err = q.QueryRow(ctx, `
 SELECT id, status, coalesce(stripe_price_id, ''), current_period_start, current_period_end,
        cancel_at_period_end, trial_end, past_due_since, grace_ends_at, plan_quantity, coalesce(last_event_id, '')
-  FROM (`+CurrentSubscriptionOf("$1")+`) s`, in.tenant.ID).Scan(&sub.ID, &sub.Status, &sub.StripePriceID, &sub.CurrentPeriodStart, &sub.CurrentPeriodEnd,
+  FROM current_subscriptions s WHERE s.tenant_id = $1`, in.tenant.ID).Scan(&sub.ID, &sub.Status, &sub.StripePriceID, &sub.CurrentPeriodStart, &sub.CurrentPeriodEnd,
 		&sub.CancelAtPeriodEnd, &sub.TrialEnd, &sub.PastDueSince, &sub.GraceEndsAt, &sub.Seats, &sub.LastEventID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

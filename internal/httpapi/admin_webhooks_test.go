@@ -42,6 +42,7 @@ func webhookAPIWith(t *testing.T, opts notify.Options) (*testAPI, **notify.Servi
 // patch and rotate answer the endpoint, delete is 204 then 404; each change
 // is in the audit trail, without the secret.
 func TestWebhookEndpointRoutes(t *testing.T) {
+	t.Parallel()
 	a := webhookAPI(t, notify.Options{})
 	r := a.admin(t, http.MethodPost, "/admin/v1/webhook-endpoints", map[string]any{
 		"url": "https://203.0.113.7/hooks", "events": []string{"quota.threshold"}, "description": "ops"}, http.StatusCreated)
@@ -93,6 +94,7 @@ func TestWebhookEndpointRoutes(t *testing.T) {
 // Bad input is a problem naming the field: 400 for form and unknown event
 // types, 422 for a private address; never a 500.
 func TestWebhookEndpointValidation(t *testing.T) {
+	t.Parallel()
 	a := webhookAPI(t, notify.Options{})
 	for _, c := range []struct {
 		body   any
@@ -123,6 +125,7 @@ func TestWebhookEndpointValidation(t *testing.T) {
 // The secret is never kept for an Idempotency-Key replay: create and
 // rotate refuse the header (400 naming it), and answer no-store.
 func TestWebhookSecretAnswersAreNotStored(t *testing.T) {
+	t.Parallel()
 	a := webhookAPI(t, notify.Options{})
 	req, _ := http.NewRequest(http.MethodPost, a.URL+"/admin/v1/webhook-endpoints", strings.NewReader(`{"url":"https://203.0.113.7/"}`))
 	req.Header.Set("Authorization", "Bearer "+testAdminToken)

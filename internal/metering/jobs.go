@@ -7,8 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-
-	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
 // ClosePeriodsArgs closes finished periods: a final flush, then closed_at
@@ -67,7 +65,7 @@ RETURNING tenant_id::text, meter, period_start, period_end, used`, now, now.Add(
 		rows, err = tx.Query(ctx, `
 UPDATE usage_periods u SET closed_at = $1, updated_at = $1, period_end = s.current_period_start
   FROM tenants t
-  JOIN LATERAL (`+entitlements.CurrentSubscriptionOf("t.id")+`) s ON true
+  JOIN LATERAL (SELECT * FROM current_subscriptions c WHERE c.tenant_id = t.id LIMIT 1) s ON true
  WHERE u.tenant_id = t.id AND u.closed_at IS NULL AND s.current_period_start IS NOT NULL
    AND u.period_start < s.current_period_start AND u.period_end > s.current_period_start
    AND s.current_period_start <= $2

@@ -18,7 +18,6 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
-	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/period"
 	"github.com/tollgatehq/tollgate/internal/postgres"
@@ -183,7 +182,7 @@ func loadTenantPeriods(ctx context.Context, q postgres.Querier, tenantID string)
 SELECT t.period_anchor, s.current_period_start, s.current_period_end, p.quota_window
 FROM tenants t
 JOIN plans p ON p.key = t.plan_key
-LEFT JOIN LATERAL (`+entitlements.CurrentSubscriptionOf("t.id")+`) s ON true
+LEFT JOIN LATERAL (SELECT * FROM current_subscriptions c WHERE c.tenant_id = t.id LIMIT 1) s ON true
 WHERE t.id = $1`, tenantID).Scan(&tp.anchor, &start, &end, &tp.window)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return tp, apperr.New(apperr.NotFound, "tenant %s not found", tenantID)
