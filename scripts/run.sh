@@ -35,6 +35,17 @@ if [ -z "${ADMIN_TOKEN:-}" ]; then
 fi
 export ADMIN_TOKEN
 
+# The key that seals webhook endpoints' secrets at rest, made once beside
+# the admin token (the file TOLLGATE_DEV=true reads too): the api and the
+# worker must share it.
+if [ -z "${WEBHOOK_SECRET_KEY:-}" ]; then
+  if [ ! -s "$data/webhook_secret_key" ]; then
+    (umask 077 && head -c 32 /dev/urandom | base64 >"$data/webhook_secret_key")
+  fi
+  WEBHOOK_SECRET_KEY=$(tr -d '\n' <"$data/webhook_secret_key")
+fi
+export WEBHOOK_SECRET_KEY
+
 for b in "$bin/api" "$bin/worker"; do
   [ -x "$b" ] || { echo "run: $b is missing; run 'make run' (or 'make build') instead" >&2; exit 1; }
 done

@@ -356,11 +356,11 @@ func (w *Web) handleAdminEditPlan() echo.HandlerFunc {
 				}
 			}
 			for m, q := range quotas {
-				// Keep what the form does not show (the Stripe meter event
-				// and what it is sent).
+				// Keep what the form does not show (the Stripe meter event,
+				// what it is sent, the webhook thresholds).
 				if old, ok := cur.Quotas[m]; ok && old != nil && q != nil {
 					qq := *q
-					qq.StripeMeterEvent, qq.StripeReport = old.StripeMeterEvent, old.StripeReport
+					qq.StripeMeterEvent, qq.StripeReport, qq.Notify = old.StripeMeterEvent, old.StripeReport, old.Notify
 					quotas[m] = &qq
 				}
 			}

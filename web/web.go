@@ -38,6 +38,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
+	"github.com/tollgatehq/tollgate/internal/notify"
 )
 
 //go:embed templates/*.html
@@ -81,6 +82,9 @@ type Deps struct {
 	Addons    AddonAdmin
 	Keys      KeyManager
 	Overrides OverrideManager
+	// Webhooks manages outbound webhook endpoints (admin_webhooks.go); nil
+	// hides the webhooks pages.
+	Webhooks *notify.Service
 	// Explainer fills the tenant page's "Why these limits" panel; nil hides it.
 	Explainer Explainer
 	Replayer  EventReplayer
@@ -237,6 +241,7 @@ func (w *Web) Register(e *echo.Echo) {
 	e.GET("/admin/addons", w.handleAdminAddons(), admin...)
 	e.POST("/admin/addons", w.handleAdminPutAddon(), admin...)
 	e.POST("/admin/addons/:price/delete", w.handleAdminDeleteAddon(), admin...)
+	w.webhookRoutes(e, admin)
 	e.GET("/admin/events", w.handleAdminEvents(), admin...)
 	e.GET("/admin/events/:id", w.handleAdminEvent(), admin...)
 	e.POST("/admin/events/replay", w.handleAdminBulkReplay(), admin...)

@@ -177,7 +177,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 		DefaultPlan: cfg.DefaultPlan, PublicURL: cfg.PublicURL, RedisTimeout: cfg.RedisTimeout,
 		BillingContact: cfg.BillingContact, Upgrades: upgrades, Attempts: lim,
 		Plans: planChanger(cfg, ents, bill), PlanAdmin: ents, Addons: ents, Keys: ents, Overrides: ents, Explainer: ents, Replayer: bill, Resyncer: resync, Guard: authLim,
-		Tenants: ents, Previews: ents})
+		Tenants: ents, Previews: ents, Webhooks: hooks})
 	if err != nil {
 		return err
 	}
