@@ -18,7 +18,7 @@ import (
 // audited records the route's admin action in the audit trail, with the
 // state of its subject before and after. The subject comes from the route:
 // /tenants/:id…, /plans/:key, /api-keys/:id, /stripe/events/:id,
-// /addons/:price_id, /service-tokens/:id; a create (POST /plans, POST
+// /addons/:price_id, /service-tokens/:id, /grants/:id; a create (POST /plans, POST
 // /tenants, POST /service-tokens) names it in its answer.
 func (s *Server) audited(action string) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -29,6 +29,17 @@ func (s *Server) audited(action string) echo.MiddlewareFunc {
 			var sub audit.Subject
 			path := c.Path()
 			switch {
+			case strings.HasSuffix(path, "/grants") || strings.Contains(path, "/grants/:id"):
+				// A grant's before and after are the grant itself (credits').
+				if strings.Contains(path, "/tenants/:id") {
+					sub.TenantID = c.Param("id")
+				} else if s.Credits != nil {
+					sub.Target = c.Param("id")
+					sub.TenantID = s.Credits.TenantOf(c.Request().Context(), sub.Target)
+				}
+				if s.Credits != nil {
+					sub.State = s.Credits.State
+				}
 			case strings.Contains(path, "/tenants/:id"):
 				sub.TenantID = c.Param("id")
 				sub.Target = c.Param("override_id")

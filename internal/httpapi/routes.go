@@ -83,6 +83,11 @@ func (s *Server) routes() {
 	admin.DELETE("/webhook-endpoints/:id", s.handleDeleteWebhookEndpoint(), s.audited("webhook_endpoint.delete"))
 	admin.POST("/webhook-endpoints/:id/rotate-secret", s.handleRotateWebhookSecret(), s.audited("webhook_endpoint.rotate_secret"))
 
+	// --- admin: grants and top-ups (credits) ---
+	admin.POST("/tenants/:id/grants", s.handleCreateGrant(), s.audited("grant.create"))
+	admin.GET("/tenants/:id/grants", s.handleListGrants())
+	admin.POST("/grants/:id/void", s.handleVoidGrant(), s.audited("grant.void"))
+
 	// --- service API /service/v1: the limiter's remote loaders ---
 	// A service token or ADMIN_TOKEN; read-only, no tenant rate limit (the
 	// calls are rare: a snapshot or counter missing from Redis).
