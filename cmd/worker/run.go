@@ -14,7 +14,6 @@ import (
 	"github.com/tollgatehq/tollgate/cmd/internal/wire"
 	"github.com/tollgatehq/tollgate/internal/buildinfo"
 	"github.com/tollgatehq/tollgate/internal/config"
-	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/idempotency"
 	"github.com/tollgatehq/tollgate/internal/jobs"
@@ -134,7 +133,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	meter := newMetering(pool, rdb, ents, cfg, log, jm, hooks.QuotaCrossings)
 	periodic = append(periodic, meter.Register(workers)...)
 	// Grants: expiries written every 10 s.
-	creds := credits.NewService(pool, ents, log, credits.Options{})
+	creds := wire.Credits(pool, ents, log)
 	periodic = append(periodic, creds.Register(workers)...)
 	river.AddWorker(workers, &jobs.RetentionWorker{Log: log, Rules: retention(cfg, ents, bill, meter, idempotency.New(pool))})
 	periodic = append(periodic, jobs.RetentionPeriodic())

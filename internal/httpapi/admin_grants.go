@@ -84,3 +84,71 @@ func (s *Server) handleVoidGrant() echo.HandlerFunc {
 		return c.JSON(http.StatusOK, g)
 	}
 }
+
+// handlePutTopup answers PUT /admin/v1/topups/{price_id}: 201 when the
+// price is newly mapped, 200 when its mapping was replaced.
+func (s *Server) handlePutTopup() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		cr, err := s.creditsService()
+		if err != nil {
+			return err
+		}
+		var in credits.TopupInput
+		if err := decodeJSON(c, &in); err != nil {
+			return err
+		}
+		t, created, err := cr.PutTopup(c.Request().Context(), c.Param("price_id"), in)
+		if err != nil {
+			return grantError(c, err)
+		}
+		if created {
+			return c.JSON(http.StatusCreated, t)
+		}
+		return c.JSON(http.StatusOK, t)
+	}
+}
+
+// handleListTopups answers GET /admin/v1/topups.
+func (s *Server) handleListTopups() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		cr, err := s.creditsService()
+		if err != nil {
+			return err
+		}
+		l, err := cr.ListTopups(c.Request().Context())
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, map[string]any{"topups": l})
+	}
+}
+
+// handleGetTopup answers GET /admin/v1/topups/{price_id}.
+func (s *Server) handleGetTopup() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		cr, err := s.creditsService()
+		if err != nil {
+			return err
+		}
+		t, err := cr.GetTopup(c.Request().Context(), c.Param("price_id"))
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, t)
+	}
+}
+
+// handleDeleteTopup answers DELETE /admin/v1/topups/{price_id}: 204; the
+// grants it made stay.
+func (s *Server) handleDeleteTopup() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		cr, err := s.creditsService()
+		if err != nil {
+			return err
+		}
+		if err := cr.DeleteTopup(c.Request().Context(), c.Param("price_id")); err != nil {
+			return err
+		}
+		return c.NoContent(http.StatusNoContent)
+	}
+}

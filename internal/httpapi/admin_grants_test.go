@@ -195,3 +195,69 @@ func TestGrantsWithoutCreditsAre503(t *testing.T) {
 	tenant := a.createTenant(t, plan)
 	assertProblem(t, "list", a.do(t, http.MethodGet, "/admin/v1/tenants/"+tenant+"/grants", testAdminToken, nil), http.StatusServiceUnavailable)
 }
+
+// A one-time price maps to a top-up (201, then 200 when replaced), is
+// listed, read and deleted; bad fields are 400s naming them, an unknown
+// meter 422; PUT and DELETE are audited with the mapping before and after.
+func TestTopupsAdminAPI(t *testing.T) {
+	a := grantsAPI(t)
+	price := uniqueName("price_topup")
+	path := "/admin/v1/topups/" + price
+	r := a.admin(t, http.MethodPut, path, map[string]any{"meter": "requests", "amount": 10000, "expires_in": "720h"}, http.StatusCreated)
+	var tp credits.Topup
+	r.Decode(t, &tp)
+	if tp.PriceID != price || tp.Meter != "requests" || tp.Amount != 10000 || tp.ExpiresIn == nil || *tp.ExpiresIn != "720h0m0s" || tp.Priority != credits.DefaultPriority {
+		t.Fatalf("put: %s", r.Raw)
+	}
+	a.admin(t, http.MethodPut, path, map[string]any{"meter": "requests", "amount": 20000}, http.StatusOK)
+	g := a.admin(t, http.MethodGet, path, nil, http.StatusOK)
+	if g.JSON["amount"] != 20000.0 || g.JSON["expires_in"] != nil {
+		t.Fatalf("get: %s", g.Raw)
+	}
+	l := a.admin(t, http.MethodGet, "/admin/v1/topups", nil, http.StatusOK)
+	if !strings.Contains(string(l.Raw), `"price_id":"`+price+`"`) {
+		t.Fatalf("list: %s", l.Raw)
+	}
+	for _, c := range []struct {
+		body  any
+		field string
+	}{
+		{map[string]any{"meter": "requests"}, "amount"},
+		{map[string]any{"meter": "requests", "amount": -1}, "amount"},
+		{map[string]any{"meter": "requests", "amount": 1, "expires_in": "a month"}, "expires_in"},
+		{map[string]any{"meter": "requests", "amount": 1, "priority": 1000}, "priority"},
+		{map[string]any{"meter": "BAD", "amount": 1}, "meter"},
+		{map[string]any{"meter": "requests", "amount": 1, "quantity": 2}, "quantity"},
+	} {
+		r := a.do(t, http.MethodPut, path, testAdminToken, c.body)
+		assertProblem(t, "bad top-up", r, http.StatusBadRequest)
+		if f := r.FieldErrors(); len(f) == 0 || f[0] != c.field {
+			t.Errorf("%v: %s, want errors[] naming %s", c.body, r.Raw, c.field)
+		}
+	}
+	r = a.do(t, http.MethodPut, path, testAdminToken, map[string]any{"meter": "never_defined", "amount": 1})
+	assertProblem(t, "unknown meter", r, http.StatusUnprocessableEntity)
+	if r.JSON["type"] != ProblemBase+"unknown-meter" {
+		t.Fatalf("unknown meter: %s", r.Raw)
+	}
+	a.admin(t, http.MethodDelete, path, nil, http.StatusNoContent)
+	assertProblem(t, "deleted", a.do(t, http.MethodGet, path, testAdminToken, nil), http.StatusNotFound)
+	assertProblem(t, "deleted twice", a.do(t, http.MethodDelete, path, testAdminToken, nil), http.StatusNotFound)
+
+	entries, err := a.Srv.Audit.List(t.Context(), audit.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, e := range entries {
+		if e.Target == price {
+			seen[e.Action]++
+			if e.Action == "topup.delete" && (stateField(e.Before, "amount") != "20000" || string(e.After) != "null") {
+				t.Errorf("topup.delete: before %s after %s", e.Before, e.After)
+			}
+		}
+	}
+	if seen["topup.put"] != 2 || seen["topup.delete"] != 1 {
+		t.Fatalf("audit of %s: %v", price, seen)
+	}
+}

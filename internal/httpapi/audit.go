@@ -40,6 +40,11 @@ func (s *Server) audited(action string) echo.MiddlewareFunc {
 				if s.Credits != nil {
 					sub.State = s.Credits.State
 				}
+			case strings.Contains(path, "/topups/:price_id"):
+				sub.Target = c.Param("price_id")
+				if s.Credits != nil {
+					sub.State = s.Credits.TopupState
+				}
 			case strings.Contains(path, "/tenants/:id"):
 				sub.TenantID = c.Param("id")
 				sub.Target = c.Param("override_id")

@@ -87,6 +87,10 @@ func (s *Server) routes() {
 	admin.POST("/tenants/:id/grants", s.handleCreateGrant(), s.audited("grant.create"))
 	admin.GET("/tenants/:id/grants", s.handleListGrants())
 	admin.POST("/grants/:id/void", s.handleVoidGrant(), s.audited("grant.void"))
+	admin.GET("/topups", s.handleListTopups())
+	admin.GET("/topups/:price_id", s.handleGetTopup())
+	admin.PUT("/topups/:price_id", s.handlePutTopup(), s.audited("topup.put"))
+	admin.DELETE("/topups/:price_id", s.handleDeleteTopup(), s.audited("topup.delete"))
 
 	// --- service API /service/v1: the limiter's remote loaders ---
 	// A service token or ADMIN_TOKEN; read-only, no tenant rate limit (the
