@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limithttp"
 )
 
 // TestZeroCostTakesOne: the zero Request enforces (a forgotten Cost is 1),
@@ -86,7 +87,7 @@ func TestClosed(t *testing.T) {
 	if _, err := l.Allow(context.Background(), "k", limiter.Request{Limits: x}); !errors.Is(err, limiter.ErrClosed) {
 		t.Fatalf("Allow after Close: %v", err)
 	}
-	h := limiter.Middleware(l, func(*http.Request) (string, limiter.Request, error) {
+	h := limithttp.Middleware(l, func(*http.Request) (string, limiter.Request, error) {
 		return "k", limiter.Request{Limits: x}, nil
 	})(http.NotFoundHandler())
 	rec := httptest.NewRecorder()
@@ -96,8 +97,8 @@ func TestClosed(t *testing.T) {
 	}
 }
 
-// TestTypedFallback: a decision made without Redis says so with a typed
-// Fallback; a quota never falls back to local (FallbackOpen).
+// TestTypedFallback: a decision made without Redis says so with the fail
+// mode that decided (Decision.Fallback is a FailMode, "" when Redis did).
 func TestTypedFallback(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
@@ -106,11 +107,11 @@ func TestTypedFallback(t *testing.T) {
 	}))
 	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Timeout: 2 * time.Second})
 	d, err := l.Allow(ctx, "fb", limiter.Request{})
-	if err != nil || d.Fallback != limiter.FallbackNone {
+	if err != nil || d.Fallback != "" {
 		t.Fatalf("%+v %v", d, err)
 	}
 	var m limiter.QuotaMode = limiter.ModeSoft
-	if m != "soft" || limiter.FailLocal != "local" || limiter.FallbackLocal != "local" || limiter.FallbackOpen != "open" {
+	if m != "soft" || limiter.FailLocal != "local" || limiter.FailOpen != "open" {
 		t.Fatal("typed constants changed their wire values")
 	}
 }

@@ -14,6 +14,8 @@ import (
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
+	"github.com/tollgatehq/tollgate/limiter/limithttp"
 )
 
 func TestRefill(t *testing.T) {
@@ -160,8 +162,8 @@ func TestRebuildAfterRedisLoss(t *testing.T) {
 	// (a settled reservation, a lost claim's growth): durable 3 + 4.
 	rdb.FlushAll(ctx)
 	durable.Store(3)
-	k := limitstore.Keys{}
-	rdb.HSet(ctx, k.State("acme"), limitstore.CounterOf("requests", s.PeriodStart).Missed(), 4)
+	k := keyspace.Keys{}
+	rdb.HSet(ctx, k.State("acme"), keyspace.CounterOf("requests", s.PeriodStart).Missed(), 4)
 	d, err = l.Allow(ctx, "acme", limiter.Request{Cost: 1})
 	if err != nil || !d.Allowed {
 		t.Fatalf("%+v %v", d, err)
@@ -182,8 +184,8 @@ func TestPeriodRoll(t *testing.T) {
 		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 5}}
 	})
 	put(t, st, s)
-	keys := limitstore.Keys{Prefix: b.prefix}
-	rdb.HSet(ctx, keys.State("roll"), limitstore.CounterOf("requests", s.PeriodStart).Used(), 5) // the old period is exhausted
+	keys := keyspace.Keys{Prefix: b.prefix}
+	rdb.HSet(ctx, keys.State("roll"), keyspace.CounterOf("requests", s.PeriodStart).Used(), 5) // the old period is exhausted
 	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix})
 	d, err := l.Allow(ctx, "roll", limiter.Request{Cost: 1})
 	if err != nil || !d.Allowed || d.Policies[0].Remaining != 4 {
@@ -388,11 +390,11 @@ func TestMiddleware(t *testing.T) {
 	}))
 	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix})
 	var inHandler atomic.Int64
-	h := limiter.Middleware(l, func(r *http.Request) (string, limiter.Request, error) {
+	h := limithttp.Middleware(l, func(r *http.Request) (string, limiter.Request, error) {
 		return r.Header.Get("X-Tenant"), limiter.Request{Cost: 1, Concurrency: true}, nil
 	})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		inHandler.Add(1)
-		if _, ok := limiter.DecisionFromContext(r.Context()); !ok {
+		if _, ok := limithttp.DecisionFromContext(r.Context()); !ok {
 			t.Error("no decision in context")
 		}
 		w.WriteHeader(204)

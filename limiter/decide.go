@@ -383,7 +383,7 @@ func (l *Limiter) decision(pl *plan, req *Request, ints []int64, leaseID string)
 				d.rsv = &rsvTarget{h: pl.hash, q: p.quota.fields[2*period], mark: pl.mark(p.quota, period), dirty: pl.dirty + "q"}
 			}
 		case 'c':
-			ps.Unit = UnitConcurrent
+			ps.Unit = unitConcurrent
 		}
 		d.Policies[i] = ps
 	}

@@ -7,7 +7,7 @@
 // server writes to Redis and announces on a pub/sub channel; each Limiter
 // keeps the snapshots it reads in a bounded near-cache, so the plan lookup
 // costs no round trip in steady state. A snapshot missing from Redis (a
-// flush, a failover) is asked of Options.Loader; RemoteLoaders gives a
+// flush, a failover) is asked of Options.Loader; package remote gives a
 // backend outside Tollgate loaders that read snapshots and durable usage
 // from Tollgate's API. A backend may also pass explicit Limits of its own
 // (per IP, per endpoint) with sliding windows.

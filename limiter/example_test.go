@@ -2,10 +2,7 @@ package limiter_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strconv"
@@ -26,7 +23,7 @@ import (
 var examplePrefix = "example" + strconv.Itoa(os.Getpid())
 
 // A backend checks each request of a tenant against the tenant's plan. In
-// production the plan comes from Tollgate (see ExampleRemoteLoaders); here
+// production the plan comes from Tollgate (see package remote); here
 // a Loader hands out a fixed plan, as a backend that keeps its plans itself
 // would.
 func Example() {
@@ -100,100 +97,6 @@ func ExampleLimiter_Allow_explicitLimits() {
 	// allowed
 	// allowed
 	// refused by login-failures
-}
-
-// The middleware resolves the tenant, sets the RateLimit headers and
-// answers 429 with a problem body.
-func ExampleMiddleware() {
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	free := func(ctx context.Context, tenant string) (limiter.Snapshot, error) {
-		start := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
-		return limiter.Snapshot{Plan: "free", Version: 1,
-			Rate:        &limiter.Rate{PerSecond: 0.001, Burst: 1},
-			PeriodStart: start, PeriodEnd: start.AddDate(0, 1, 0)}, nil
-	}
-	l, err := limiter.New(rdb, limiter.Options{Prefix: examplePrefix, Loader: free})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer l.Close()
-
-	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
-	byKey := func(r *http.Request) (string, limiter.Request, error) {
-		return r.Header.Get("X-Tenant"), limiter.Request{Cost: 1, Meter: "requests"}, nil
-	}
-	h := limiter.Middleware(l, byKey)(api)
-
-	for i := 0; i < 2; i++ {
-		rec := httptest.NewRecorder()
-		req := httptest.NewRequest("GET", "/v1/things", nil)
-		req.Header.Set("X-Tenant", "initech")
-		h.ServeHTTP(rec, req)
-		fmt.Println(rec.Code, rec.Header().Get("RateLimit-Policy"), rec.Header().Get("RateLimit"))
-	}
-	// Output:
-	// 200 "rate";q=1;w=1000 "rate";r=0;t=1000
-	// 429 "rate";q=1;w=1000 "rate";r=0;t=1000
-}
-
-// WriteHeaders renders a decision as the IETF RateLimit headers.
-func ExampleWriteHeaders() {
-	h := http.Header{}
-	limiter.WriteHeaders(h, &limiter.Decision{Allowed: true, Policies: []limiter.PolicyStatus{
-		{Name: "rate", Limit: 200, Window: 10 * time.Second, Remaining: 57, Reset: time.Second},
-		{Name: "requests", Limit: 100000, Window: 30 * 24 * time.Hour, Remaining: 4000, Reset: 3 * 24 * time.Hour, Mode: "hard"},
-	}})
-	fmt.Println(h.Get("RateLimit-Policy"))
-	fmt.Println(h.Get("RateLimit"))
-	fmt.Println(h.Get("X-RateLimit-Remaining"))
-	// Output:
-	// "rate";q=200;w=10, "requests";q=100000;w=2592000
-	// "rate";r=57;t=1, "requests";r=4000;t=259200
-	// 4000
-}
-
-// A backend outside Tollgate loads what Redis lost (a flush, a failover)
-// from Tollgate's API with a service token. Here an httptest server stands
-// in for Tollgate; in production the URL and token come from the
-// environment (TOLLGATE_URL, TOLLGATE_TOKEN).
-func ExampleNewRemote() {
-	tollgate := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Authorization") != "Bearer tgs_example" || r.URL.Path != "/service/v1/tenants/umbrella/snapshot" {
-			http.Error(w, `{"detail": "no such tenant"}`, http.StatusNotFound)
-			return
-		}
-		fmt.Fprint(w, `{"plan": "team", "version": 3, "rate": {"per_second": 100, "burst": 1000},
-			"period_start": "2026-11-01T00:00:00Z", "period_end": "2026-12-01T00:00:00Z"}`)
-	}))
-	defer tollgate.Close()
-
-	remote, err := limiter.NewRemote(tollgate.URL, "tgs_example", limiter.RemoteOptions{})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", ContextTimeoutEnabled: true})
-	defer rdb.Close()
-	l, err := limiter.New(rdb, limiter.Options{Prefix: examplePrefix, Loader: remote.Snapshot, UsageLoader: remote.Usage})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer l.Close()
-
-	d, err := l.Allow(context.Background(), "umbrella", limiter.Request{Cost: 10})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	fmt.Println(d.Allowed, d.Plan, d.Policies[0].Remaining)
-	_, err = l.Allow(context.Background(), "hooli", limiter.Request{})
-	fmt.Println(errors.Is(err, limiter.ErrUnknownTenant))
-	// Output:
-	// true team 990
-	// true
 }
 
 // TestExamplesSkipWithoutRedis runs this test binary again with the Redis

@@ -1,5 +1,7 @@
 package limiter
 
+import "context"
+
 // GeneralScript makes a limiter decide every plan with the general
 // decision script (decideBody), so that tests can compare it with the
 // common plan's flat one (fastBody).
@@ -15,3 +17,7 @@ func RefShapes(l *Limiter) int {
 	}
 	return 0
 }
+
+// FlushRefusals adds the refusals decided without Redis to Redis at once
+// (the Limiter does it every second), so that tests need not wait a tick.
+func FlushRefusals(l *Limiter, ctx context.Context) error { return l.flushRefusals(ctx) }

@@ -45,7 +45,7 @@ func TestShortTimeoutCountsEverything(t *testing.T) {
 		}
 	})
 	for _, l := range ls {
-		if err := l.FlushRefusals(ctx); err != nil {
+		if err := limiter.FlushRefusals(l, ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -98,7 +98,7 @@ func TestFailModeAdmissionsReachRedis(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Redis hung, #%d: %v", i, err)
 		}
-		if d.Fallback != limiter.FallbackLocal {
+		if d.Fallback != limiter.FailLocal {
 			t.Fatalf("Redis hung, #%d decided without the local mode: %+v", i, d)
 		}
 		if d.Allowed {
@@ -167,7 +167,7 @@ func TestLocalSharesFromHeartbeats(t *testing.T) {
 	for _, l := range ls {
 		for i := 0; i < 30; i++ {
 			d, err := l.Allow(ctx, "shared", limiter.Request{Cost: 1, Meter: "requests"})
-			if err != nil || d.Fallback != limiter.FallbackLocal {
+			if err != nil || d.Fallback != limiter.FailLocal {
 				t.Fatalf("%+v %v", d, err)
 			}
 			if d.Allowed {

@@ -77,7 +77,7 @@ func TestRedisFailure(t *testing.T) {
 						}
 						continue
 					case limiter.FailOpen:
-						if err != nil || !d.Allowed || d.Fallback != limiter.FallbackOpen {
+						if err != nil || !d.Allowed || d.Fallback != limiter.FailOpen {
 							t.Fatalf("%s: open: %+v %v", phase, d, err)
 						}
 					case limiter.FailLocal:
@@ -88,7 +88,7 @@ func TestRedisFailure(t *testing.T) {
 							// nothing.
 							continue
 						}
-						if err != nil || d.Fallback != limiter.FallbackLocal {
+						if err != nil || d.Fallback != limiter.FailLocal {
 							t.Fatalf("%s: local: %+v %v", phase, d, err)
 						}
 						judgedDown = true
@@ -116,7 +116,7 @@ func TestRedisFailure(t *testing.T) {
 				// starting again from a fresh limiter state is not possible,
 				// so only check the fallback and the bound here.
 				d, err := l.Allow(ctx, "acme", limiter.Request{Cost: 1})
-				if err != nil || d.Fallback != limiter.FallbackLocal || d.Allowed {
+				if err != nil || d.Fallback != limiter.FailLocal || d.Allowed {
 					t.Fatalf("dead: %+v %v", d, err)
 				}
 			} else {

@@ -136,7 +136,7 @@ func (l *Limiter) fallbackUnknown(req *Request) (*Decision, error) {
 		return nil, ErrUnavailable
 	}
 	l.onFallback("snapshot", FailOpen)
-	return &Decision{Allowed: true, Fallback: FallbackOpen}, nil
+	return &Decision{Allowed: true, Fallback: FailOpen}, nil
 }
 
 // fallback decides without Redis, policy by policy by fail mode, all or
@@ -148,7 +148,7 @@ func (l *Limiter) fallback(pl *plan, req *Request) (*Decision, error) {
 			return nil, ErrUnavailable
 		}
 	}
-	d := &Decision{Allowed: true, Plan: pl.planName, Fallback: FallbackOpen, Policies: make([]PolicyStatus, len(pl.pol))}
+	d := &Decision{Allowed: true, Plan: pl.planName, Fallback: FailOpen, Policies: make([]PolicyStatus, len(pl.pol))}
 	peek := req.Peek
 	eff := req.Cost
 	n := l.instances()
@@ -163,7 +163,7 @@ func (l *Limiter) fallback(pl *plan, req *Request) (*Decision, error) {
 			ps.Window = p.quota.windows[0]
 		}
 		if p.typ == 'c' {
-			ps.Unit = UnitConcurrent
+			ps.Unit = unitConcurrent
 		}
 		local := p.fail == FailLocal && (p.typ != 'q' || localQuota(&p))
 		if !local {
@@ -172,7 +172,7 @@ func (l *Limiter) fallback(pl *plan, req *Request) (*Decision, error) {
 			continue
 		}
 		l.onFallback(p.name, FailLocal)
-		d.Fallback = FallbackLocal
+		d.Fallback = FailLocal
 		if st == nil {
 			st = l.local.get(pl.refKey)
 			st.mu.Lock()

@@ -31,7 +31,7 @@ return redis.call('ZCARD', KEYS[1])
 
 // heartbeat beats once and updates the count of live instances.
 func (l *Limiter) heartbeat(ctx context.Context) error {
-	n, err := heartbeatScript.Run(ctx, l.rdb, []string{l.keys.prefix + ":instances"}, l.id, strconv.FormatInt(instanceTTL.Milliseconds(), 10)).Int64()
+	n, err := heartbeatScript.Run(ctx, l.rdb, []string{l.keys.instances()}, l.id, strconv.FormatInt(instanceTTL.Milliseconds(), 10)).Int64()
 	if err != nil {
 		return err
 	}
@@ -42,7 +42,7 @@ func (l *Limiter) heartbeat(ctx context.Context) error {
 // leave removes this instance's beat (Close), so that the others' shares
 // grow at once.
 func (l *Limiter) leave(ctx context.Context) {
-	_ = l.rdb.ZRem(ctx, l.keys.prefix+":instances", l.id).Err()
+	_ = l.rdb.ZRem(ctx, l.keys.instances(), l.id).Err()
 }
 
 // instances is the divisor of limits decided locally.

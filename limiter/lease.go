@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/limiter/internal/hook"
 )
 
 // This file holds concurrency slots and gives them back.
@@ -40,25 +42,24 @@ func (ls *lease) release(ctx context.Context) error {
 	return err
 }
 
-// LeaseInfo names a concurrency slot held in Redis, for a holder that gives
-// it back in a later request (an HTTP API) rather than with Release.
-type LeaseInfo struct {
-	// ID names the slot to ReleaseLease.
-	ID string
-	// ExpiresAt is when Redis frees the slot if it is never released
-	// (the decision's Redis time plus Options.LeaseTTL).
-	ExpiresAt time.Time
+func init() {
+	hook.Lease = func(d any) (string, time.Time, bool) { return d.(*Decision).redisLease() }
+	hook.ReleaseLease = func(ctx context.Context, l any, tenant, id string) (bool, error) {
+		return l.(*Limiter).releaseLease(ctx, tenant, id)
+	}
 }
 
-// Lease returns the slot the decision holds in Redis. ok is false without a
-// slot, and for a slot held in process (a fail-mode local decision while
+// redisLease returns the slot the decision holds in Redis (its id and
+// when Redis frees it unreleased), for Tollgate's HTTP API whose clients
+// give it back in a later request (package tgserver). ok is false without
+// a slot, and for a slot held in process (a fail-mode local decision while
 // Redis did not answer): that one has no name another request or instance
 // could use, so only Release gives it back.
-func (d *Decision) Lease() (LeaseInfo, bool) {
+func (d *Decision) redisLease() (id string, expires time.Time, ok bool) {
 	if d == nil || d.lease == nil || d.lease.local != nil || d.lease.id == "" {
-		return LeaseInfo{}, false
+		return "", time.Time{}, false
 	}
-	return LeaseInfo{ID: d.lease.id, ExpiresAt: d.lease.expires}, true
+	return d.lease.id, d.lease.expires, true
 }
 
 // releaseLeaseScript removes lease ARGV[1] from the tenant's leases. It
@@ -74,13 +75,13 @@ if tonumber(s) <= now_ms then return 0 end
 return 1
 `)
 
-// ReleaseLease gives back the tenant's concurrency slot id (LeaseInfo.ID of
+// releaseLease gives back the tenant's concurrency slot id (redisLease of
 // a decision on the tenant's snapshot; leases of explicit Limits are not
 // covered). found is false when the tenant holds no such lease: released
 // already, expired, never issued, or another tenant's (leases are kept per
 // tenant, so one tenant cannot release another's). Redis trouble is
 // ErrUnavailable; the slot then expires after LeaseTTL.
-func (l *Limiter) ReleaseLease(ctx context.Context, tenant, id string) (found bool, err error) {
+func (l *Limiter) releaseLease(ctx context.Context, tenant, id string) (found bool, err error) {
 	if tenant == "" || id == "" {
 		return false, nil
 	}

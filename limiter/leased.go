@@ -351,7 +351,7 @@ func (ls *leases) allow(ctx context.Context, pl *plan, req *Request, due *prepar
 // callers waiting on the pool look for it.
 func (ls *leases) exact(ctx context.Context, pl *plan, req *Request, due *prepared) (*Decision, error) {
 	d, err := ls.l.decide(ctx, pl, req, due)
-	if err == nil && !d.Allowed && d.Fallback == FallbackNone {
+	if err == nil && !d.Allowed && d.Fallback == "" {
 		ls.l.cacheRefusal(pl, req, d)
 	}
 	return d, err

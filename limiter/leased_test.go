@@ -314,7 +314,7 @@ func TestLeasedRefusalsCountedAsExact(t *testing.T) {
 	if admitted != 30 || refused != 20 {
 		t.Fatalf("admitted %d, refused %d; want 30 and 20", admitted, refused)
 	}
-	if err := l.FlushRefusals(ctx); err != nil {
+	if err := limiter.FlushRefusals(l, ctx); err != nil {
 		t.Fatal(err)
 	}
 	rf, err := st.Refusals(ctx, "refuse", time.Now())
@@ -368,7 +368,7 @@ func TestLeasedRedisLoss(t *testing.T) {
 					case limiter.FailClosed:
 						return errors.Is(err, limiter.ErrUnavailable)
 					default:
-						return err == nil && d.Allowed && d.Fallback == limiter.FallbackOpen
+						return err == nil && d.Allowed && d.Fallback == limiter.FailOpen
 					}
 				}
 				return false

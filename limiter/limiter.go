@@ -95,7 +95,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		}
 	case *redis.ClusterClient:
 		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
-		l.keys.cluster = true
+		l.keys.ks.Cluster = true
 	case *redis.Ring:
 		l.ctxTimeouts = c.Options().ContextTimeoutEnabled
 	}
@@ -189,7 +189,7 @@ func (l *Limiter) Allow(ctx context.Context, tenant string, req Request) (*Decis
 	if err != nil {
 		return nil, err
 	}
-	if req.Reserve && d.Allowed && !req.Peek && d.Fallback == FallbackNone {
+	if req.Reserve && d.Allowed && !req.Peek && d.Fallback == "" {
 		if err := l.reserve(ctx, tenant, &req, d); err != nil {
 			return nil, err
 		}
@@ -291,7 +291,7 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 		fellBack(err, nil)
 		return nil, err
 	}
-	if d.Fallback != FallbackNone { // decided without a counter (see unbuilt)
+	if d.Fallback != "" { // decided without a counter (see unbuilt)
 		return d, nil
 	}
 	if !d.Allowed {

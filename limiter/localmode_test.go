@@ -12,6 +12,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // In the local fail mode a hard quota is held to what Redis last said was
@@ -104,7 +105,7 @@ func TestLocalModeHoldsQuotasThroughRedisDeath(t *testing.T) {
 			// above spent them or the loop below.
 			for i := 0; i < 50; i++ {
 				d := allow("little")
-				if d.Fallback != limiter.FallbackLocal {
+				if d.Fallback != limiter.FailLocal {
 					t.Fatalf("little decided without the local mode: %+v", d)
 				}
 				if d.Allowed {
@@ -175,7 +176,7 @@ func TestLocalModeQuotaBudgetIsLeftOverInstances(t *testing.T) {
 	admitted := 0
 	for i := 0; i < 20; i++ {
 		d, err := l.Allow(ctx, "little", limiter.Request{Cost: 1, Meter: "requests"})
-		if err != nil || d.Fallback != limiter.FallbackLocal {
+		if err != nil || d.Fallback != limiter.FailLocal {
 			t.Fatalf("%+v %v", d, err)
 		}
 		if d.Allowed {
@@ -226,7 +227,7 @@ func TestUnbuiltCounterIsNoFreeReset(t *testing.T) {
 			// Postgres is down.
 			durable.Store(50)
 			failing.Store(true)
-			k := limitstore.Keys{Prefix: b.prefix}
+			k := keyspace.Keys{Prefix: b.prefix}
 			rdb.Del(ctx, k.State("hard"))
 			admitted := 0
 			for i := 0; i < 50; i++ {
@@ -246,7 +247,7 @@ func TestUnbuiltCounterIsNoFreeReset(t *testing.T) {
 					admitted++
 				}
 			}
-			if n, _ := rdb.HExists(ctx, k.State("hard"), limitstore.CounterOf("exports", s.PeriodStart).Used()).Result(); n {
+			if n, _ := rdb.HExists(ctx, k.State("hard"), keyspace.CounterOf("exports", s.PeriodStart).Used()).Result(); n {
 				t.Fatalf("a counter was written without its rebuild")
 			}
 			want := 0

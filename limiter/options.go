@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // FailMode says what a policy does when Redis cannot be reached within
@@ -184,7 +186,7 @@ type Options struct {
 
 func (o *Options) setDefaults() error {
 	if o.Prefix == "" {
-		o.Prefix = DefaultPrefix
+		o.Prefix = keyspace.DefaultPrefix
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 50 * time.Millisecond

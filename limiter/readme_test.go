@@ -38,11 +38,11 @@ func TestREADMESnippetsCompile(t *testing.T) {
 	}
 	setup := func(blocks []string) string {
 		for _, b := range blocks {
-			if strings.Contains(b, "limiter.NewRemote(") && strings.Contains(b, "limiter.Middleware(") {
+			if strings.Contains(b, "remote.New(") && strings.Contains(b, "limithttp.Middleware(") {
 				return b
 			}
 		}
-		t.Fatal("no setup snippet (NewRemote and Middleware)")
+		t.Fatal("no setup snippet (remote.New and limithttp.Middleware)")
 		return ""
 	}
 	lim := goBlocks(t, "README.md")
@@ -74,6 +74,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limithttp"
+	"github.com/tollgatehq/tollgate/limiter/remote"
 )
 
 var (
@@ -81,6 +83,8 @@ var (
 	_ = prometheus.NewCounterVec
 	_ = redis.NewClient
 	_ context.Context
+	_ = limithttp.Middleware
+	_ = remote.New
 )
 
 ` + strings.Join(funcs, "\n")

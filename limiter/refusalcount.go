@@ -71,13 +71,13 @@ func (l *Limiter) countLocalRefusal(rfBase, policy string, now time.Time) {
 	l.tally.add(rfBase+now.UTC().Format("20060102"), policy)
 }
 
-// FlushRefusals adds the refusals decided without Redis since the last
+// flushRefusals adds the refusals decided without Redis since the last
 // flush (answered from the local refusal cache, or refused by the local fail
 // mode) to the Redis counters that the dashboard reads. The Limiter does it
 // every second and once more in Close; tests and callers that need the
 // figure at once may call it. On error (Redis still down) the counts are
 // kept for the next flush.
-func (l *Limiter) FlushRefusals(ctx context.Context) error {
+func (l *Limiter) flushRefusals(ctx context.Context) error {
 	c := l.tally.take()
 	if len(c) == 0 {
 		return nil
@@ -116,7 +116,7 @@ func (l *Limiter) flushRefusalsLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			fctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = l.FlushRefusals(fctx) // best effort at shutdown
+			_ = l.flushRefusals(fctx) // best effort at shutdown
 			_ = l.flushCharges(fctx)
 			l.leave(fctx)
 			cancel()
@@ -126,7 +126,7 @@ func (l *Limiter) flushRefusalsLoop(ctx context.Context) {
 				continue // kept for a tick that finds Redis answering
 			}
 			fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_ = l.FlushRefusals(fctx) // kept for the next tick on error
+			_ = l.flushRefusals(fctx) // kept for the next tick on error
 			_ = l.flushCharges(fctx)
 			_ = l.heartbeat(fctx)
 			cancel()

@@ -106,7 +106,7 @@ func TestOutageRefusalsAreCountedWhenRedisReturns(t *testing.T) {
 	refused := 0
 	for i := 0; i < 12; i++ {
 		d, err := l.Allow(ctx, "outage", limiter.Request{Cost: 1})
-		if err != nil || d.Fallback != limiter.FallbackLocal {
+		if err != nil || d.Fallback != limiter.FailLocal {
 			t.Fatalf("#%d in the outage: %+v %v", i, d, err)
 		}
 		if !d.Allowed {
@@ -119,10 +119,10 @@ func TestOutageRefusalsAreCountedWhenRedisReturns(t *testing.T) {
 	if refused != 10 {
 		t.Fatalf("refused %d in the outage, want 10", refused)
 	}
-	if d, err := l.Allow(ctx, "outage", limiter.Request{Cost: 1, Peek: true}); err != nil || d.Allowed || d.Fallback != limiter.FallbackLocal {
+	if d, err := l.Allow(ctx, "outage", limiter.Request{Cost: 1, Peek: true}); err != nil || d.Allowed || d.Fallback != limiter.FailLocal {
 		t.Fatalf("peek in the outage: %+v %v", d, err)
 	}
-	if err := l.FlushRefusals(ctx); err == nil {
+	if err := limiter.FlushRefusals(l, ctx); err == nil {
 		t.Error("FlushRefusals succeeded with Redis dead: nothing was counted, or it did not try")
 	}
 	srv.Restart(t) // empty: the counts come only from this process
@@ -132,7 +132,7 @@ func TestOutageRefusalsAreCountedWhenRedisReturns(t *testing.T) {
 		return err == nil && rf[limiter.PolicyRate] == 10
 	})
 	// Flushed once: a later flush adds nothing.
-	if err := l.FlushRefusals(ctx); err != nil {
+	if err := limiter.FlushRefusals(l, ctx); err != nil {
 		t.Fatal(err)
 	}
 	if rf, err := st.Refusals(ctx, "outage", time.Now()); err != nil || rf[limiter.PolicyRate] != 10 || len(rf) != 1 {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limithttp"
+	"github.com/tollgatehq/tollgate/limiter/remote"
 )
 
 // fakeTollgate serves the two service routes the way Tollgate's api does;
@@ -73,12 +75,12 @@ func (f *fakeTollgate) start(t *testing.T) *httptest.Server {
 	return srv
 }
 
-func remoteFixture(t *testing.T) (*fakeTollgate, *limiter.Remote) {
+func remoteFixture(t *testing.T) (*fakeTollgate, *remote.Client) {
 	f := &fakeTollgate{snap: snapshot("acme", func(s *limiter.Snapshot) {
 		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 5}}
 	})}
 	srv := f.start(t)
-	r, err := limiter.NewRemote(srv.URL, "tgs_secret", limiter.RemoteOptions{Timeout: 200 * time.Millisecond, Attempts: 3, Backoff: 10 * time.Millisecond, Cooldown: 300 * time.Millisecond})
+	r, err := remote.New(srv.URL, "tgs_secret", remote.Options{Timeout: 200 * time.Millisecond, Attempts: 3, Backoff: 10 * time.Millisecond, Cooldown: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +116,7 @@ func TestRemoteLoaders(t *testing.T) {
 		t.Fatalf("unknown tenant: %v", err)
 	}
 	// The middleware answers an unknown tenant 4xx, never 5xx.
-	h := limiter.Middleware(l, func(*http.Request) (string, limiter.Request, error) { return "globex", limiter.Request{}, nil })(http.NotFoundHandler())
+	h := limithttp.Middleware(l, func(*http.Request) (string, limiter.Request, error) { return "globex", limiter.Request{}, nil })(http.NotFoundHandler())
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	if rec.Code != http.StatusUnauthorized {
@@ -197,7 +199,7 @@ func TestRemoteDownFailModes(t *testing.T) {
 	hooks := limiter.Hooks{OnLoaderError: func(string, error) { loaderErrs.Add(1) }}
 	open := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Timeout: 2 * time.Second, Loader: r.Snapshot, Hooks: hooks})
 	d, err := open.Allow(ctx, "acme", limiter.Request{})
-	if err != nil || !d.Allowed || d.Fallback != limiter.FallbackOpen {
+	if err != nil || !d.Allowed || d.Fallback != limiter.FailOpen {
 		t.Fatalf("default fail modes: %+v %v", d, err)
 	}
 	if loaderErrs.Load() == 0 {
@@ -212,11 +214,11 @@ func TestRemoteDownFailModes(t *testing.T) {
 
 func TestNewRemoteBadInput(t *testing.T) {
 	for _, c := range []struct{ url, token string }{{"", "t"}, {"ftp://x", "t"}, {"http://", "t"}, {"http://x", ""}} {
-		if _, err := limiter.NewRemote(c.url, c.token, limiter.RemoteOptions{}); err == nil {
+		if _, err := remote.New(c.url, c.token, remote.Options{}); err == nil {
 			t.Errorf("NewRemote(%q, %q) accepted", c.url, c.token)
 		}
 	}
-	if _, err := limiter.NewRemote("http://x", "t", limiter.RemoteOptions{Attempts: -1}); err == nil {
+	if _, err := remote.New("http://x", "t", remote.Options{Attempts: -1}); err == nil {
 		t.Error("negative Attempts accepted")
 	}
 }

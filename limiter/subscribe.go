@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"net"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // subscribe follows the invalidation channel until ctx ends. Every
@@ -52,7 +52,7 @@ func (l *Limiter) subscribe(ctx context.Context) {
 				l.dropAll(true)
 			}
 		case *redis.Message:
-			tenant, version := parseInvalidation(m.Payload)
+			tenant, version := keyspace.ParseInvalidation(m.Payload)
 			l.cache.invalidate(tenant, version)
 			l.dropRefusals(tenant)
 			if l.leases != nil {
@@ -76,18 +76,4 @@ func (l *Limiter) dropAll(subscribed bool) {
 	if h := l.opts.Hooks.OnInvalidation; h != nil {
 		h("", true)
 	}
-}
-
-// parseInvalidation splits "<tenant>:<version>"; a missing or malformed
-// version is -1 (invalidate whatever is cached).
-func parseInvalidation(s string) (string, int64) {
-	i := strings.LastIndexByte(s, ':')
-	if i < 0 {
-		return s, -1
-	}
-	v, err := strconv.ParseInt(s[i+1:], 10, 64)
-	if err != nil {
-		return s[:i], -1
-	}
-	return s[:i], v
 }

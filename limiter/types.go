@@ -107,28 +107,16 @@ type Request struct {
 	leaseTake bool
 }
 
-// Policy names and units used in decisions.
+// Policy names used in decisions.
 const (
 	PolicyRate        = "rate"
 	PolicyConcurrency = "concurrency"
-	UnitConcurrent    = "concurrent-requests"
 	DefaultMeter      = "requests"
 )
 
-// Fallback says how a decision was made when Redis did not answer.
-type Fallback string
-
-// Fallbacks of a Decision.
-const (
-	// FallbackNone: Redis decided (the normal case).
-	FallbackNone Fallback = ""
-	// FallbackOpen: at least one policy was allowed without being checked
-	// (fail mode open, or a soft quota in fail mode local).
-	FallbackOpen Fallback = "open"
-	// FallbackLocal: at least one policy was decided in process (fail mode
-	// local); its limit was divided by Options.ExpectedInstances.
-	FallbackLocal Fallback = "local"
-)
+// unitConcurrent is PolicyStatus.Unit of a concurrency policy (limithttp
+// names it in RateLimit-Policy).
+const unitConcurrent = "concurrent-requests"
 
 // Decision is the outcome of Allow. A refusal is a Decision with Allowed
 // false, never an error.
@@ -145,9 +133,13 @@ type Decision struct {
 	// Policies has one entry per policy checked, in header order: rate,
 	// windows, quota, concurrency.
 	Policies []PolicyStatus
-	// Fallback is FallbackNone normally; FallbackOpen or FallbackLocal when
-	// Redis failed and the fail modes decided.
-	Fallback Fallback
+	// Fallback is "" when Redis decided (the normal case). When Redis did
+	// not answer and the fail modes decided, it is FailLocal if at least
+	// one policy was decided in process (its limit divided among the
+	// instances alive), else FailOpen (at least one policy was allowed
+	// without being checked: fail mode open, or a soft quota in fail mode
+	// local).
+	Fallback FailMode
 	// Shadow is true in shadow mode when the request would have been refused
 	// and was allowed.
 	Shadow bool
@@ -166,7 +158,7 @@ type PolicyStatus struct {
 	Window    time.Duration // bucket refill time (burst/per_second), period length, window length; 0 for concurrency
 	Remaining int64         // units left after this decision (never negative)
 	Reset     time.Duration // until the units can be used again (refused) or are all back (allowed)
-	Unit      string        // "" or "concurrent-requests"
+	Unit      string        // "" or "concurrent-requests" (a concurrency policy)
 	Mode      QuotaMode     // ModeHard or ModeSoft for quotas; "" otherwise
 }
 

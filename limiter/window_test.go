@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // TestSnapshotFromAClockAheadResetsNothingEarly: a snapshot written by a
@@ -33,8 +34,8 @@ func TestSnapshotFromAClockAheadResetsNothingEarly(t *testing.T) {
 		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 5, Mode: limiter.ModeHard}}
 	})
 	put(t, st, ahead)
-	keys := limitstore.Keys{Prefix: b.prefix}
-	rdb.HSet(ctx, keys.State("ahead"), limitstore.CounterOf("requests", prev).Used(), 5) // exhausted
+	keys := keyspace.Keys{Prefix: b.prefix}
+	rdb.HSet(ctx, keys.State("ahead"), keyspace.CounterOf("requests", prev).Used(), 5) // exhausted
 	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, DisableRefusalCache: true})
 	d, err := l.Allow(ctx, "ahead", limiter.Request{Cost: 1})
 	if err != nil {
@@ -52,7 +53,7 @@ func TestSnapshotFromAClockAheadResetsNothingEarly(t *testing.T) {
 	// Another tenant in the same situation, not exhausted: counted in the
 	// period Redis is in.
 	put(t, st, snapshot("ahead2", func(s *limiter.Snapshot) { *s = ahead; s.TenantID = "ahead2" }))
-	rdb.HSet(ctx, keys.State("ahead2"), limitstore.CounterOf("requests", prev).Used(), 2)
+	rdb.HSet(ctx, keys.State("ahead2"), keyspace.CounterOf("requests", prev).Used(), 2)
 	if d, err := l.Allow(ctx, "ahead2", limiter.Request{Cost: 1}); err != nil || !d.Allowed || d.Policies[1].Remaining != 2 {
 		t.Fatalf("%+v %v", d, err)
 	}
@@ -80,8 +81,8 @@ func TestSnapshotFromAClockAheadGeneralScript(t *testing.T) {
 		s.Concurrency = 10
 		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 5, Mode: limiter.ModeHard}}
 	}))
-	keys := limitstore.Keys{Prefix: b.prefix}
-	rdb.HSet(ctx, keys.State("ahead"), limitstore.CounterOf("requests", prev).Used(), 5)
+	keys := keyspace.Keys{Prefix: b.prefix}
+	rdb.HSet(ctx, keys.State("ahead"), keyspace.CounterOf("requests", prev).Used(), 5)
 	for name, tc := range map[string]struct {
 		opt limiter.Options
 		req limiter.Request

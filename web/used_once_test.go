@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgatehq/tollgate/internal/limitstore"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // "Used" has one definition (metering.Used, applied by metering's Usage)
@@ -32,7 +32,7 @@ func TestEveryReaderShowsTheSameUsed(t *testing.T) {
 			tn.ID, u.meter, snap.PeriodStart, snap.PeriodEnd, u.durable); err != nil {
 			t.Fatal(err)
 		}
-		if err := b.rdb.HSet(b.ctx, b.store.Keys().State(tn.ID), limitstore.CounterOf(u.meter, snap.PeriodStart).Used(), u.live).Err(); err != nil {
+		if err := b.rdb.HSet(b.ctx, b.store.Keys().State(tn.ID), keyspace.CounterOf(u.meter, snap.PeriodStart).Used(), u.live).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

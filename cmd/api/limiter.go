@@ -11,6 +11,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/httpapi"
 	"github.com/tollgatehq/tollgate/internal/tracing"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // newLimiter builds the api's limiter: its own Redis client with context
@@ -33,7 +34,7 @@ func newLimiter(cfg config.Config, ents *entitlements.Service, usage limiter.Usa
 	}
 	mode := limiter.FailMode(cfg.LimiterFailMode)
 	lim, err := limiter.New(rdb, limiter.Options{
-		Prefix:            limiter.DefaultPrefix,
+		Prefix:            keyspace.DefaultPrefix,
 		Loader:            ents.LoadSnapshot,
 		UsageLoader:       usage,
 		Timeout:           cfg.LimiterTimeout,

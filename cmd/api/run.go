@@ -28,7 +28,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/postgres"
 	"github.com/tollgatehq/tollgate/internal/tracing"
-	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 	"github.com/tollgatehq/tollgate/web"
 )
 
@@ -152,7 +152,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	}
 	// The limiter rebuilds a quota counter lost with Redis from metering's
 	// durable usage, so a Redis restart never hands out a fresh quota.
-	meter := metering.NewService(pool, limitstore.New(rdb, limiter.DefaultPrefix), log, metering.Options{Snapshot: ents.Current, RedisTimeout: cfg.RedisTimeout})
+	meter := metering.NewService(pool, limitstore.New(rdb, keyspace.DefaultPrefix), log, metering.Options{Snapshot: ents.Current, RedisTimeout: cfg.RedisTimeout})
 	lim, closeLimiter, err := newLimiter(cfg, ents, meter.LoadUsage, reg)
 	if err != nil {
 		return err
@@ -168,7 +168,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 		resync, upgrades = bill, bill
 	}
 	trail := audit.New(pool, log) // who changed what, through the API or the console
-	pages, err := web.New(web.Deps{Log: log, DB: pool, Limits: limitstore.New(rdb, limiter.DefaultPrefix),
+	pages, err := web.New(web.Deps{Log: log, DB: pool, Limits: limitstore.New(rdb, keyspace.DefaultPrefix),
 		Snapshots: ents, Usage: meter, AdminToken: cfg.AdminToken, AdminTokens: cfg.AdminTokens, Audit: trail,
 		DefaultPlan: cfg.DefaultPlan, PublicURL: cfg.PublicURL, RedisTimeout: cfg.RedisTimeout,
 		BillingContact: cfg.BillingContact, Upgrades: upgrades, Attempts: lim,
@@ -253,10 +253,10 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, to
 func newEntitlements(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg config.Config, log *slog.Logger, onChange func(context.Context, pgx.Tx, entitlements.Change) error) *entitlements.Service {
 	var store *limitstore.Store
 	if rdb != nil {
-		store = limitstore.New(rdb, limiter.DefaultPrefix)
+		store = limitstore.New(rdb, keyspace.DefaultPrefix)
 	}
 	return entitlements.NewService(pool, store, log, entitlements.Options{
-		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Redis: rdb, Prefix: limiter.DefaultPrefix,
+		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Redis: rdb, Prefix: keyspace.DefaultPrefix,
 		RedisTimeout: cfg.RedisTimeout, OnChange: onChange,
 	})
 }

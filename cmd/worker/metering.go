@@ -13,7 +13,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
-	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // meteringPart is the worker's metering: the flush loop (every worker runs
@@ -29,7 +29,7 @@ type meteringPart struct {
 }
 
 func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlements.Service, cfg config.Config, log *slog.Logger, jm *jobMetrics, crossings metering.CrossingsFunc) *meteringPart {
-	store := limitstore.New(rdb, limiter.DefaultPrefix)
+	store := limitstore.New(rdb, keyspace.DefaultPrefix)
 	// The snapshot (computed from Postgres) gives the Stripe report each
 	// tenant's included quota, overrides and all, for overage billing.
 	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush, Snapshot: ents.Snapshot, Crossings: crossings, Limits: ents.Current})

@@ -21,7 +21,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/logging"
 	"github.com/tollgatehq/tollgate/internal/postgres"
 	"github.com/tollgatehq/tollgate/internal/tracing"
-	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 const usage = `usage: worker [version]
@@ -112,8 +112,8 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 		return err
 	}
 	hooks.Register(workers)
-	ents := entitlements.NewService(pool, limitstore.New(rdb, limiter.DefaultPrefix), log, entitlements.Options{
-		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Prefix: limiter.DefaultPrefix,
+	ents := entitlements.NewService(pool, limitstore.New(rdb, keyspace.DefaultPrefix), log, entitlements.Options{
+		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Prefix: keyspace.DefaultPrefix,
 		OnChange: hooks.EntitlementsChanged,
 	})
 	// Live tenants' snapshots never expire from Redis (a backend without a

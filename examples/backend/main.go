@@ -35,6 +35,8 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limithttp"
+	"github.com/tollgatehq/tollgate/limiter/remote"
 )
 
 func main() {
@@ -70,13 +72,13 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 	rdb := redis.NewClient(opt)
 	defer rdb.Close()
 
-	remote, err := limiter.NewRemote(getenv("TOLLGATE_URL"), getenv("TOLLGATE_TOKEN"), limiter.RemoteOptions{})
+	tg, err := remote.New(getenv("TOLLGATE_URL"), getenv("TOLLGATE_TOKEN"), remote.Options{})
 	if err != nil {
 		return configError{"TOLLGATE_URL/TOLLGATE_TOKEN", err.Error()}
 	}
 	lim, err := limiter.New(rdb, limiter.Options{
-		Loader:      remote.Snapshot, // a snapshot Redis lost comes back from Tollgate
-		UsageLoader: remote.Usage,    // so does a lost quota counter: never a fresh quota
+		Loader:      tg.Snapshot, // a snapshot Redis lost comes back from Tollgate
+		UsageLoader: tg.Usage,    // so does a lost quota counter: never a fresh quota
 		Hooks: limiter.Hooks{
 			OnLoaderError: func(loader string, err error) { log.Warn("tollgate did not answer", "loader", loader, "err", err) },
 			OnRedisError:  func(op string, err error) { log.Warn("redis failed", "op", op, "err", err) },
@@ -94,14 +96,14 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 	}
 	app := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		plan := ""
-		if d, ok := limiter.DecisionFromContext(r.Context()); ok {
+		if d, ok := limithttp.DecisionFromContext(r.Context()); ok {
 			plan = d.Plan
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"tenant": r.Header.Get("X-Tenant-ID"), "plan": plan, "path": r.URL.Path})
 	})
 	mux := http.NewServeMux()
-	mux.Handle("/", limiter.Middleware(lim, tenantOf)(app))
+	mux.Handle("/", limithttp.Middleware(lim, tenantOf)(app))
 	if secret := getenv("TOLLGATE_WEBHOOK_SECRET"); secret != "" {
 		recv, err := receiver(secret, log)
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // Options configure a Service. Every field has a usable zero value.
@@ -112,7 +113,7 @@ func NewService(db *pgxpool.Pool, store *limitstore.Store, log *slog.Logger, opt
 		opts.Prefix = store.Keys().Prefix
 	}
 	if opts.Prefix == "" {
-		opts.Prefix = limiter.DefaultPrefix
+		opts.Prefix = keyspace.DefaultPrefix
 	}
 	if opts.KeyCacheTTL == 0 {
 		opts.KeyCacheTTL = 30 * time.Second

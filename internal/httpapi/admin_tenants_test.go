@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgatehq/tollgate/internal/limitstore"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 func TestTenantsCreateListGet(t *testing.T) {
@@ -39,7 +39,7 @@ func TestTenantsCreateListGet(t *testing.T) {
 		t.Fatalf("usage: %s", d.Raw)
 	}
 	// The live Redis counter wins over the durable figure when present.
-	if err := a.RDB.HSet(t.Context(), a.Store.Keys().State(id), limitstore.CounterOf("requests", start).Used(), 57).Err(); err != nil {
+	if err := a.RDB.HSet(t.Context(), a.Store.Keys().State(id), keyspace.CounterOf("requests", start).Used(), 57).Err(); err != nil {
 		t.Fatal(err)
 	}
 	d = a.admin(t, "GET", "/admin/v1/tenants/"+id, nil, http.StatusOK)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limithttp"
 )
 
 // AuthLimitPolicy is the policy name of the failed-authentication window in
@@ -106,7 +107,7 @@ func (e *AuthLimitedError) Error() string {
 }
 
 // Write answers 429 with the window's headers and a problem body.
-func (e *AuthLimitedError) Write(w http.ResponseWriter) { limiter.WriteRefusal(w, e.Decision) }
+func (e *AuthLimitedError) Write(w http.ResponseWriter) { limithttp.WriteRefusal(w, e.Decision) }
 
 // ClientIP is the TCP peer's address, forwarding headers ignored (the
 // AuthLimiter's Address reads them from trusted proxies).
@@ -264,6 +265,6 @@ func (s *Server) writeAuthLimit(c echo.Context, err error) error {
 		le.Write(c.Response())
 		return nil
 	}
-	limiter.WriteUnavailable(c.Response(), err)
+	limithttp.WriteUnavailable(c.Response(), err)
 	return nil
 }

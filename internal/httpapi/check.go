@@ -16,6 +16,8 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limithttp"
+	"github.com/tollgatehq/tollgate/limiter/tgserver"
 )
 
 // Limits of POST /v1/check (contract.md).
@@ -40,10 +42,10 @@ type checkRequest struct {
 // checkResponse is the 200 answer; a refusal is the limiter's problem body
 // (the same fields plus allowed=false, policy, retry_after).
 type checkResponse struct {
-	Allowed     bool                    `json:"allowed"`
-	Plan        string                  `json:"plan"`
-	Policies    []limiter.ProblemPolicy `json:"policies"`
-	Reservation *reservationJSON        `json:"reservation,omitempty"`
+	Allowed     bool                      `json:"allowed"`
+	Plan        string                    `json:"plan"`
+	Policies    []limithttp.ProblemPolicy `json:"policies"`
+	Reservation *reservationJSON          `json:"reservation,omitempty"`
 	// Lease is the slot taken with "concurrency": true; absent when none was
 	// asked for or the plan has no concurrency limit.
 	Lease *leaseJSON `json:"lease,omitempty"`
@@ -104,8 +106,8 @@ func (s *Server) handleCheck() echo.HandlerFunc {
 		if err != nil || d == nil {
 			return err
 		}
-		out := checkResponse{Allowed: true, Plan: d.Plan, Policies: limiter.ProblemPolicies(d)}
-		if li, ok := d.Lease(); ok {
+		out := checkResponse{Allowed: true, Plan: d.Plan, Policies: limithttp.Policies(d)}
+		if li, ok := tgserver.Lease(d); ok {
 			out.Lease = &leaseJSON{ID: li.ID, ExpiresAt: li.ExpiresAt.UTC()}
 		} else {
 			// A slot held in process (Redis did not answer, fail mode
@@ -259,7 +261,7 @@ func (s *Server) handleReleaseLease() echo.HandlerFunc {
 		if !leaseIDRE.MatchString(id) {
 			return apperr.New(apperr.NotFound, "no such lease")
 		}
-		found, err := s.Limiter.ReleaseLease(c.Request().Context(), tenantIDFrom(c), id)
+		found, err := tgserver.ReleaseLease(c.Request().Context(), s.Limiter, tenantIDFrom(c), id)
 		if err != nil {
 			return s.limiterError(c, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limithttp"
 )
 
 // TestAppendCheckIsEncodingJSON: the hand-written answer of a check is
@@ -14,17 +15,17 @@ import (
 // characters, non-ASCII, invalid UTF-8), omitted fields and none.
 func TestAppendCheckIsEncodingJSON(t *testing.T) {
 	for _, out := range []checkResponse{
-		{Allowed: true, Plan: "pro", Policies: []limiter.ProblemPolicy{
+		{Allowed: true, Plan: "pro", Policies: []limithttp.ProblemPolicy{
 			{Name: "rate", Limit: 200, Remaining: 199, Reset: 1, Window: 10},
 			{Name: "requests", Limit: 100000, Remaining: 0, Reset: 2678388, Window: 2678400, Mode: limiter.ModeHard},
 		}},
-		{Allowed: true, Plan: "", Policies: []limiter.ProblemPolicy{}},
+		{Allowed: true, Plan: "", Policies: []limithttp.ProblemPolicy{}},
 		{Allowed: false, Plan: "x", Policies: nil},
-		{Allowed: true, Plan: `a "quoted" \ <b>&amp;</b>`, Policies: []limiter.ProblemPolicy{
-			{Name: "concurrency", Limit: 3, Remaining: -1, Reset: 0, Unit: limiter.UnitConcurrent},
+		{Allowed: true, Plan: `a "quoted" \ <b>&amp;</b>`, Policies: []limithttp.ProblemPolicy{
+			{Name: "concurrency", Limit: 3, Remaining: -1, Reset: 0, Unit: limithttp.UnitConcurrent},
 			{Name: "tab\there\nnewline", Limit: -5, Remaining: 1 << 62, Reset: 9},
 		}},
-		{Allowed: true, Plan: "Énterprise ☃ \u2028 \xff\xfe", Policies: []limiter.ProblemPolicy{{Name: "ü", Mode: limiter.ModeSoft}}},
+		{Allowed: true, Plan: "Énterprise ☃ \u2028 \xff\xfe", Policies: []limithttp.ProblemPolicy{{Name: "ü", Mode: limiter.ModeSoft}}},
 	} {
 		var want bytes.Buffer
 		if err := json.NewEncoder(&want).Encode(out); err != nil {

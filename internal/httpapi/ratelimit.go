@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limithttp"
 )
 
 // pathCheck is the one /v1 route that makes its own decision (its own cost,
@@ -50,16 +51,16 @@ func (s *Server) decide(c echo.Context, req limiter.Request) (*limiter.Decision,
 			// would loop forever. 422 says so, with the headers every /v1
 			// answer carries.
 			setDecision(c, "impossible", p.Name)
-			limiter.WriteHeaders(c.Response().Header(), d)
+			limithttp.WriteHeaders(c.Response().Header(), d)
 			c.Response().Header().Del("Retry-After") // no wait helps
 			return nil, writeProblem(c, costProblem(d, p, req), http.StatusUnprocessableEntity)
 		}
 		setDecision(c, "refused", d.Policy)
-		limiter.WriteRefusal(c.Response(), d)
+		limithttp.WriteRefusal(c.Response(), d)
 		return nil, nil
 	}
 	setDecision(c, "allowed", "")
-	limiter.WriteHeaders(c.Response().Header(), d)
+	limithttp.WriteHeaders(c.Response().Header(), d)
 	return d, nil
 }
 
@@ -74,11 +75,11 @@ func (s *Server) limiterError(c echo.Context, err error) error {
 		// nothing wrong) and count it.
 		s.m.overloaded.Inc()
 		setDecision(c, "overloaded", "")
-		limiter.WriteUnavailable(c.Response(), err)
+		limithttp.WriteUnavailable(c.Response(), err)
 		return nil
 	case errors.Is(err, limiter.ErrUnavailable):
 		setDecision(c, "unavailable", "")
-		limiter.WriteUnavailable(c.Response(), err)
+		limithttp.WriteUnavailable(c.Response(), err)
 		return nil
 	case errors.Is(err, limiter.ErrUnknownTenant):
 		// The key authenticated but its tenant is gone (deleted meanwhile).

@@ -9,11 +9,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // With its own Redis hanging (DEBUG SLEEP) and then killed, no request
@@ -121,7 +121,7 @@ func TestRedisDownFailModes(t *testing.T) {
 			srv.Restart(t)
 			fresh := redis.NewClient(&redis.Options{Addr: srv.Addr})
 			defer fresh.Close()
-			rateKey := limitstore.Keys{Prefix: prefix}.State(tenant)
+			rateKey := keyspace.Keys{Prefix: prefix}.State(tenant)
 			took := testkit.Eventually(t, 5*time.Second, "decisions from Redis after the restart", func() bool {
 				r := check("redis back")
 				return r.status == http.StatusOK && fresh.Exists(context.Background(), rateKey).Val() == 1

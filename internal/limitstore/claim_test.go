@@ -7,6 +7,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // A claim is pending while ci differs from ca: the acknowledgement writes
@@ -19,7 +20,7 @@ func TestClaimPendingWhileIDDiffersFromAcknowledged(t *testing.T) {
 	st := limitstore.New(rdb, prefix)
 	start := time.Unix(1764547200, 0).UTC()
 	k := limitstore.PendingKey{Tenant: "acme", Meter: "requests", PeriodStart: start}
-	c := limitstore.CounterOf(k.Meter, start)
+	c := keyspace.CounterOf(k.Meter, start)
 	h, d, mark := st.Keys().State(k.Tenant), st.Keys().DirtyPending(k.Tenant), st.Keys().Mark(k.Tenant, k.Meter, start)
 	set := func(q, f int64) { // decisions counted q, the flush moved f
 		t.Helper()

@@ -10,80 +10,17 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
-// Dirty marks (the limiter's keyNames.dirtyBase): the decision script adds
-// a counter's mark (Keys.Mark) to <p>:dirty:q when the counter turns from
+// Dirty marks (keyspace.Keys.DirtyBase): the decision script adds
+// a counter's mark (keyspace.Keys.Mark) to <p>:dirty:q when the counter turns from
 // flushed to unflushed, and adds
 // refusals to the score of their hash in <p>:dirty:rf. On a Redis Cluster
 // there is one of each per slot (<p>:{<slot tag>}:dirty:…). The flush reads
 // the marks instead of scanning the keyspace, so a pass costs in proportion
 // to the tenants that were active, not to the keys Redis holds.
-
-// dirtyBase returns the dirty marks' prefix for the tenant.
-func (k Keys) dirtyBase(tenant string) string {
-	if !k.Cluster {
-		return k.Base() + ":dirty:"
-	}
-	return k.Base() + ":{" + slotTag(slot("t:"+tenant)) + "}:dirty:"
-}
-
-// DirtyPending is the set of counter marks (Keys.Mark) of tenant's slot.
-func (k Keys) DirtyPending(tenant string) string { return k.dirtyBase(tenant) + "q" }
-
-// DirtyRefusals is the sorted set of refusal hash names of tenant's slot.
-func (k Keys) DirtyRefusals(tenant string) string { return k.dirtyBase(tenant) + "rf" }
-
-// allDirty returns every dirty structure name with the given suffix: one,
-// or one per slot on a Cluster.
-func (k Keys) allDirty(suffix string) []string {
-	if !k.Cluster {
-		return []string{k.Base() + ":dirty:" + suffix}
-	}
-	out := make([]string, 16384)
-	for i := range out {
-		out[i] = k.Base() + ":{" + slotTag(i) + "}:dirty:" + suffix
-	}
-	return out
-}
-
-// slot is the Redis Cluster slot of a hash tag's content (CRC16/XMODEM
-// mod 16384), as the limiter computes it.
-func slot(tag string) int {
-	var crc uint16
-	for i := 0; i < len(tag); i++ {
-		crc ^= uint16(tag[i]) << 8
-		for j := 0; j < 8; j++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc % 16384)
-}
-
-var (
-	slotTagsOnce sync.Once
-	slotTags     [16384]string
-)
-
-// slotTag is the limiter's: "d" and the smallest base-36 number whose slot
-// is n.
-func slotTag(n int) string {
-	slotTagsOnce.Do(func() {
-		left := len(slotTags)
-		for i := 0; left > 0; i++ {
-			tag := "d" + strconv.FormatInt(int64(i), 36)
-			if s := slot(tag); slotTags[s] == "" {
-				slotTags[s] = tag
-				left--
-			}
-		}
-	})
-	return slotTags[n&16383]
-}
 
 // readDirty runs read on every node that may hold dirty marks named by
 // names (every shard of a Ring, the owning masters of a Cluster, in one
@@ -295,7 +232,7 @@ func (s *Store) batchArgs(ks []PendingKey, ids []string) ([]string, []any) {
 	args := make([]any, 0, 2*len(ks))
 	for i, k := range ks {
 		keys = append(keys, s.keys.State(k.Tenant))
-		args = append(args, CounterOf(k.Meter, k.PeriodStart).Suffix, ids[i])
+		args = append(args, keyspace.CounterOf(k.Meter, k.PeriodStart).Suffix, ids[i])
 	}
 	return append(keys, s.keys.DirtyPending(ks[0].Tenant)), args
 }
@@ -366,7 +303,7 @@ func (s *Store) AckPendingBatch(ctx context.Context, ks []PendingKey, acks []Ack
 			}
 		}
 		keys = append(keys, s.keys.State(k.Tenant))
-		args = append(args, CounterOf(k.Meter, k.PeriodStart).Suffix, a.ID, s.keys.Mark(k.Tenant, k.Meter, k.PeriodStart), seq, dur)
+		args = append(args, keyspace.CounterOf(k.Meter, k.PeriodStart).Suffix, a.ID, s.keys.Mark(k.Tenant, k.Meter, k.PeriodStart), seq, dur)
 	}
 	keys = append(keys, s.keys.DirtyPending(ks[0].Tenant))
 	if err := ackBatchScript.Run(ctx, s.rdb, keys, args...).Err(); err != nil {
@@ -382,7 +319,7 @@ func (s *Store) AckPendingBatch(ctx context.Context, ks []PendingKey, acks []Ack
 func (s *Store) DirtyPending(ctx context.Context, fn func(PendingKey) error) error {
 	var keys []PendingKey
 	seen := map[string]bool{}
-	err := s.readDirty(ctx, s.keys.allDirty("q"),
+	err := s.readDirty(ctx, s.keys.AllDirty("q"),
 		func(p redis.Pipeliner, n string) redis.Cmder { return p.SMembers(ctx, n) },
 		func(_ string, c redis.Cmder) error {
 			ms, err := c.(*redis.StringSliceCmd).Result()
@@ -422,7 +359,7 @@ type RefusalMark struct {
 // DirtyRefusals returns the refusal hashes marked dirty.
 func (s *Store) DirtyRefusals(ctx context.Context) ([]RefusalMark, error) {
 	var out []RefusalMark
-	err := s.readDirty(ctx, s.keys.allDirty("rf"),
+	err := s.readDirty(ctx, s.keys.AllDirty("rf"),
 		func(p redis.Pipeliner, n string) redis.Cmder { return p.ZRangeWithScores(ctx, n, 0, -1) },
 		func(name string, c redis.Cmder) error {
 			zs, err := c.(*redis.ZSliceCmd).Result()

@@ -21,12 +21,13 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // Store publishes snapshots and flushes quota counters.
 type Store struct {
 	rdb  redis.UniversalClient
-	keys Keys
+	keys keyspace.Keys
 	// SnapshotTTL is how long a written snapshot lives without being written
 	// again; default 7 days. The Loader brings back an expired one.
 	SnapshotTTL time.Duration
@@ -35,11 +36,11 @@ type Store struct {
 // New returns a Store on rdb with the key prefix ("" = "tg").
 func New(rdb redis.UniversalClient, prefix string) *Store {
 	_, cluster := rdb.(*redis.ClusterClient)
-	return &Store{rdb: rdb, keys: Keys{Prefix: prefix, Cluster: cluster}, SnapshotTTL: 7 * 24 * time.Hour}
+	return &Store{rdb: rdb, keys: keyspace.Keys{Prefix: prefix, Cluster: cluster}, SnapshotTTL: 7 * 24 * time.Hour}
 }
 
 // Keys returns the key names the Store uses.
-func (s *Store) Keys() Keys { return s.keys }
+func (s *Store) Keys() keyspace.Keys { return s.keys }
 
 // putSnapshotLua writes a snapshot unless a newer version is stored (writes
 // may arrive out of order), and announces it.
@@ -100,7 +101,7 @@ func (s *Store) PutSnapshot(ctx context.Context, snap limiter.Snapshot) error {
 		ttl = 1
 	}
 	err = putSnapshotScript.Run(ctx, s.rdb, []string{s.keys.Snapshot(snap.TenantID), s.keys.Limits(snap.TenantID)},
-		raw, snap.Version, ttl, s.keys.Invalidations(), snap.TenantID+":"+strconv.FormatInt(snap.Version, 10)).Err()
+		raw, snap.Version, ttl, s.keys.Invalidations(), keyspace.Invalidation(snap.TenantID, snap.Version)).Err()
 	if err != nil {
 		return fmt.Errorf("limitstore: writing snapshot of %q: %w", snap.TenantID, err)
 	}
@@ -121,7 +122,7 @@ func (s *Store) Republish(ctx context.Context, snap limiter.Snapshot) (written b
 	}
 	ttl := max(int64(s.SnapshotTTL/time.Second), 1)
 	n, err := republishScript.Run(ctx, s.rdb, []string{s.keys.Snapshot(snap.TenantID), s.keys.Limits(snap.TenantID)},
-		raw, snap.Version, ttl, s.keys.Invalidations(), snap.TenantID+":"+strconv.FormatInt(snap.Version, 10)).Int64()
+		raw, snap.Version, ttl, s.keys.Invalidations(), keyspace.Invalidation(snap.TenantID, snap.Version)).Int64()
 	if err != nil {
 		return false, fmt.Errorf("limitstore: republishing snapshot of %q: %w", snap.TenantID, err)
 	}
@@ -131,7 +132,7 @@ func (s *Store) Republish(ctx context.Context, snap limiter.Snapshot) (written b
 // DeleteSnapshot removes the tenant's snapshot and publishes
 // "<tenant>:-1" so that every Limiter drops its copy.
 func (s *Store) DeleteSnapshot(ctx context.Context, tenant string) error {
-	err := deleteSnapshotScript.Run(ctx, s.rdb, []string{s.keys.Snapshot(tenant), s.keys.Limits(tenant)}, s.keys.Invalidations(), tenant+":-1").Err()
+	err := deleteSnapshotScript.Run(ctx, s.rdb, []string{s.keys.Snapshot(tenant), s.keys.Limits(tenant)}, s.keys.Invalidations(), keyspace.Invalidation(tenant, -1)).Err()
 	if err != nil {
 		return fmt.Errorf("limitstore: deleting snapshot of %q: %w", tenant, err)
 	}
@@ -167,7 +168,7 @@ func (s *Store) AddUsage(ctx context.Context, tenant, meter string, periodStart 
 	if n == 0 {
 		return nil
 	}
-	c := CounterOf(meter, periodStart)
+	c := keyspace.CounterOf(meter, periodStart)
 	err := addUsageScript.Run(ctx, s.rdb, []string{s.keys.State(tenant)}, c.Used(), c.Flushed(), n).Err()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return fmt.Errorf("limitstore: adding usage of %q %s: %w", tenant, meter, err)
@@ -178,7 +179,7 @@ func (s *Store) AddUsage(ctx context.Context, tenant, meter string, periodStart 
 // Used reads the period counter; ok is false when it is missing from
 // Redis.
 func (s *Store) Used(ctx context.Context, tenant, meter string, periodStart time.Time) (n int64, ok bool, err error) {
-	n, err = s.rdb.HGet(ctx, s.keys.State(tenant), CounterOf(meter, periodStart).Used()).Int64()
+	n, err = s.rdb.HGet(ctx, s.keys.State(tenant), keyspace.CounterOf(meter, periodStart).Used()).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0, false, nil
 	}
@@ -191,7 +192,7 @@ func (s *Store) Used(ctx context.Context, tenant, meter string, periodStart time
 // Unflushed returns what of the period counter the flush has not moved to
 // Postgres yet (q − f; negative after refunds), 0 when it is missing.
 func (s *Store) Unflushed(ctx context.Context, tenant, meter string, periodStart time.Time) (int64, error) {
-	c := CounterOf(meter, periodStart)
+	c := keyspace.CounterOf(meter, periodStart)
 	v, err := s.rdb.HMGet(ctx, s.keys.State(tenant), c.Used(), c.Flushed()).Result()
 	if err != nil {
 		return 0, fmt.Errorf("limitstore: reading usage of %q %s: %w", tenant, meter, err)

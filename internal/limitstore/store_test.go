@@ -9,12 +9,14 @@ import (
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
-// TestKeysMatchLimiter: the limiter names its keys privately; the store
-// writes and reads the same layout. Every key kind the two share is
-// exercised through both sides, so a drift in either fails here.
-func TestKeysMatchLimiter(t *testing.T) {
+// TestProtocolRoundTrip: the limiter and the store both name their keys
+// with package keyspace; what one writes the other must also mean the same
+// way (claims, dirty marks, counter rebuilds, refusal counts), so every key
+// kind the two share is exercised through both sides.
+func TestProtocolRoundTrip(t *testing.T) {
 	rdb, prefix := redistest.New(t)
 	ctx := context.Background()
 	st := limitstore.New(rdb, prefix)
@@ -66,7 +68,7 @@ func TestKeysMatchLimiter(t *testing.T) {
 	// committed. The limiter rebuilds it from durable usage (0: the commit
 	// has not happened) and drops the claim, whose acknowledgement after the
 	// commit then has the counter rebuilt again, from 2: 3 used of 3.
-	c0 := limitstore.CounterOf("requests", start)
+	c0 := keyspace.CounterOf("requests", start)
 	if err := rdb.HDel(ctx, st.Keys().State("acme"), c0.Used()).Err(); err != nil {
 		t.Fatal(err)
 	}

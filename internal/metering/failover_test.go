@@ -209,7 +209,7 @@ func (r *failoverRig) rollback(t *testing.T, cut func(open, full limitstore.Pend
 		for _, lim := range r.lims {
 			for _, k := range []limitstore.PendingKey{open, full} {
 				d, err := lim.Allow(r.b.ctx, k.Tenant, limiter.Request{Cost: 1, Peek: true})
-				if err != nil || d.Fallback != limiter.FallbackNone {
+				if err != nil || d.Fallback != "" {
 					time.Sleep(50 * time.Millisecond) // polling interval
 					return false
 				}

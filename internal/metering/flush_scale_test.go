@@ -158,7 +158,7 @@ func (f *scaleFixture) touchAll(t testing.TB, n int) {
 					first.CompareAndSwap(nil, &err)
 					return
 				}
-				if !d.Allowed || d.Fallback != limiter.FallbackNone {
+				if !d.Allowed || d.Fallback != "" {
 					refused.Add(1)
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 func newLimiter(t testing.TB, b *bundle) *limiter.Limiter {
@@ -107,7 +108,7 @@ func TestFlushDropsUnknownTenant(t *testing.T) {
 	b := setup(t)
 	ghost := "00000000-0000-4000-8000-" + randHex(6)
 	start := time.Now().Truncate(time.Hour).UTC()
-	c := limitstore.CounterOf("requests", start)
+	c := keyspace.CounterOf("requests", start)
 	if err := b.rdb.HSet(b.ctx, b.store.Keys().State(ghost), c.Used(), 4).Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // TestSeedRacingFlush interleaves the rebuild of a lost counter (the
@@ -139,7 +140,7 @@ func (r *seedRace) loseRedis(t *testing.T) {
 
 // loseCounter drops the counter's field alone, leaving the claim.
 func (r *seedRace) loseCounter(t *testing.T) {
-	c := limitstore.CounterOf(r.k.Meter, r.k.PeriodStart)
+	c := keyspace.CounterOf(r.k.Meter, r.k.PeriodStart)
 	if err := r.b.rdb.HDel(r.b.ctx, r.b.store.Keys().State(r.k.Tenant), c.Used()).Err(); err != nil {
 		t.Fatal(err)
 	}

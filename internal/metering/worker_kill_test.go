@@ -18,6 +18,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // buildWorker builds cmd/worker once per test binary.
@@ -75,7 +76,7 @@ func TestWorkerSIGKILLDuringFlushKeepsTotalsExact(t *testing.T) {
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rdb.Close() })
-	b := newBundle(t, db, rdb, limiter.DefaultPrefix)
+	b := newBundle(t, db, rdb, keyspace.DefaultPrefix)
 	bin := buildWorker(t)
 
 	const tenants = 12

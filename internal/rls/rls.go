@@ -39,6 +39,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limithttp"
 )
 
 // Descriptor entry keys Tollgate reads.
@@ -222,7 +223,7 @@ func (s *Server) descriptor(ctx context.Context, req *rlsv3.RateLimitRequest, d 
 		return s.refuse("unavailable", "the rate limiter cannot decide right now; retry")
 	}
 	h := http.Header{}
-	limiter.WriteHeaders(h, dec)
+	limithttp.WriteHeaders(h, dec)
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	if !dec.Allowed {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT

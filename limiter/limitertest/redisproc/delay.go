@@ -1,4 +1,4 @@
-package redistest
+package redisproc
 
 import (
 	"net"
@@ -27,7 +27,7 @@ func StartDelayProxy(t testing.TB, target string, delay time.Duration) *DelayPro
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("redistest: delay proxy: %v", err)
+		t.Fatalf("redisproc: delay proxy: %v", err)
 	}
 	p := &DelayProxy{Addr: ln.Addr().String(), target: target, delay: delay, ln: ln, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)

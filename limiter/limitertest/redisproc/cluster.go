@@ -1,4 +1,4 @@
-package redistest
+package redisproc
 
 import (
 	"bytes"
@@ -25,7 +25,7 @@ type Cluster struct {
 
 // ErrNoRedisServer is returned by StartCluster when redis-server or
 // redis-cli is not installed.
-var ErrNoRedisServer = errors.New("redistest: redis-server or redis-cli not found")
+var ErrNoRedisServer = errors.New("redisproc: redis-server or redis-cli not found")
 
 // StartCluster starts three cluster-enabled redis-servers in a temporary
 // directory, joins them with redis-cli --cluster create and waits for
@@ -38,7 +38,7 @@ func StartCluster() (*Cluster, error) {
 			return nil, fmt.Errorf("%w: %v", ErrNoRedisServer, err)
 		}
 	}
-	dir, err := os.MkdirTemp("", "redistest-cluster-")
+	dir, err := os.MkdirTemp("", "redisproc-cluster-")
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +90,7 @@ func StartCluster() (*Cluster, error) {
 			}
 			if time.Now().After(deadline) {
 				cl.Close()
-				return nil, fmt.Errorf("redistest: cluster node %s not ok: %v %s", addr, err, info)
+				return nil, fmt.Errorf("redisproc: cluster node %s not ok: %v %s", addr, err, info)
 			}
 			time.Sleep(20 * time.Millisecond) // polling interval
 		}

@@ -1,4 +1,7 @@
-package limiter
+// Package remote loads what a limiter needs from Tollgate's API when Redis
+// does not have it: a backend outside Tollgate passes Client.Snapshot and
+// Client.Usage as limiter.Options.Loader and UsageLoader.
+package remote
 
 import (
 	"context"
@@ -12,10 +15,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgatehq/tollgate/limiter"
 )
 
-// RemoteOptions configure NewRemote. The zero value is usable.
-type RemoteOptions struct {
+// Options configure New. The zero value is usable.
+type Options struct {
 	// HTTPClient makes the calls; default a client of its own (no overall
 	// timeout: every attempt is bounded by Timeout).
 	HTTPClient *http.Client
@@ -35,7 +40,7 @@ type RemoteOptions struct {
 	Cooldown time.Duration
 }
 
-// Remote loads what the limiter needs from Tollgate's API when Redis does
+// Client loads what the limiter needs from Tollgate's API when Redis does
 // not have it: the tenant's entitlement snapshot (GET
 // /service/v1/tenants/{id}/snapshot) and the durable usage a lost quota
 // counter is rebuilt from (GET /service/v1/tenants/{id}/usage). It is how a
@@ -49,11 +54,11 @@ type RemoteOptions struct {
 // else) or ADMIN_TOKEN.
 //
 // When Tollgate does not answer after the bounded retries, the error is
-// not ErrUnknownTenant: a decision that needed a snapshot fails with that
+// not limiter.ErrUnknownTenant: a decision that needed a snapshot fails with that
 // error (the middleware answers 500 unless WithErrorHandler says
 // otherwise), and a decision that needed a counter rebuilt follows the
-// quota's fail mode. A tenant Tollgate does not know is ErrUnknownTenant.
-type Remote struct {
+// quota's fail mode. A tenant Tollgate does not know is limiter.ErrUnknownTenant.
+type Client struct {
 	base    *url.URL
 	token   string
 	client  *http.Client
@@ -65,21 +70,21 @@ type Remote struct {
 	downUntil atomic.Int64 // unix ns; calls fail fast before it
 }
 
-// NewRemote returns loaders reading from the Tollgate API at baseURL (e.g.
+// New returns loaders reading from the Tollgate API at baseURL (e.g.
 // "https://tollgate.internal:8080") with token. Use its methods as
 // Options.Loader and Options.UsageLoader:
 //
-//	remote, err := limiter.NewRemote(os.Getenv("TOLLGATE_URL"), os.Getenv("TOLLGATE_TOKEN"), limiter.RemoteOptions{})
-//	l, err := limiter.New(rdb, limiter.Options{Loader: remote.Snapshot, UsageLoader: remote.Usage})
-func NewRemote(baseURL, token string, opts RemoteOptions) (*Remote, error) {
+//	tg, err := remote.New(os.Getenv("TOLLGATE_URL"), os.Getenv("TOLLGATE_TOKEN"), remote.Options{})
+//	l, err := limiter.New(rdb, limiter.Options{Loader: tg.Snapshot, UsageLoader: tg.Usage})
+func New(baseURL, token string, opts Options) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("limiter: remote URL %q: want http(s)://host[:port]", baseURL)
+		return nil, fmt.Errorf("remote: URL %q: want http(s)://host[:port]", baseURL)
 	}
 	if token == "" {
-		return nil, errors.New("limiter: remote token is empty: create a service token with POST /admin/v1/service-tokens")
+		return nil, errors.New("remote: token is empty: create a service token with POST /admin/v1/service-tokens")
 	}
-	r := &Remote{base: u, token: token, client: opts.HTTPClient, timeout: opts.Timeout, tries: opts.Attempts, backoff: opts.Backoff, cool: opts.Cooldown}
+	r := &Client{base: u, token: token, client: opts.HTTPClient, timeout: opts.Timeout, tries: opts.Attempts, backoff: opts.Backoff, cool: opts.Cooldown}
 	if r.client == nil {
 		r.client = &http.Client{}
 	}
@@ -97,31 +102,31 @@ func NewRemote(baseURL, token string, opts RemoteOptions) (*Remote, error) {
 	}
 	switch {
 	case r.timeout < 0:
-		return nil, fmt.Errorf("limiter: RemoteOptions.Timeout %v is negative", r.timeout)
+		return nil, fmt.Errorf("remote: Options.Timeout %v is negative", r.timeout)
 	case r.tries < 0:
-		return nil, fmt.Errorf("limiter: RemoteOptions.Attempts %d is negative", r.tries)
+		return nil, fmt.Errorf("remote: Options.Attempts %d is negative", r.tries)
 	case r.backoff < 0:
-		return nil, fmt.Errorf("limiter: RemoteOptions.Backoff %v is negative", r.backoff)
+		return nil, fmt.Errorf("remote: Options.Backoff %v is negative", r.backoff)
 	case r.cool < 0:
-		return nil, fmt.Errorf("limiter: RemoteOptions.Cooldown %v is negative", r.cool)
+		return nil, fmt.Errorf("remote: Options.Cooldown %v is negative", r.cool)
 	}
 	return r, nil
 }
 
-// Snapshot is a SnapshotLoader: the tenant's snapshot from Tollgate.
-// ErrUnknownTenant (wrapped) when Tollgate does not know the tenant.
-func (r *Remote) Snapshot(ctx context.Context, tenant string) (Snapshot, error) {
-	var snap Snapshot
+// Snapshot is a limiter.SnapshotLoader: the tenant's snapshot from Tollgate.
+// limiter.ErrUnknownTenant (wrapped) when Tollgate does not know the tenant.
+func (r *Client) Snapshot(ctx context.Context, tenant string) (limiter.Snapshot, error) {
+	var snap limiter.Snapshot
 	if err := r.get(ctx, "tenants/"+url.PathEscape(tenant)+"/snapshot", nil, &snap); err != nil {
-		return Snapshot{}, err
+		return limiter.Snapshot{}, err
 	}
 	snap.TenantID = tenant
 	return snap, nil
 }
 
-// Usage is a UsageLoader: the durable usage of a meter in the period
+// Usage is a limiter.UsageLoader: the durable usage of a meter in the period
 // starting at periodStart, from Tollgate.
-func (r *Remote) Usage(ctx context.Context, tenant, meter string, periodStart time.Time) (int64, error) {
+func (r *Client) Usage(ctx context.Context, tenant, meter string, periodStart time.Time) (int64, error) {
 	q := url.Values{"meter": {meter}, "period_start": {periodStart.UTC().Format(time.RFC3339)}}
 	var body struct {
 		Used *int64 `json:"used"`
@@ -130,7 +135,7 @@ func (r *Remote) Usage(ctx context.Context, tenant, meter string, periodStart ti
 		return 0, err
 	}
 	if body.Used == nil {
-		return 0, errors.New("limiter: remote usage: reply without \"used\"")
+		return 0, errors.New("remote: usage: reply without \"used\"")
 	}
 	return *body.Used, nil
 }
@@ -144,21 +149,21 @@ type remoteError struct {
 
 func (e *remoteError) Error() string {
 	if e.status == 0 {
-		return "limiter: tollgate did not answer: " + e.detail
+		return "remote: tollgate did not answer: " + e.detail
 	}
-	return fmt.Sprintf("limiter: tollgate answered %d: %s", e.status, e.detail)
+	return fmt.Sprintf("remote: tollgate answered %d: %s", e.status, e.detail)
 }
 
 func (e *remoteError) temporary() bool {
 	return e.status == 0 || e.status == http.StatusTooManyRequests || e.status >= 500
 }
 
-func (r *Remote) get(ctx context.Context, path string, q url.Values, out any) error {
+func (r *Client) get(ctx context.Context, path string, q url.Values, out any) error {
 	u := r.base.JoinPath("service", "v1")
 	u = u.JoinPath(strings.Split(path, "/")...)
 	u.RawQuery = q.Encode()
 	if until := r.downUntil.Load(); until != 0 && time.Now().UnixNano() < until {
-		return &remoteError{detail: "not asked: it failed less than RemoteOptions.Cooldown ago"}
+		return &remoteError{detail: "not asked: it failed less than Options.Cooldown ago"}
 	}
 	wait := r.backoff
 	var last error
@@ -193,12 +198,12 @@ func (r *Remote) get(ctx context.Context, path string, q url.Values, out any) er
 	return last
 }
 
-func (r *Remote) once(ctx context.Context, u string, out any) error {
+func (r *Client) once(ctx context.Context, u string, out any) error {
 	ctx, cancel := context.WithTimeout(ctx, r.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return fmt.Errorf("limiter: remote request: %w", err)
+		return fmt.Errorf("remote: request: %w", err)
 	}
 	req.Header.Set("Authorization", "Bearer "+r.token)
 	req.Header.Set("Accept", "application/json")
@@ -216,7 +221,7 @@ func (r *Remote) once(ctx context.Context, u string, out any) error {
 	}
 	if resp.StatusCode == http.StatusOK {
 		if err := json.Unmarshal(body, out); err != nil {
-			return fmt.Errorf("limiter: remote reply: %w", err)
+			return fmt.Errorf("remote: reply: %w", err)
 		}
 		return nil
 	}
@@ -232,7 +237,13 @@ func (r *Remote) once(ctx context.Context, u string, out any) error {
 		re.retry = time.Duration(s) * time.Second
 	}
 	if resp.StatusCode == http.StatusNotFound {
-		return fmt.Errorf("%w: %w", ErrUnknownTenant, re)
+		return fmt.Errorf("%w: %w", limiter.ErrUnknownTenant, re)
 	}
 	return re
 }
+
+// The methods are the limiter's loaders.
+var (
+	_ limiter.SnapshotLoader = (*Client)(nil).Snapshot
+	_ limiter.UsageLoader    = (*Client)(nil).Usage
+)

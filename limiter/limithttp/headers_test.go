@@ -1,4 +1,4 @@
-package limiter_test
+package limithttp_test
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limithttp"
 )
 
 // sfItem is one member of an RFC 8941 list (inner lists are not produced
@@ -263,7 +264,7 @@ func FuzzWriteHeaders(f *testing.F) {
 			Plan:    "pro",
 			Policies: []limiter.PolicyStatus{
 				{Name: name, Limit: limit, Remaining: remaining, Reset: time.Duration(reset), Window: time.Duration(window), Unit: unit},
-				{Name: "concurrency", Limit: 3, Remaining: 1, Unit: limiter.UnitConcurrent},
+				{Name: "concurrency", Limit: 3, Remaining: 1, Unit: limithttp.UnitConcurrent},
 			},
 			RetryAfter: time.Duration(retry),
 		}
@@ -271,11 +272,11 @@ func FuzzWriteHeaders(f *testing.F) {
 			d.Policy = name
 		}
 		h := http.Header{}
-		limiter.WriteHeaders(h, d)
+		limithttp.WriteHeaders(h, d)
 		checkHeaders(t, h, d)
 		if !allowed {
 			rec := httptest.NewRecorder()
-			limiter.WriteRefusal(rec, d)
+			limithttp.WriteRefusal(rec, d)
 			var body map[string]any
 			if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil || rec.Code != 429 {
 				t.Fatalf("refusal %d %s: %v", rec.Code, rec.Body, err)
@@ -288,10 +289,10 @@ func TestWriteHeadersContractExample(t *testing.T) {
 	d := &limiter.Decision{Allowed: true, Plan: "pro", Policies: []limiter.PolicyStatus{
 		{Name: "rate", Limit: 200, Window: 10 * time.Second, Remaining: 57, Reset: 800 * time.Millisecond},
 		{Name: "requests", Limit: 100000, Window: 30 * 24 * time.Hour, Remaining: 99000, Reset: 20 * 24 * time.Hour, Mode: "hard"},
-		{Name: "concurrency", Limit: 10, Remaining: 9, Unit: limiter.UnitConcurrent},
+		{Name: "concurrency", Limit: 10, Remaining: 9, Unit: limithttp.UnitConcurrent},
 	}}
 	h := http.Header{}
-	limiter.WriteHeaders(h, d)
+	limithttp.WriteHeaders(h, d)
 	want := map[string]string{
 		"RateLimit-Policy":      `"rate";q=200;w=10, "requests";q=100000;w=2592000, "concurrency";q=10;qu="concurrent-requests"`,
 		"RateLimit":             `"rate";r=57;t=1, "requests";r=99000;t=1728000, "concurrency";r=9;t=0`,
@@ -313,7 +314,7 @@ func TestWriteRefusal(t *testing.T) {
 		{Name: "requests", Limit: 100, Window: time.Hour, Remaining: 0, Reset: 90 * time.Second, Mode: "hard"},
 	}}
 	rec := httptest.NewRecorder()
-	limiter.WriteRefusal(rec, d)
+	limithttp.WriteRefusal(rec, d)
 	if rec.Code != 429 || rec.Header().Get("Content-Type") != "application/problem+json" {
 		t.Fatalf("%d %q", rec.Code, rec.Header().Get("Content-Type"))
 	}
@@ -330,7 +331,7 @@ func TestWriteRefusal(t *testing.T) {
 	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
 		t.Fatal(err)
 	}
-	if p.Type != limiter.ProblemBase+"quota-exceeded" || p.Title != "Rate limit exceeded" || p.Status != 429 || p.Plan != "free" ||
+	if p.Type != limithttp.ProblemBase+"quota-exceeded" || p.Title != "Rate limit exceeded" || p.Status != 429 || p.Plan != "free" ||
 		p.Policy != "requests" || p.RetryAfter != 90 || p.Allowed == nil || *p.Allowed || len(p.Policies) != 2 || p.Detail == "" {
 		t.Fatalf("body %s", rec.Body)
 	}

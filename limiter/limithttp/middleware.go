@@ -1,14 +1,23 @@
-package limiter
+package limithttp
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
+
+	"github.com/tollgatehq/tollgate/limiter"
 )
 
-// MiddlewareOption configures Middleware.
-type MiddlewareOption func(*middlewareConfig)
+// Decider is what Middleware needs of a limiter: *limiter.Limiter is one,
+// and a test or a wrapper (a decision log, a per-route limiter) may be
+// another.
+type Decider interface {
+	Allow(ctx context.Context, tenant string, req limiter.Request) (*limiter.Decision, error)
+}
+
+// Option configures Middleware.
+type Option func(*middlewareConfig)
 
 type middlewareConfig struct {
 	onError      func(w http.ResponseWriter, r *http.Request, err error)
@@ -20,19 +29,19 @@ type middlewareConfig struct {
 // ErrInvalidRequest). The default answers 400 for ErrInvalidRequest, 401
 // with WWW-Authenticate: Bearer for ErrUnknownTenant and 500 otherwise, as
 // problem+json.
-func WithErrorHandler(f func(w http.ResponseWriter, r *http.Request, err error)) MiddlewareOption {
+func WithErrorHandler(f func(w http.ResponseWriter, r *http.Request, err error)) Option {
 	return func(c *middlewareConfig) { c.onError = f }
 }
 
 // WithShadowHeader names a debug header set to the would-be refusing policy
 // when shadow mode let a request through.
-func WithShadowHeader(name string) MiddlewareOption {
+func WithShadowHeader(name string) Option {
 	return func(c *middlewareConfig) { c.shadowHeader = name }
 }
 
 // DecisionFromContext returns the decision Middleware made for a request.
-func DecisionFromContext(ctx context.Context) (*Decision, bool) {
-	d, ok := ctx.Value(decisionKey{}).(*Decision)
+func DecisionFromContext(ctx context.Context) (*limiter.Decision, bool) {
+	d, ok := ctx.Value(decisionKey{}).(*limiter.Decision)
 	return d, ok
 }
 
@@ -43,7 +52,7 @@ type decisionKey struct{}
 // every response; a refusal answers 429 problem+json, ErrUnavailable and
 // ErrOverloaded answer 503 with Retry-After. A concurrency slot is given
 // back when the handler returns.
-func Middleware(l *Limiter, resolve func(*http.Request) (tenant string, req Request, err error), opts ...MiddlewareOption) func(http.Handler) http.Handler {
+func Middleware(l Decider, resolve func(*http.Request) (tenant string, req limiter.Request, err error), opts ...Option) func(http.Handler) http.Handler {
 	cfg := middlewareConfig{onError: defaultOnError}
 	for _, o := range opts {
 		o(&cfg)
@@ -57,7 +66,7 @@ func Middleware(l *Limiter, resolve func(*http.Request) (tenant string, req Requ
 			}
 			d, err := l.Allow(r.Context(), tenant, req)
 			switch {
-			case errors.Is(err, ErrUnavailable) || errors.Is(err, ErrOverloaded) || errors.Is(err, ErrClosed):
+			case errors.Is(err, limiter.ErrUnavailable) || errors.Is(err, limiter.ErrOverloaded) || errors.Is(err, limiter.ErrClosed):
 				WriteUnavailable(w, err)
 				return
 			case err != nil:
@@ -84,9 +93,9 @@ func defaultOnError(w http.ResponseWriter, _ *http.Request, err error) {
 	status, title, slug := http.StatusInternalServerError, "Internal server error", "internal"
 	detail := "The rate limiter failed."
 	switch {
-	case errors.Is(err, ErrInvalidRequest):
+	case errors.Is(err, limiter.ErrInvalidRequest):
 		status, title, slug, detail = http.StatusBadRequest, "Invalid request", "invalid-request", err.Error()
-	case errors.Is(err, ErrUnknownTenant):
+	case errors.Is(err, limiter.ErrUnknownTenant):
 		status, title, slug, detail = http.StatusUnauthorized, "Unknown tenant", "unauthorized", "No such tenant."
 	}
 	body, _ := json.Marshal(map[string]any{"type": ProblemBase + slug, "title": title, "status": status, "detail": detail})

@@ -1,16 +1,30 @@
-package limiter
+// Package limithttp renders limiter decisions for HTTP: the IETF RateLimit
+// headers, the 429 problem body and the 503 of an unavailable limiter, and a
+// Middleware that decides every request of a handler.
+//
+// It is the HTTP half of the limiter: package limiter decides, and imports
+// no net/http; a backend that answers in another protocol does not need
+// this package.
+package limithttp
 
 import (
 	"encoding/json"
+	"errors"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tollgatehq/tollgate/limiter"
 )
 
 // ProblemBase prefixes the problem type URIs of refusals.
 const ProblemBase = "https://tollgate.dev/problems/"
+
+// UnitConcurrent is the quota unit of a concurrency policy
+// (limiter.PolicyStatus.Unit), named in RateLimit-Policy as qu.
+const UnitConcurrent = "concurrent-requests"
 
 // maxSFInt is the largest RFC 8941 integer (15 digits).
 const maxSFInt = 999_999_999_999_999
@@ -59,7 +73,7 @@ func sfString(b *strings.Builder, s string) {
 
 // RetryAfterSeconds is the Retry-After of a refusal in whole seconds: at
 // least 1 and never earlier than the refusing policy's reset.
-func RetryAfterSeconds(d *Decision) int64 {
+func RetryAfterSeconds(d *limiter.Decision) int64 {
 	s := seconds(d.RetryAfter)
 	for _, p := range d.Policies {
 		if p.Name == d.Policy {
@@ -78,7 +92,7 @@ func RetryAfterSeconds(d *Decision) int64 {
 // RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11,
 // RFC 8941 lists, one item per policy), X-RateLimit-Limit, -Remaining and
 // -Reset for the policy closest to refusing, and Retry-After on a refusal.
-func WriteHeaders(h http.Header, d *Decision) {
+func WriteHeaders(h http.Header, d *limiter.Decision) {
 	if d == nil {
 		return
 	}
@@ -148,17 +162,17 @@ type Problem struct {
 // ProblemPolicy is one policy in a problem body or a /v1/check answer;
 // Reset and Window are in seconds.
 type ProblemPolicy struct {
-	Name      string    `json:"name"`
-	Limit     int64     `json:"limit"`
-	Remaining int64     `json:"remaining"`
-	Reset     int64     `json:"reset"`
-	Window    int64     `json:"window,omitempty"`
-	Unit      string    `json:"unit,omitempty"`
-	Mode      QuotaMode `json:"mode,omitempty"`
+	Name      string            `json:"name"`
+	Limit     int64             `json:"limit"`
+	Remaining int64             `json:"remaining"`
+	Reset     int64             `json:"reset"`
+	Window    int64             `json:"window,omitempty"`
+	Unit      string            `json:"unit,omitempty"`
+	Mode      limiter.QuotaMode `json:"mode,omitempty"`
 }
 
-// ProblemPolicies converts a decision's policies for a JSON body.
-func ProblemPolicies(d *Decision) []ProblemPolicy {
+// Policies converts a decision's policies for a JSON body.
+func Policies(d *limiter.Decision) []ProblemPolicy {
 	out := make([]ProblemPolicy, 0, len(d.Policies))
 	for _, p := range d.Policies {
 		out = append(out, ProblemPolicy{Name: p.Name, Limit: p.Limit, Remaining: p.Remaining, Reset: seconds(p.Reset), Window: seconds(p.Window), Unit: p.Unit, Mode: p.Mode})
@@ -167,9 +181,9 @@ func ProblemPolicies(d *Decision) []ProblemPolicy {
 }
 
 // NewProblem builds the problem body of a refusal.
-func NewProblem(d *Decision) Problem {
+func NewProblem(d *limiter.Decision) Problem {
 	p := Problem{Type: ProblemBase + "rate-limited", Title: "Rate limit exceeded", Status: http.StatusTooManyRequests,
-		Plan: d.Plan, Policy: d.Policy, RetryAfter: RetryAfterSeconds(d), Policies: ProblemPolicies(d)}
+		Plan: d.Plan, Policy: d.Policy, RetryAfter: RetryAfterSeconds(d), Policies: Policies(d)}
 	kind := "rate limit"
 	for _, ps := range d.Policies {
 		if ps.Name == d.Policy && ps.Mode != "" {
@@ -190,7 +204,7 @@ func NewProblem(d *Decision) Problem {
 
 // WriteRefusal answers a refused decision: the headers, 429 and an
 // application/problem+json body naming the plan and the policy.
-func WriteRefusal(w http.ResponseWriter, d *Decision) {
+func WriteRefusal(w http.ResponseWriter, d *limiter.Decision) {
 	WriteHeaders(w.Header(), d)
 	body, _ := json.Marshal(NewProblem(d))
 	w.Header().Set("Content-Type", "application/problem+json")
@@ -202,7 +216,7 @@ func WriteRefusal(w http.ResponseWriter, d *Decision) {
 // ErrOverloaded.
 func WriteUnavailable(w http.ResponseWriter, err error) {
 	title, slug := "Rate limiter unavailable", "limiter-unavailable"
-	if err == ErrOverloaded {
+	if errors.Is(err, limiter.ErrOverloaded) {
 		title, slug = "Overloaded", "overloaded"
 	}
 	body, _ := json.Marshal(map[string]any{"type": ProblemBase + slug, "title": title, "status": http.StatusServiceUnavailable, "detail": err.Error()})

@@ -1,4 +1,4 @@
-package redistest
+package redisproc
 
 import (
 	"context"
@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 // Server is a redis-server of a test's own, on a free loopback port in a
@@ -35,15 +33,15 @@ type Server struct {
 func StartServer(t testing.TB, extra ...string) *Server {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		testkit.Unavailable(t, "redis-server", err)
+		Unavailable(t, "redis-server", err)
 	}
 	port, err := FreePort()
 	if err != nil {
-		t.Fatalf("redistest: %v", err)
+		t.Fatalf("redisproc: %v", err)
 	}
 	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), port: port, dir: t.TempDir(), args: extra}
 	if err := s.start(); err != nil {
-		t.Fatalf("redistest: %v", err)
+		t.Fatalf("redisproc: %v", err)
 	}
 	t.Cleanup(s.Kill)
 	return s
@@ -69,7 +67,7 @@ func FreePort() (int, error) {
 			return port, nil
 		}
 	}
-	return 0, errors.New("redistest: no loopback port that was not handed out already")
+	return 0, errors.New("redisproc: no loopback port that was not handed out already")
 }
 
 var (
@@ -130,14 +128,14 @@ func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.Kill()
 	if err := s.start(); err != nil {
-		t.Fatalf("redistest: restart: %v", err)
+		t.Fatalf("redisproc: restart: %v", err)
 	}
 }
 
 // Signal sends sig to the server (SIGSTOP makes it hang, SIGCONT resumes).
 func (s *Server) Signal(sig os.Signal) error {
 	if s.cmd == nil || s.cmd.Process == nil {
-		return fmt.Errorf("redistest: server not running")
+		return fmt.Errorf("redisproc: server not running")
 	}
 	return s.cmd.Process.Signal(sig)
 }
