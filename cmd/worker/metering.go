@@ -5,11 +5,13 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/riverqueue/river"
 
 	"github.com/tollgatehq/tollgate/internal/config"
+	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
@@ -28,11 +30,12 @@ type meteringPart struct {
 	wg   sync.WaitGroup
 }
 
-func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlements.Service, cfg config.Config, log *slog.Logger, jm *jobMetrics, crossings metering.CrossingsFunc) *meteringPart {
+func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlements.Service, cfg config.Config, log *slog.Logger, jm *jobMetrics, crossings metering.CrossingsFunc, creds *credits.Service) *meteringPart {
 	store := limitstore.New(rdb, keyspace.DefaultPrefix)
 	// The snapshot (computed from Postgres) gives the Stripe report each
 	// tenant's included quota, overrides and all, for overage billing.
-	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush, Snapshot: ents.Snapshot, Crossings: crossings, Limits: ents.Current})
+	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush, Snapshot: ents.Snapshot, Crossings: crossings, Limits: ents.Current,
+		OnPeriodsClosed: rollover(creds)})
 	return &meteringPart{svc: svc, ents: ents, rdb: rdb, cfg: cfg, jm: jm}
 }
 
@@ -58,3 +61,17 @@ func (m *meteringPart) Start(ctx context.Context) {
 
 // Wait returns once the flush loop has stopped.
 func (m *meteringPart) Wait() { m.wg.Wait() }
+
+// rollover hands the windows the close job closed to credits, in the
+// close's transaction: unused included units of quotas with a rollover
+// become grants, once per window.
+func rollover(creds *credits.Service) metering.PeriodsClosedFunc {
+	return func(ctx context.Context, tx pgx.Tx, closed []metering.ClosedPeriod) error {
+		in := make([]credits.ClosedPeriod, len(closed))
+		for i, c := range closed {
+			in[i] = credits.ClosedPeriod(c)
+		}
+		_, err := creds.RolloverTx(ctx, tx, in)
+		return err
+	}
+}

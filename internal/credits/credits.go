@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/limiter"
 )
 
 // Entitlements is what credits asks of the entitlements owner: whether a
@@ -25,6 +26,10 @@ import (
 type Entitlements interface {
 	GetTenantRow(ctx context.Context, id string) (entitlements.Tenant, error)
 	MeterDefined(ctx context.Context, meter string) (bool, error)
+	// For rollover: the plans' rollover settings and the tenant's
+	// included quota and periods.
+	ListPlans(ctx context.Context) ([]entitlements.Plan, error)
+	Snapshot(ctx context.Context, tenantID string) (limiter.Snapshot, error)
 }
 
 // Options of the service. Zero values take the defaults noted.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
@@ -37,10 +38,12 @@ func (c *clock) Advance(d time.Duration) {
 
 // bundle is a test's services on the package's database.
 type bundle struct {
-	db    *pgxpool.Pool
-	ents  *entitlements.Service
-	svc   *credits.Service
-	clock *clock
+	db     *pgxpool.Pool
+	rdb    *redis.Client
+	prefix string
+	ents   *entitlements.Service
+	svc    *credits.Service
+	clock  *clock
 }
 
 func setup(t *testing.T) bundle {
@@ -49,7 +52,7 @@ func setup(t *testing.T) bundle {
 	rdb, prefix := redistest.New(t)
 	ents := entitlements.NewService(db, limitstore.New(rdb, prefix), nil, entitlements.Options{Prefix: prefix})
 	c := &clock{now: time.Now().UTC().Truncate(time.Microsecond)}
-	return bundle{db: db, ents: ents, clock: c, svc: credits.NewService(db, ents, nil, credits.Options{Now: c.Now})}
+	return bundle{db: db, rdb: rdb, prefix: prefix, ents: ents, clock: c, svc: credits.NewService(db, ents, nil, credits.Options{Now: c.Now})}
 }
 
 func unique(prefix string) string {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"github.com/tollgatehq/tollgate/internal/entitlements"
@@ -40,37 +41,74 @@ func (s *Service) ClosePeriods(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	now := s.opts.Now()
-	tag, err := s.db.Exec(ctx, `
+	var closed, cut []ClosedPeriod
+	// One transaction: the OnPeriodsClosed hook (rollover grants) commits
+	// exactly with the close, so a period is handed to it once.
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
 UPDATE usage_periods SET closed_at = $1, updated_at = $1
- WHERE closed_at IS NULL AND period_end <= $2`, now, now.Add(-s.opts.CloseGrace))
-	if err != nil {
-		return 0, fmt.Errorf("metering: close periods: %w", err)
-	}
-	// A window that a new billing cycle anchor cut short (since
-	// 2025-12-15.clover the customer portal may move it): the tenant's
-	// current subscription period now starts inside an open window, which
-	// ended there. It is closed with its figure and the end it really had,
-	// once the grace has passed as for any other window (issue 25).
-	moved, err := s.db.Exec(ctx, `
+ WHERE closed_at IS NULL AND period_end <= $2
+RETURNING tenant_id::text, meter, period_start, period_end, used`, now, now.Add(-s.opts.CloseGrace))
+		if err != nil {
+			return fmt.Errorf("metering: close periods: %w", err)
+		}
+		if closed, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ClosedPeriod]); err != nil {
+			return fmt.Errorf("metering: close periods: %w", err)
+		}
+		// A window that a new billing cycle anchor cut short (since
+		// 2025-12-15.clover the customer portal may move it): the tenant's
+		// current subscription period now starts inside an open window, which
+		// ended there. It is closed with its figure and the end it really had,
+		// once the grace has passed as for any other window (issue 25).
+		rows, err = tx.Query(ctx, `
 UPDATE usage_periods u SET closed_at = $1, updated_at = $1, period_end = s.current_period_start
   FROM tenants t
   JOIN LATERAL (`+entitlements.CurrentSubscriptionOf("t.id")+`) s ON true
  WHERE u.tenant_id = t.id AND u.closed_at IS NULL AND s.current_period_start IS NOT NULL
    AND u.period_start < s.current_period_start AND u.period_end > s.current_period_start
-   AND s.current_period_start <= $2`, now, now.Add(-s.opts.CloseGrace))
+   AND s.current_period_start <= $2
+RETURNING u.tenant_id::text, u.meter, u.period_start, u.period_end, u.used`, now, now.Add(-s.opts.CloseGrace))
+		if err != nil {
+			return fmt.Errorf("metering: close moved periods: %w", err)
+		}
+		if cut, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ClosedPeriod]); err != nil {
+			return fmt.Errorf("metering: close moved periods: %w", err)
+		}
+		if s.opts.OnPeriodsClosed != nil && len(closed)+len(cut) > 0 {
+			if err := s.opts.OnPeriodsClosed(ctx, tx, append(closed, cut...)); err != nil {
+				return fmt.Errorf("metering: periods closed hook: %w", err)
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		return tag.RowsAffected(), fmt.Errorf("metering: close moved periods: %w", err)
+		return 0, err
 	}
-	if n := tag.RowsAffected() + moved.RowsAffected(); n > 0 {
-		s.log.InfoContext(ctx, "periods closed", "count", n, "cut_short", moved.RowsAffected())
+	n := int64(len(closed) + len(cut))
+	if n > 0 {
+		s.log.InfoContext(ctx, "periods closed", "count", n, "cut_short", len(cut))
 	}
 	// A flushing record lives 40 days in Redis (limiter's claim TTL); a
 	// batch id older than that can never be replayed.
 	if _, err := s.db.Exec(ctx, `DELETE FROM usage_flushes WHERE flushed_at < $1`, now.Add(-41*24*time.Hour)); err != nil {
-		return tag.RowsAffected() + moved.RowsAffected(), fmt.Errorf("metering: prune flushes: %w", err)
+		return n, fmt.Errorf("metering: prune flushes: %w", err)
 	}
-	return tag.RowsAffected() + moved.RowsAffected(), nil
+	return n, nil
 }
+
+// ClosedPeriod is a usage window the close job closed, with its closing
+// figure.
+type ClosedPeriod struct {
+	TenantID string
+	Meter    string
+	Start    time.Time
+	End      time.Time
+	Used     int64
+}
+
+// PeriodsClosedFunc is told, inside the close's transaction, which windows
+// it closed (Options.OnPeriodsClosed).
+type PeriodsClosedFunc func(ctx context.Context, tx pgx.Tx, closed []ClosedPeriod) error
 
 // ClosePeriodsPeriodic schedules ClosePeriodsArgs every minute.
 func ClosePeriodsPeriodic() *river.PeriodicJob {

@@ -48,6 +48,10 @@ type Options struct {
 	// Thresholds are the percentages of a quota whose crossing is
 	// reported; default [80, 100].
 	Thresholds []int
+	// OnPeriodsClosed, when set, is given the windows ClosePeriods closed,
+	// in its transaction (the worker wires credits' rollover); an error
+	// leaves them open for the next run.
+	OnPeriodsClosed PeriodsClosedFunc
 	// OnFlush, when set, is told the outcome of every pass of RunFlusher
 	// (the worker's flush-lag metrics).
 	OnFlush func(st FlushStats, err error)
