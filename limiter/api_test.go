@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 	"github.com/tollgatehq/tollgate/limiter/limithttp"
 )
@@ -18,7 +17,7 @@ import (
 func TestZeroCostTakesOne(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
-	st := limitstore.New(b.client(), b.prefix)
+	st := newStore(b.client(), b.prefix)
 	put(t, st, snapshot("zero", func(s *limiter.Snapshot) {
 		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 2, Mode: limiter.ModeHard}}
 	}))
@@ -102,7 +101,7 @@ func TestClosed(t *testing.T) {
 func TestTypedFallback(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
-	put(t, limitstore.New(b.client(), b.prefix), snapshot("fb", func(s *limiter.Snapshot) {
+	put(t, newStore(b.client(), b.prefix), snapshot("fb", func(s *limiter.Snapshot) {
 		s.Rate = &limiter.Rate{PerSecond: 10, Burst: 10}
 	}))
 	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Timeout: 2 * time.Second})

@@ -11,17 +11,16 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgatehq/tollgate/internal/limitstore"
-	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
 	"github.com/tollgatehq/tollgate/limiter/keyspace"
+	"github.com/tollgatehq/tollgate/limiter/limitertest"
 	"github.com/tollgatehq/tollgate/limiter/limithttp"
 )
 
 func TestRefill(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
-	st := limitstore.New(b.client(), b.prefix)
+	st := newStore(b.client(), b.prefix)
 	const perSecond, burst, k = 20.0, 5, 4
 	put(t, st, snapshot("refill", func(s *limiter.Snapshot) { s.Rate = &limiter.Rate{PerSecond: perSecond, Burst: burst} }))
 	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix})
@@ -43,7 +42,7 @@ func TestRefill(t *testing.T) {
 	}
 	empty := time.Now()
 	// Poll (peek) until k tokens are back, then take them all.
-	testkit.Eventually(t, 2*time.Second, "refill", func() bool {
+	limitertest.Eventually(t, 2*time.Second, "refill", func() bool {
 		d, err := l.Allow(ctx, "refill", limiter.Request{Peek: true})
 		return err == nil && d.Policies[0].Remaining >= k
 	})
@@ -60,7 +59,7 @@ func TestTenantsIsolatedAndKeysExpire(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
 	rdb := b.client()
-	st := limitstore.New(rdb, b.prefix)
+	st := newStore(rdb, b.prefix)
 	for _, tn := range []string{"a", "b"} {
 		put(t, st, snapshot(tn, func(s *limiter.Snapshot) {
 			s.Rate = &limiter.Rate{PerSecond: 1, Burst: 3}
@@ -112,7 +111,7 @@ func TestRebuildAfterRedisLoss(t *testing.T) {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { rdb.Close() })
-	st := limitstore.New(rdb, "")
+	st := newStore(rdb, "")
 	s := snapshot("acme", func(s *limiter.Snapshot) {
 		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 10, Mode: limiter.ModeHard}}
 	})
@@ -177,7 +176,7 @@ func TestPeriodRoll(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
 	rdb := b.client()
-	st := limitstore.New(rdb, b.prefix)
+	st := newStore(rdb, b.prefix)
 	now := time.Now().UTC().Truncate(time.Second)
 	s := snapshot("roll", func(s *limiter.Snapshot) {
 		s.PeriodStart, s.PeriodEnd, s.NextPeriodEnd = now.AddDate(0, -1, 0), now.Add(-time.Minute), now.AddDate(0, 1, 0)
@@ -205,14 +204,14 @@ func TestPeriodRoll(t *testing.T) {
 func TestNearCacheInvalidation(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
-		st := limitstore.New(b.client(), b.prefix)
+		st := newStore(b.client(), b.prefix)
 		s := snapshot("up", func(s *limiter.Snapshot) { s.Plan = "free"; s.Rate = &limiter.Rate{PerSecond: 1, Burst: 5} })
 		put(t, st, s)
 		var hits atomic.Int64
 		l1 := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix})
 		l2 := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Hooks: limiter.Hooks{OnCacheHit: func() { hits.Add(1) }}})
 		// Wait until l2 serves from its cache (subscribed and filled).
-		testkit.Eventually(t, 5*time.Second, "cache hits", func() bool {
+		limitertest.Eventually(t, 5*time.Second, "cache hits", func() bool {
 			_, err := l2.Allow(ctx, "up", limiter.Request{Peek: true})
 			return err == nil && hits.Load() > 0
 		})
@@ -222,7 +221,7 @@ func TestNearCacheInvalidation(t *testing.T) {
 		s.Version, s.Plan, s.Rate = 2, "team", &limiter.Rate{PerSecond: 10, Burst: 50}
 		changed := time.Now()
 		put(t, st, s)
-		testkit.Eventually(t, time.Second, "plan change seen by the other limiter", func() bool {
+		limitertest.Eventually(t, time.Second, "plan change seen by the other limiter", func() bool {
 			d, err := l2.Allow(ctx, "up", limiter.Request{Peek: true})
 			return err == nil && d.Plan == "team" && d.Policies[0].Limit == 50
 		})
@@ -240,7 +239,7 @@ func TestNearCacheInvalidation(t *testing.T) {
 func TestBadInput(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
-	st := limitstore.New(b.client(), b.prefix)
+	st := newStore(b.client(), b.prefix)
 	put(t, st, snapshot("t1", func(s *limiter.Snapshot) {
 		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 1}}
 	}))
@@ -277,7 +276,7 @@ func TestBadInput(t *testing.T) {
 func TestExplicitLimits(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
-	st := limitstore.New(b.client(), b.prefix)
+	st := newStore(b.client(), b.prefix)
 	put(t, st, snapshot("ip:192.0.2.1", func(s *limiter.Snapshot) { s.Rate = &limiter.Rate{PerSecond: 1, Burst: 1} }))
 	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix})
 	lim := &limiter.Limits{Windows: []limiter.Window{{Name: "auth-failures", Limit: 5, Length: time.Minute}}, Rate: &limiter.Rate{PerSecond: 100, Burst: 100}}
@@ -300,89 +299,9 @@ func TestExplicitLimits(t *testing.T) {
 	}
 }
 
-func TestPendingFlushProtocol(t *testing.T) {
-	eachBackend(t, func(t *testing.T, b *backend) {
-		ctx := context.Background()
-		st := limitstore.New(b.client(), b.prefix)
-		var snaps []limiter.Snapshot
-		for _, tn := range []string{"f1", "f2", "f3"} {
-			s := snapshot(tn, func(s *limiter.Snapshot) { s.Quotas = map[string]limiter.Quota{"requests": {Limit: 100}} })
-			snaps = append(snaps, s)
-			put(t, st, s)
-		}
-		l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix})
-		for i, s := range snaps {
-			for j := 0; j <= i; j++ {
-				if _, err := l.Allow(ctx, s.TenantID, limiter.Request{Cost: 2}); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		got := map[string]int64{}
-		var first limitstore.Claim
-		// The limiter marked each counter dirty: the store finds them without a scan.
-		err := st.DirtyPending(ctx, func(k limitstore.PendingKey) error {
-			c, ok, err := st.ClaimPending(ctx, k)
-			if err != nil || !ok {
-				return err
-			}
-			if k.Tenant == "f1" {
-				first = c // "crash" before acknowledging f1's claim
-				return nil
-			}
-			got[k.Tenant] += c.N
-			return st.AckPending(ctx, k, c.ID)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got["f2"] != 4 || got["f3"] != 6 || first.N != 2 {
-			t.Fatalf("claims %v, f1 %+v", got, first)
-		}
-		// The retried flush gets the same claim back, even with new usage meanwhile.
-		l.Allow(ctx, "f1", limiter.Request{Cost: 1}) //nolint:errcheck
-		k := limitstore.PendingKey{Tenant: "f1", Meter: "requests", PeriodStart: snaps[0].PeriodStart}
-		c, ok, err := st.ClaimPending(ctx, k)
-		if err != nil || !ok || c != first {
-			t.Fatalf("retried claim %+v %v %v, want %+v", c, ok, err, first)
-		}
-		if err := st.AckPending(ctx, k, c.ID); err != nil {
-			t.Fatal(err)
-		}
-		c, ok, err = st.ClaimPending(ctx, k)
-		if err != nil || !ok || c.N != 1 || c.ID == first.ID {
-			t.Fatalf("next claim %+v %v %v", c, ok, err)
-		}
-		if err := st.AckPending(ctx, k, c.ID); err != nil {
-			t.Fatal(err)
-		}
-		// Fully flushed counters lose their mark: the next pass finds nothing.
-		var left []limitstore.PendingKey
-		if err := st.DirtyPending(ctx, func(k limitstore.PendingKey) error { left = append(left, k); return nil }); err != nil {
-			t.Fatal(err)
-		}
-		if len(left) != 0 {
-			t.Fatalf("still marked after the flush: %+v", left)
-		}
-		// AddUsage only touches an existing counter.
-		if err := st.AddUsage(ctx, "f1", "requests", snaps[0].PeriodStart, 10); err != nil {
-			t.Fatal(err)
-		}
-		if err := st.AddUsage(ctx, "f1", "exports", snaps[0].PeriodStart, 10); err != nil {
-			t.Fatal(err)
-		}
-		if n, _, _ := st.Used(ctx, "f1", "requests", snaps[0].PeriodStart); n != 13 {
-			t.Fatalf("used %d", n)
-		}
-		if _, ok, _ := st.Used(ctx, "f1", "exports", snaps[0].PeriodStart); ok {
-			t.Fatal("AddUsage created a counter")
-		}
-	})
-}
-
 func TestMiddleware(t *testing.T) {
 	b := singleRedis(t)
-	st := limitstore.New(b.client(), b.prefix)
+	st := newStore(b.client(), b.prefix)
 	put(t, st, snapshot("mw", func(s *limiter.Snapshot) {
 		s.Plan = "free"
 		s.Rate = &limiter.Rate{PerSecond: 0.01, Burst: 2}
@@ -435,7 +354,7 @@ func TestMiddleware(t *testing.T) {
 func TestRateUpgradeDropsOldDebt(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
-		st := limitstore.New(b.client(), b.prefix)
+		st := newStore(b.client(), b.prefix)
 		put(t, st, snapshot("upg", func(s *limiter.Snapshot) { s.Rate = &limiter.Rate{PerSecond: 0.01, Burst: 2} }))
 		l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, DisableRefusalCache: true, Timeout: 2 * time.Second})
 		for i := 0; i < 2; i++ {
@@ -451,7 +370,7 @@ func TestRateUpgradeDropsOldDebt(t *testing.T) {
 			s.Rate = &limiter.Rate{PerSecond: 50, Burst: 50}
 		}))
 		admitted := 0
-		testkit.Eventually(t, time.Second, "admitted again at 50/s", func() bool {
+		limitertest.Eventually(t, time.Second, "admitted again at 50/s", func() bool {
 			d, err := l.Allow(ctx, "upg", limiter.Request{Cost: 1})
 			if err == nil && d.Allowed {
 				admitted++

@@ -34,10 +34,13 @@ func limitsFields(p *prepared, at int64) []any {
 	if p.conc > 0 {
 		f = append(f, "c", p.conc)
 	}
+	if len(p.windows) > 0 {
+		f = append(f, "w", windowsField(p.windows))
+	}
 	for m, q := range p.quotas {
 		f = append(f, "q:"+m, strings.Join([]string{q.limitS, boolArg(q.hard), q.endS, q.nextS,
 			strconv.FormatInt(q.starts[0].Unix(), 10), strconv.FormatInt(q.starts[1].Unix(), 10), string(q.mode)}, " "))
-		if p.rate != nil {
+		if p.rate != nil && len(p.windows) == 0 { // windows go the general way (refGeneral)
 			f = append(f, "fq:"+m, fastRefField(p.rate, q))
 		}
 	}
@@ -127,15 +130,22 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 		if len(res) == 1 {
 			return nil, false, nil // no limits hash
 		}
-		if len(res) < 8 {
+		// The hash's fields follow the decision: v, pl, r, c, q:<meter>,
+		// at, and w after the general decision (fastCore's reply, whose
+		// first element is negative, comes only from a hash without w).
+		nf := 7
+		if first, _ := toInt64(res[0]); first < 0 {
+			nf = 6
+		}
+		if len(res) < 2+nf {
 			return nil, false, fmt.Errorf("limiter: short script reply (%d elements)", len(res))
 		}
-		fields := res[len(res)-6:]
+		fields := res[len(res)-nf:]
 		pl, version, at, err := l.refPlan(tenant, base, dirty, req, fields, false)
 		if err != nil {
 			return nil, false, err
 		}
-		res = res[:len(res)-6]
+		res = res[:len(res)-nf]
 		if leaseID != "" && !planHas(pl, 'c') {
 			leaseID = ""
 		}
@@ -222,7 +232,7 @@ const refShapes = 1024
 type shapeMap map[string][]policy
 
 // refPlan returns the plan of a decision by reference from the limits
-// hash's fields v, pl, r, c, q:<meter>, at, with the hash's version and
+// hash's fields v, pl, r, c, q:<meter>, at (and w when the reply has it), with the hash's version and
 // its "at". With exact (or a concurrency slot, whose key is the tenant's
 // own) the plan is the tenant's own instead of a shared shape.
 func (l *Limiter) refPlan(tenant, base, dirty string, req *Request, f []any, exact bool) (*plan, int64, time.Time, error) {
@@ -242,6 +252,11 @@ func (l *Limiter) refPlan(tenant, base, dirty string, req *Request, f []any, exa
 	name := str(f[1])
 	var kb [160]byte
 	key, ok := shapeKey(kb[:0], name, str(f[2]), str(f[4]), req)
+	if len(f) > 6 {
+		if w := str(f[6]); w != "" {
+			key = append(append(key, 0), w...) // the windows' policies
+		}
+	}
 	var pol []policy
 	if ok {
 		if m := l.refShapes.Load(); m != nil {
@@ -339,7 +354,7 @@ func (l *Limiter) cachedRefusalByRef(tenant string, req *Request) *Decision {
 	pl := &plan{tenant: tenant, refKey: tenant, rfBase: l.keys.refusalBase(tenant)}
 	for _, r := range list {
 		switch {
-		case r.typ == 'r',
+		case r.typ == 'r', r.typ == 'w', r.typ == 'f', // the rate and windows count every request
 			r.typ == 'q' && !req.SkipQuota && r.policy == req.Meter,
 			r.typ == 'c' && req.Concurrency:
 			pl.pol = append(pl.pol, policy{typ: r.typ, name: r.policy})
@@ -405,6 +420,13 @@ func (l *Limiter) fromLimits(tenant, meter string, f []any) (*prepared, time.Tim
 		snap.PeriodStart = time.Unix(s0, 0).UTC()
 		snap.PeriodEnd = time.Unix(s1, 0).UTC()
 		snap.NextPeriodEnd = time.UnixMilli(next).UTC()
+	}
+	if len(f) > 6 {
+		ws, err := parseWindowsField(str(f[6]))
+		if err != nil {
+			return nil, time.Time{}, bad("windows")
+		}
+		snap.Windows = ws
 	}
 	at, _ := strconv.ParseInt(str(f[5]), 10, 64) // 0: needs no safety re-read
 	return l.keys.prepare(snap), time.UnixMilli(at), nil

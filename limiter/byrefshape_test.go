@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -21,7 +20,7 @@ func TestByReferenceTenantsOnOnePlanKeepTheirOwnPeriods(t *testing.T) {
 	ctx := context.Background()
 	b := singleRedis(t)
 	rdb := b.client()
-	st := limitstore.New(rdb, b.prefix)
+	st := newStore(rdb, b.prefix)
 	day := time.Now().UTC().Truncate(24 * time.Hour)
 	starts := map[string]time.Time{}
 	lengths := map[string]int{}

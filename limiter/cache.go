@@ -15,8 +15,9 @@ type prepared struct {
 	conc    int64
 	concKey string
 	quotas  map[string]*preparedQuota
-	state   string // the tenant's state hash (keyNames.state)
-	base    string // keyNames.tenantBase
+	windows []preparedWindow // the plan's windows, in the snapshot's order
+	state   string           // the tenant's state hash (keyNames.state)
+	base    string           // keyNames.tenantBase
 	rfBase  string
 	dirty   string
 	entKey  string // the snapshot's key
@@ -101,6 +102,7 @@ func (k keyNames) prepare(s Snapshot) *prepared {
 	if s.Concurrency > 0 {
 		p.concKey = k.concurrency(t)
 	}
+	p.windows = k.prepareWindows(t, s.Windows)
 	if len(s.Quotas) > 0 {
 		p.quotas = make(map[string]*preparedQuota, len(s.Quotas))
 		next := s.NextPeriodEnd

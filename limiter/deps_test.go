@@ -10,9 +10,10 @@ const limiterPkg = "github.com/tollgatehq/tollgate/limiter"
 
 // goListDeps returns the non-standard packages pkg depends on (itself
 // included).
-func goListDeps(t *testing.T, pkg string) []string {
+func goListDeps(t *testing.T, pkg string, flags ...string) []string {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg).CombinedOutput()
+	args := append([]string{"list", "-deps"}, flags...)
+	out, err := exec.Command("go", append(args, "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", pkg)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list %s: %v\n%s", pkg, err, out)
 	}
@@ -45,12 +46,19 @@ func badDeps(deps, redisDeps []string) []string {
 	return bad
 }
 
-// TestDependencies keeps the package importable on its own: the standard
-// library, go-redis and its own dependencies, and golang.org/x/{time,sync}.
+// TestDependencies keeps the packages of the limiter module importable on
+// their own: the standard library, go-redis and its own dependencies, and
+// golang.org/x/{time,sync}. Their tests too (-test): the limiter's tests
+// run with none of Tollgate's packages (limitertest stands in).
 func TestDependencies(t *testing.T) {
 	redisDeps := goListDeps(t, "github.com/redis/go-redis/v9")
-	for _, p := range badDeps(goListDeps(t, limiterPkg), redisDeps) {
-		t.Errorf("limiter depends on %s", p)
+	for _, p := range badDeps(goListDeps(t, limiterPkg+"/..."), redisDeps) {
+		t.Errorf("the limiter module depends on %s", p)
+	}
+	for _, p := range badDeps(goListDeps(t, limiterPkg+"/...", "-test"), redisDeps) {
+		if !strings.HasSuffix(p, ".test") && !strings.HasSuffix(p, "_test") && !strings.HasSuffix(p, "]") {
+			t.Errorf("the limiter module's tests depend on %s", p)
+		}
 	}
 }
 
@@ -58,7 +66,7 @@ func TestDependencies(t *testing.T) {
 // Tollgate packages and unrelated modules do not.
 func TestDependencyRule(t *testing.T) {
 	redisDeps := []string{"github.com/redis/go-redis/v9", "go.uber.org/atomic", "golang.org/x/sys/cpu"}
-	deps := []string{limiterPkg, limiterPkg + "/limiterhttp", "github.com/redis/go-redis/v9", "go.uber.org/atomic",
+	deps := []string{limiterPkg, limiterPkg + "/limithttp", "github.com/redis/go-redis/v9", "go.uber.org/atomic",
 		"golang.org/x/sys/cpu", "golang.org/x/sync/singleflight", "golang.org/x/time/rate",
 		"github.com/tollgatehq/tollgate/internal/ids", "github.com/labstack/echo/v4"}
 	got := badDeps(deps, redisDeps)

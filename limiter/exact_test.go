@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -18,14 +17,14 @@ const (
 )
 
 // fleet is numLimiters Limiters, each on its own client, sharing a prefix.
-func fleet(t *testing.T, b *backend, opts limiter.Options) ([]*limiter.Limiter, *limitstore.Store) {
+func fleet(t *testing.T, b *backend, opts limiter.Options) ([]*limiter.Limiter, *store) {
 	t.Helper()
 	opts.Prefix = b.prefix
 	ls := make([]*limiter.Limiter, numLimiters)
 	for i := range ls {
 		ls[i] = newLimiter(t, b.client(), opts)
 	}
-	return ls, limitstore.New(b.client(), b.prefix)
+	return ls, newStore(b.client(), b.prefix)
 }
 
 // hammer runs numCallers goroutines, each calling f calls times with a

@@ -9,9 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgatehq/tollgate/internal/limitstore"
-	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limitertest"
 )
 
 // A timeout far below Redis's round trip (2 ms, on a loaded machine) is no
@@ -66,7 +65,7 @@ func TestFailModeAdmissionsReachRedis(t *testing.T) {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	st := limitstore.New(rdb, "")
+	st := newStore(rdb, "")
 	s := snapshot("counted", func(s *limiter.Snapshot) {
 		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 100, Mode: limiter.ModeHard}}
 	})
@@ -113,7 +112,7 @@ func TestFailModeAdmissionsReachRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	var used int64
-	testkit.Eventually(t, 10*time.Second, "the fail mode's admissions in Redis", func() bool {
+	limitertest.Eventually(t, 10*time.Second, "the fail mode's admissions in Redis", func() bool {
 		used, _, _ = st.Used(ctx, "counted", "requests", s.PeriodStart)
 		return used == 6+local
 	})
@@ -135,7 +134,7 @@ func TestLocalSharesFromHeartbeats(t *testing.T) {
 		clients[i] = redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 		t.Cleanup(func() { clients[i].Close() })
 	}
-	st := limitstore.New(clients[2], "")
+	st := newStore(clients[2], "")
 	s := snapshot("shared", func(s *limiter.Snapshot) {
 		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 20, Mode: limiter.ModeHard}}
 	})
@@ -143,7 +142,7 @@ func TestLocalSharesFromHeartbeats(t *testing.T) {
 	opts := limiter.Options{Timeout: 50 * time.Millisecond, Cooldown: time.Hour, FailMode: limiter.FailModes{Quota: limiter.FailLocal}}
 	ls := []*limiter.Limiter{newLimiter(t, clients[0], opts), newLimiter(t, clients[1], opts)}
 	var seen float64
-	testkit.Eventually(t, 10*time.Second, "both instances beating", func() bool {
+	limitertest.Eventually(t, 10*time.Second, "both instances beating", func() bool {
 		zs, _ := clients[2].ZRangeWithScores(ctx, "tg:instances", 0, -1).Result()
 		if len(zs) != 2 {
 			return false
@@ -158,7 +157,7 @@ func TestLocalSharesFromHeartbeats(t *testing.T) {
 		}
 	}
 	// A beat of each after both were in the set read a count of two.
-	testkit.Eventually(t, 10*time.Second, "both instances beating after seeing each other", func() bool {
+	limitertest.Eventually(t, 10*time.Second, "both instances beating after seeing each other", func() bool {
 		zs, _ := clients[2].ZRangeWithScores(ctx, "tg:instances", 0, -1).Result()
 		return len(zs) == 2 && zs[0].Score > seen && zs[1].Score > seen
 	})
@@ -225,7 +224,7 @@ func TestAdaptiveConcurrencyBoundedByMaxInFlight(t *testing.T) {
 	for _, tenant := range []string{"slow-a", "slow-b"} {
 		go func() { _, err := l.Allow(ctx, tenant, limiter.Request{Cost: 1}); done <- err }()
 	}
-	testkit.Eventually(t, 5*time.Second, "two decisions in the loader", func() bool { return entered.Load() == 2 })
+	limitertest.Eventually(t, 5*time.Second, "two decisions in the loader", func() bool { return entered.Load() == 2 })
 	start := time.Now()
 	if _, err := l.Allow(ctx, "other", limiter.Request{Cost: 1}); !errors.Is(err, limiter.ErrOverloaded) {
 		t.Fatalf("a third decision with 2 in flight and MaxInFlight 2: %v, want ErrOverloaded", err)
@@ -250,7 +249,7 @@ func TestLostDecisionIsGivenBack(t *testing.T) {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	st := limitstore.New(rdb, "")
+	st := newStore(rdb, "")
 	s := snapshot("lost", func(s *limiter.Snapshot) {
 		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 100, Mode: limiter.ModeHard}}
 	})
@@ -263,7 +262,7 @@ func TestLostDecisionIsGivenBack(t *testing.T) {
 			}
 		}}})
 	// Subscribed, the snapshot stays cached: the lost call is the decision.
-	testkit.Eventually(t, 5*time.Second, "subscription confirmed", subscribed.Load)
+	limitertest.Eventually(t, 5*time.Second, "subscription confirmed", subscribed.Load)
 	if d, err := l.Allow(ctx, "lost", limiter.Request{Cost: 5, Meter: "requests"}); err != nil || !d.Allowed {
 		t.Fatalf("%+v %v", d, err)
 	}
@@ -276,7 +275,7 @@ func TestLostDecisionIsGivenBack(t *testing.T) {
 		t.Fatalf("a lost decision: %v, want ErrUnavailable", err)
 	}
 	var sawLate bool
-	testkit.Eventually(t, 10*time.Second, "the late decision's units given back", func() bool {
+	limitertest.Eventually(t, 10*time.Second, "the late decision's units given back", func() bool {
 		used, _, _ := st.Used(ctx, "lost", "requests", s.PeriodStart)
 		sawLate = sawLate || used == 10 // Redis ran the lost script
 		return sawLate && used == 5

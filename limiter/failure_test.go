@@ -9,18 +9,17 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgatehq/tollgate/internal/limitstore"
-	"github.com/tollgatehq/tollgate/internal/redistest"
-	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limitertest"
+	"github.com/tollgatehq/tollgate/limiter/limitertest/redisproc"
 )
 
-func startPrivate(t *testing.T) *redistest.Server {
+func startPrivate(t *testing.T) *redisproc.Server {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("private redis-server tests skipped in -short mode")
 	}
-	return redistest.StartServer(t)
+	return redisproc.StartServer(t)
 }
 
 func TestRedisFailure(t *testing.T) {
@@ -39,7 +38,7 @@ func TestRedisFailure(t *testing.T) {
 			ctx := context.Background()
 			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: c.ctxTimeouts, MaxRetries: -1})
 			t.Cleanup(func() { rdb.Close() })
-			st := limitstore.New(rdb, "")
+			st := newStore(rdb, "")
 			s := snapshot("acme", func(s *limiter.Snapshot) { s.Rate = &limiter.Rate{PerSecond: 0.01, Burst: 10} })
 			put(t, st, s)
 			const timeout = 50 * time.Millisecond
@@ -124,7 +123,7 @@ func TestRedisFailure(t *testing.T) {
 			}
 			// Redis comes back empty: decisions resume without a new Limiter.
 			srv.Restart(t)
-			testkit.Eventually(t, 5*time.Second, "decisions back on Redis", func() bool {
+			limitertest.Eventually(t, 5*time.Second, "decisions back on Redis", func() bool {
 				d, err := l.Allow(ctx, "acme", limiter.Request{Cost: 1})
 				return err == nil && d.Allowed && d.Fallback == ""
 			})
@@ -138,7 +137,7 @@ func TestRedisFailure(t *testing.T) {
 func TestShadowAndOverload(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
-	st := limitstore.New(b.client(), b.prefix)
+	st := newStore(b.client(), b.prefix)
 	put(t, st, snapshot("sh", func(s *limiter.Snapshot) { s.Rate = &limiter.Rate{PerSecond: 0.01, Burst: 1} }))
 	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Shadow: true})
 	for i := 0; i < 3; i++ {

@@ -180,9 +180,11 @@ func (l *Limiter) fallback(pl *plan, req *Request) (*Decision, error) {
 		refused := false
 		var retry time.Duration
 		switch p.typ {
-		case 'r', 'w':
+		case 'r', 'w', 'f':
+			// A window is held to a bucket of its limit refilled over its
+			// length (divided among the instances, as the rate is).
 			perSecond, burst := p.rate.PerSecond, p.rate.Burst
-			if p.typ == 'w' {
+			if p.typ != 'r' {
 				perSecond, burst = float64(p.limit)/p.window.Seconds(), p.limit
 			}
 			lim := st.bucket(p.name, perSecond, burst, n)

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -62,7 +61,7 @@ func TestFastScriptDecidesAsGeneral(t *testing.T) {
 				refRDB.AddHook(gets)
 				fastRef := newLimiter(t, refRDB, one)
 				generalRef := newLimiter(t, refRDB, limiter.GeneralScript(one))
-				st := limitstore.New(b.client(), b.prefix)
+				st := newStore(b.client(), b.prefix)
 				mk := func(tenant string) {
 					put(t, st, snapshot(tenant, func(s *limiter.Snapshot) {
 						r := tc.rate
@@ -297,7 +296,7 @@ func TestByReferenceDecidesFromFastField(t *testing.T) {
 	ctx := context.Background()
 	b := singleRedis(t)
 	rdb := b.client()
-	st := limitstore.New(rdb, b.prefix)
+	st := newStore(rdb, b.prefix)
 	for _, tn := range []string{"ff-a", "ff-fill"} {
 		put(t, st, snapshot(tn, func(s *limiter.Snapshot) {
 			s.Rate = &limiter.Rate{PerSecond: 100, Burst: 100}

@@ -33,7 +33,12 @@ import (
 // taking and giving back each time. Near a limit a lease lives leaseShort
 // from its take, with chunks of about a second of use.
 //
-// Only snapshot plans of rate and quota policies are leased. Peeks,
+// A plan's windows are leased like the rate (a window's unused units are
+// not returned: they end with the window), and no lease outlives the
+// current window of a plan window (windowsEnd), so every unit is admitted
+// in the window Redis counted it in.
+//
+// Only snapshot plans of rate, window and quota policies are leased. Peeks,
 // reservations, concurrency slots and explicit Limits stay exact; so does a
 // tenant decided by reference (the near-cache full), which has no plan to
 // hang a lease on.
@@ -170,6 +175,10 @@ type leasePool struct {
 	// plenty: the last take left every hard policy plentiful; the lease
 	// then lives until leaseIdle after its last use.
 	plenty bool
+	// until is when the current window of the plan's windows that ends
+	// first ends (zero without windows): no lease outlives it, so a unit
+	// is admitted in the window it was counted in (windowsEnd).
+	until time.Time
 
 	taking chan struct{} // non-nil while a take is in flight; closed when it ends
 }
@@ -186,7 +195,7 @@ func (ls *leases) covers(pl *plan, req *Request) bool {
 		return false
 	}
 	for i := range pl.pol {
-		if t := pl.pol[i].typ; t != 'r' && t != 'q' {
+		if t := pl.pol[i].typ; t != 'r' && t != 'q' && t != 'w' && t != 'f' {
 			return false
 		}
 	}
@@ -417,7 +426,8 @@ func (ls *leases) take(ctx context.Context, p *leasePool, req *Request, due *pre
 	p.tmpl = d.Policies
 	p.takenAt = now
 	p.plenty = plentiful(p.pl, d, c.left, l.opts.ExpectedInstances)
-	p.expires = now.Add(leaseShort)
+	p.until = windowsEnd(p.pl, d, now)
+	p.expires = capUntil(now.Add(leaseShort), p.until)
 	return p.admitLocked(req.Cost, now), nil
 }
 
@@ -498,7 +508,7 @@ func (p *leasePool) chunkLocked(cost int64, now time.Time, instances int, ranOut
 				avail := float64(p.tmpl[i].Remaining) + pol.rate.PerSecond*el
 				capN = min(capN, int64(min(avail, math.MaxInt64/2)))
 			}
-		case pol.typ == 'q' && pol.mode != ModeSoft:
+		case pol.typ == 'q' && pol.mode != ModeSoft, pol.typ == 'w', pol.typ == 'f':
 			capN = pol.limit / share
 			if i < len(p.tmpl) && !p.takenAt.IsZero() {
 				capN = min(capN, p.tmpl[i].Remaining/share)
@@ -519,7 +529,7 @@ func (p *leasePool) admitLocked(cost int64, now time.Time) *Decision {
 	p.held -= cost
 	p.used += cost
 	if p.plenty {
-		p.expires = now.Add(leaseIdle)
+		p.expires = capUntil(now.Add(leaseIdle), p.until)
 	}
 	for c := cost; c > 0 && len(p.chunks) > 0; {
 		k := min(c, p.chunks[0].left)

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgatehq/tollgate/internal/redistest"
+	"github.com/tollgatehq/tollgate/limiter/limitertest/redisproc"
 )
 
 // A remainder whose return is made again (a retry after a reply lost on
@@ -13,7 +13,7 @@ import (
 // second. Without it, the second refund would let instances admit past
 // the limit.
 func TestLeaseReturnRetriedIsRefundedOnce(t *testing.T) {
-	rdb, prefix := redistest.New(t)
+	rdb, prefix := redisproc.New(t)
 	now := time.Now().UTC()
 	const quota = 1000
 	snap := Snapshot{TenantID: "retry", Plan: "p", Status: "active", Version: 1,

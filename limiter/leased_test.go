@@ -11,9 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgatehq/tollgate/internal/limitstore"
-	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limitertest"
 )
 
 // The leased mode (Options.LocalLeases): units taken from Redis in chunks,
@@ -232,7 +231,7 @@ func TestLeasedExpiryGivesUnitsBack(t *testing.T) {
 	if u := used(t, exact, "idle", 100000); u <= 200 {
 		t.Fatalf("Redis counts %d used after 200 leased decisions: no units held ahead", u)
 	}
-	testkit.Eventually(t, 15*time.Second, "the idle lease's units back in Redis", func() bool {
+	limitertest.Eventually(t, 15*time.Second, "the idle lease's units back in Redis", func() bool {
 		return used(t, exact, "idle", 100000) == 200
 	})
 }
@@ -241,7 +240,7 @@ func TestLeasedExpiryGivesUnitsBack(t *testing.T) {
 // a second without another decision, and the lower limit holds.
 func TestLeasedRevokedOnPlanChange(t *testing.T) {
 	b := singleRedis(t)
-	st := limitstore.New(b.client(), b.prefix)
+	st := newStore(b.client(), b.prefix)
 	// A quota so large that the lease is long-lived (2s): only the
 	// revocation brings its units back within a second.
 	const big = 10_000_000
@@ -267,7 +266,7 @@ func TestLeasedRevokedOnPlanChange(t *testing.T) {
 	s2.Quotas = map[string]limiter.Quota{"requests": {Limit: 45, Mode: limiter.ModeHard}}
 	put(t, st, s2)
 	// The lease would live 2s: back within 1s means the invalidation revoked it.
-	testkit.Eventually(t, time.Second, "the revoked lease's units back in Redis", func() bool {
+	limitertest.Eventually(t, time.Second, "the revoked lease's units back in Redis", func() bool {
 		return used(t, exact, "plan", 45) == 41
 	})
 	admitted := 0
@@ -291,7 +290,7 @@ func TestLeasedRevokedOnPlanChange(t *testing.T) {
 // request, none for a chunk the leases asked for and did not get.
 func TestLeasedRefusalsCountedAsExact(t *testing.T) {
 	b := singleRedis(t)
-	st := limitstore.New(b.client(), b.prefix)
+	st := newStore(b.client(), b.prefix)
 	var fallbacks atomic.Int64
 	opts := leaseOpts(b, &fallbacks, leaseSnap(limiter.Rate{PerSecond: 1e6, Burst: 1e6}, 30))
 	l := newLimiter(t, b.client(), opts)
@@ -354,7 +353,7 @@ func TestLeasedRedisLoss(t *testing.T) {
 			}
 			// A plentiful lease lives 10 s past its last use: spend it. Every
 			// decision is local (from the lease) or the fail mode's.
-			testkit.Eventually(t, 5*time.Second, "the fail mode deciding once the lease is spent", func() bool {
+			limitertest.Eventually(t, 5*time.Second, "the fail mode deciding once the lease is spent", func() bool {
 				for i := 0; i < 100; i++ {
 					start := time.Now()
 					d, err := l.Allow(ctx, "lost", limiter.Request{Cost: 1})

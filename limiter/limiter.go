@@ -19,6 +19,7 @@ type Limiter struct {
 	opts        Options
 	keys        keyNames
 	cache       *snapCache
+	aliases     *aliasCache // external id → tenant id (external.go)
 	sf          singleflight.Group
 	ctxTimeouts bool
 
@@ -82,6 +83,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 		opts:     opts,
 		keys:     newKeyNames(opts.Prefix),
 		cache:    newSnapCache(opts.CacheSize, opts.CacheTTL),
+		aliases:  newAliasCache(opts.CacheSize),
 		refusals: newLRU[string, []cachedRefusal](opts.CacheSize),
 		local:    newLocalStates(opts.CacheSize),
 		bgFills:  make(chan struct{}, 4),

@@ -9,10 +9,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgatehq/tollgate/internal/limitstore"
-	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
 	"github.com/tollgatehq/tollgate/limiter/keyspace"
+	"github.com/tollgatehq/tollgate/limiter/limitertest"
 )
 
 // In the local fail mode a hard quota is held to what Redis last said was
@@ -27,7 +26,7 @@ func TestLocalModeHoldsQuotasThroughRedisDeath(t *testing.T) {
 			ctx := context.Background()
 			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 			t.Cleanup(func() { rdb.Close() })
-			st := limitstore.New(rdb, "")
+			st := newStore(rdb, "")
 			snaps := map[string]limiter.Snapshot{}
 			for _, tenant := range []string{"spent", "little"} {
 				s := snapshot(tenant, func(s *limiter.Snapshot) {
@@ -86,7 +85,7 @@ func TestLocalModeHoldsQuotasThroughRedisDeath(t *testing.T) {
 			srv.Kill()
 			// The subscription notices the death (and drops the near-cache).
 			little := 0
-			testkit.Eventually(t, 15*time.Second, "subscription lost", func() bool {
+			limitertest.Eventually(t, 15*time.Second, "subscription lost", func() bool {
 				if allow("little").Allowed { // Redis is dead: decided locally
 					little++
 				}
@@ -117,7 +116,7 @@ func TestLocalModeHoldsQuotasThroughRedisDeath(t *testing.T) {
 			}
 			srv.Restart(t)
 			left := int64(-1)
-			testkit.Eventually(t, 10*time.Second, "decisions back on Redis", func() bool {
+			limitertest.Eventually(t, 10*time.Second, "decisions back on Redis", func() bool {
 				d, err := l.Allow(ctx, "little", limiter.Request{Cost: 1, Meter: "requests"})
 				if err != nil || d.Fallback != "" {
 					return false
@@ -158,7 +157,7 @@ func TestLocalModeQuotaBudgetIsLeftOverInstances(t *testing.T) {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	st := limitstore.New(rdb, "")
+	st := newStore(rdb, "")
 	s := snapshot("little", func(s *limiter.Snapshot) {
 		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 10, Mode: limiter.ModeHard}}
 	})
@@ -197,7 +196,7 @@ func TestUnbuiltCounterIsNoFreeReset(t *testing.T) {
 			b := singleRedis(t)
 			ctx := context.Background()
 			rdb := b.client()
-			st := limitstore.New(rdb, b.prefix)
+			st := newStore(rdb, b.prefix)
 			s := snapshot("hard", func(s *limiter.Snapshot) {
 				s.Quotas = map[string]limiter.Quota{"exports": {Limit: 50, Mode: limiter.ModeHard}}
 			})
@@ -278,7 +277,7 @@ func TestRefusalCacheSurvivesLostSubscription(t *testing.T) {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	st := limitstore.New(rdb, "")
+	st := newStore(rdb, "")
 	put(t, st, snapshot("spent", func(s *limiter.Snapshot) {
 		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 3, Mode: limiter.ModeHard}}
 	}))
@@ -300,7 +299,7 @@ func TestRefusalCacheSurvivesLostSubscription(t *testing.T) {
 	}
 	before := lost.Load()
 	srv.Kill()
-	testkit.Eventually(t, 15*time.Second, "subscription lost", func() bool { return lost.Load() > before })
+	limitertest.Eventually(t, 15*time.Second, "subscription lost", func() bool { return lost.Load() > before })
 	for i := 0; i < 50; i++ {
 		d, err := l.Allow(ctx, "spent", req)
 		if err != nil || d.Allowed {

@@ -95,6 +95,13 @@ type Options struct {
 	// process has them, else open (closed if the rate or quota fail mode
 	// is closed: ErrUnavailable).
 	Loader SnapshotLoader
+	// ExternalLoader is asked for the tenant id of an external id whose
+	// alias Redis lacks or cannot give (ExternalTenant), e.g.
+	// remote.Client.ExternalTenant outside Tollgate; it returns
+	// ErrUnknownTenant (or an error wrapping it) for an external id no
+	// tenant has. Without one, such an external id is ErrUnknownTenant
+	// (ErrUnavailable while Redis is unreachable).
+	ExternalLoader func(ctx context.Context, externalID string) (tenantID string, err error)
 	// UsageLoader rebuilds a missing quota counter from durable usage
 	// (Remote.Usage outside Tollgate). Without one, a missing counter starts
 	// at 0.

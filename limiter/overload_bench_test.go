@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -34,7 +33,7 @@ func overloadRun(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	st := limitstore.New(be.client(), be.prefix)
+	st := newStore(be.client(), be.prefix)
 	if err := st.PutSnapshot(context.Background(), snapshot("ov", func(s *limiter.Snapshot) {
 		s.Rate = &limiter.Rate{PerSecond: 1e9, Burst: 1e9}
 		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 1 << 40, Mode: limiter.ModeHard}}

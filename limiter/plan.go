@@ -14,7 +14,7 @@ import (
 
 // policy is one policy of a decision, in header order.
 type policy struct {
-	typ    byte // 'r', 'w', 'q', 'c'
+	typ    byte // 'r', 'w' (sliding window), 'f' (fixed window), 'q', 'c'
 	name   string
 	limit  int64
 	window time.Duration
@@ -181,6 +181,9 @@ func (l *Limiter) snapshotPlan(p *prepared, req *Request) *plan {
 	if r := p.rate; r != nil {
 		pl.add(policy{typ: 'r', name: PolicyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, ei: r.eiF, fail: l.opts.FailMode.Rate})
 	}
+	for i := range p.windows {
+		pl.add(p.windows[i].policy(l.opts.FailMode.Window))
+	}
 	if k.meter != "" {
 		q := p.quotas[k.meter]
 		pl.add(policy{typ: 'q', name: q.meter, limit: q.limit, mode: q.mode, quota: q, a: q.limitS, b: boolArg(q.hard), c: q.endS, d: q.nextS, fail: l.opts.FailMode.Quota})
@@ -241,7 +244,7 @@ func (l *Limiter) explicitPlan(tenant string, req *Request) *plan {
 		pl.add(policy{typ: 'r', name: PolicyRate, limit: r.rate.Burst, window: r.window, rate: r.rate, a: r.ei, b: r.burst, ei: r.eiF, fail: l.opts.FailMode.Rate})
 	}
 	for _, w := range x.Windows {
-		pl.add(policy{typ: 'w', name: w.Name, limit: w.Limit, window: w.Length, a: strconv.FormatInt(w.Limit, 10), b: strconv.FormatInt(w.Length.Milliseconds(), 10), keys: []string{l.keys.window(tenant, w.Name, w.Length)}, fail: l.opts.FailMode.Window})
+		pl.add(policy{typ: windowTyp(&w), name: w.Name, limit: w.Limit, window: w.Length, a: strconv.FormatInt(w.Limit, 10), b: strconv.FormatInt(w.Length.Milliseconds(), 10), keys: []string{l.keys.explicitWindow(tenant, &w)}, fail: l.opts.FailMode.Window})
 	}
 	if req.Concurrency && x.Concurrency > 0 {
 		pl.add(policy{typ: 'c', name: PolicyConcurrency, limit: x.Concurrency, a: strconv.FormatInt(x.Concurrency, 10), b: strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10), keys: []string{l.keys.explicitConcurrency(tenant)}, fail: l.opts.FailMode.Concurrency})

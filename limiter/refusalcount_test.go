@@ -7,9 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgatehq/tollgate/internal/limitstore"
-	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limitertest"
 )
 
 // Refusals answered from the local refusal cache never reach Redis in the
@@ -19,7 +18,7 @@ func TestCachedRefusalsAreCounted(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		ctx := context.Background()
 		rdb := b.client()
-		st := limitstore.New(rdb, b.prefix)
+		st := newStore(rdb, b.prefix)
 		put(t, st, snapshot("hammer", func(s *limiter.Snapshot) {
 			s.Rate = &limiter.Rate{PerSecond: 0.01, Burst: 2} // refills in 100s: the refusal stays cached
 		}))
@@ -36,7 +35,7 @@ func TestCachedRefusalsAreCounted(t *testing.T) {
 				}
 			},
 		}})
-		testkit.Eventually(t, 10*time.Second, "the invalidation subscription confirmed", subscribed.Load)
+		limitertest.Eventually(t, 10*time.Second, "the invalidation subscription confirmed", subscribed.Load)
 		refused := 0
 		for i := 0; i < 20; i++ {
 			d, err := l.Allow(ctx, "hammer", limiter.Request{Cost: 1})
@@ -60,7 +59,7 @@ func TestCachedRefusalsAreCounted(t *testing.T) {
 			t.Fatalf("%d refusals from the cache, want the 5 peeks answered from it too", cacheHits)
 		}
 		// The background flush adds the 17 within about a second.
-		testkit.Eventually(t, 10*time.Second, "18 refusals in Redis", func() bool {
+		limitertest.Eventually(t, 10*time.Second, "18 refusals in Redis", func() bool {
 			rf, err := st.Refusals(ctx, "hammer", time.Now())
 			return err == nil && rf[limiter.PolicyRate] == 18
 		})
@@ -85,7 +84,7 @@ func TestOutageRefusalsAreCountedWhenRedisReturns(t *testing.T) {
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { rdb.Close() })
-	st := limitstore.New(rdb, "")
+	st := newStore(rdb, "")
 	s := snapshot("outage", func(s *limiter.Snapshot) {
 		s.Rate = &limiter.Rate{PerSecond: 0.01, Burst: 4} // refills in 100 s
 	})
@@ -127,7 +126,7 @@ func TestOutageRefusalsAreCountedWhenRedisReturns(t *testing.T) {
 	}
 	srv.Restart(t) // empty: the counts come only from this process
 	// No decision from here on: only the background flush writes.
-	testkit.Eventually(t, 10*time.Second, "10 outage refusals in Redis", func() bool {
+	limitertest.Eventually(t, 10*time.Second, "10 outage refusals in Redis", func() bool {
 		rf, err := st.Refusals(ctx, "outage", time.Now())
 		return err == nil && rf[limiter.PolicyRate] == 10
 	})

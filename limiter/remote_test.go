@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 	"github.com/tollgatehq/tollgate/limiter/limithttp"
 	"github.com/tollgatehq/tollgate/limiter/remote"
@@ -106,7 +105,7 @@ func TestRemoteLoaders(t *testing.T) {
 	}
 	// Redis loses the counter: rebuilt from Tollgate's figure, still refused.
 	f.used.Store(5)
-	st := limitstore.New(b.client(), b.prefix)
+	st := newStore(b.client(), b.prefix)
 	b.client().Del(ctx, st.Keys().State("acme"))
 	l2 := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Timeout: 2 * time.Second, Loader: r.Snapshot, UsageLoader: r.Usage})
 	if d, err := l2.Allow(ctx, "acme", limiter.Request{}); err != nil || d.Allowed || d.Policy != "requests" {

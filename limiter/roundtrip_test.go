@@ -3,19 +3,21 @@ package limiter_test
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/tollgatehq/tollgate/internal/limitstore"
-	"github.com/tollgatehq/tollgate/internal/testkit"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limitertest"
 )
 
 // counted returns a limiter on its own client whose round trips are
 // counted, after its invalidation subscription is confirmed (until then
 // every snapshot is read per decision, by design).
-func counted(t *testing.T, b *backend, opts limiter.Options) (*limiter.Limiter, *roundTrips, *limitstore.Store) {
+func counted(t *testing.T, b *backend, opts limiter.Options) (*limiter.Limiter, *roundTrips, *store) {
 	t.Helper()
 	rdb := b.client()
 	rt := &roundTrips{}
@@ -28,8 +30,8 @@ func counted(t *testing.T, b *backend, opts limiter.Options) (*limiter.Limiter, 
 		}
 	}
 	l := newLimiter(t, rdb, opts)
-	testkit.Eventually(t, 5*time.Second, "subscription confirmed", subscribed.Load)
-	return l, rt, limitstore.New(b.client(), b.prefix)
+	limitertest.Eventually(t, 5*time.Second, "subscription confirmed", subscribed.Load)
+	return l, rt, newStore(b.client(), b.prefix)
 }
 
 func rateQuota(tenant string) limiter.Snapshot {
@@ -250,9 +252,44 @@ func TestLoaderLimitsPastSafetyTTLCostNoTrip(t *testing.T) {
 				}
 			}
 			version.Store(2)
-			testkit.Eventually(t, 5*time.Second, "the Loader's new version in decisions", func() bool {
+			limitertest.Eventually(t, 5*time.Second, "the Loader's new version in decisions", func() bool {
 				return allow(tenants[3]).Plan == "enterprise"
 			})
 		})
 	}
+}
+
+// roundTrips counts client round trips: one per command, one per pipeline.
+type roundTrips struct {
+	n    atomic.Int64
+	cmds sync.Map // command name -> *atomic.Int64 (single commands only)
+}
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if background(cmd) {
+			return next(ctx, cmd)
+		}
+		h.n.Add(1)
+		c, _ := h.cmds.LoadOrStore(cmd.Name(), new(atomic.Int64))
+		c.(*atomic.Int64).Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(1)
+		c, _ := h.cmds.LoadOrStore("pipeline", new(atomic.Int64))
+		c.(*atomic.Int64).Add(1)
+		return next(ctx, cmds)
+	}
+}
+
+// count returns how many single commands named name were sent.
+func (h *roundTrips) count(name string) int64 {
+	if c, ok := h.cmds.Load(name); ok {
+		return c.(*atomic.Int64).Load()
+	}
+	return 0
 }

@@ -54,6 +54,7 @@ func (l *Limiter) subscribe(ctx context.Context) {
 		case *redis.Message:
 			tenant, version := keyspace.ParseInvalidation(m.Payload)
 			l.cache.invalidate(tenant, version)
+			l.aliases.invalidate(tenant)
 			l.dropRefusals(tenant)
 			if l.leases != nil {
 				l.leases.revoke(tenant)
@@ -67,6 +68,7 @@ func (l *Limiter) subscribe(ctx context.Context) {
 
 func (l *Limiter) dropAll(subscribed bool) {
 	l.cache.dropAll(subscribed)
+	l.aliases.invalidate("")
 	// A lost subscription keeps the refusals: they are what the fail modes
 	// know of exhausted tenants while Redis is away. A new subscription
 	// (Redis answering again, invalidations maybe missed) drops them.

@@ -21,9 +21,13 @@ type Snapshot struct {
 	Rate        *Rate            `json:"rate,omitempty"`        // nil = unlimited
 	Concurrency int64            `json:"concurrency,omitempty"` // 0 = unlimited
 	Quotas      map[string]Quota `json:"quotas,omitempty"`      // meter -> quota
-	Features    []string         `json:"features,omitempty"`
-	PeriodStart time.Time        `json:"period_start"`
-	PeriodEnd   time.Time        `json:"period_end"`
+	// Windows are the plan's window limits ("5,000 an hour"), checked next
+	// to the rate in the same decision: like the token bucket they count
+	// every decision's cost, whatever its meter.
+	Windows     []Window  `json:"windows,omitempty"`
+	Features    []string  `json:"features,omitempty"`
+	PeriodStart time.Time `json:"period_start"`
+	PeriodEnd   time.Time `json:"period_end"`
 	// NextPeriodEnd is the end of the period after this one, so that a
 	// request after PeriodEnd rolls over without waiting for the server.
 	NextPeriodEnd time.Time `json:"next_period_end"`
@@ -66,13 +70,25 @@ type Limits struct {
 	Windows     []Window // sliding windows
 }
 
-// Window is a sliding-window limit: at most Limit units in any Length,
-// estimated from two fixed windows weighted by overlap.
+// Window is a window limit: at most Limit units per Length. A sliding
+// window (the default) counts any Length, estimated from two fixed windows
+// weighted by overlap; a fixed one counts from Redis time's multiples of
+// Length (floor(now/Length)·Length) and resets at the next.
 type Window struct {
-	Name   string        // policy name in decisions and headers, e.g. "auth-failures"
-	Limit  int64         // units per Length
-	Length time.Duration // at least 1ms
+	Name   string        `json:"name"`  // policy name in decisions and headers, e.g. "auth-failures"
+	Limit  int64         `json:"limit"` // units per Length
+	Length time.Duration `json:"-"`     // at least 1ms; JSON length_ms
+	Kind   WindowKind    `json:"kind,omitempty"`
 }
+
+// WindowKind says how a Window counts.
+type WindowKind string
+
+// Window kinds.
+const (
+	WindowSliding WindowKind = "sliding" // two fixed windows weighted by overlap ("" too)
+	WindowFixed   WindowKind = "fixed"   // a counter that resets every Length
+)
 
 // Request describes what one decision takes.
 type Request struct {

@@ -58,6 +58,9 @@ func (l *Limiter) validate(tenant string, req *Request) error {
 			if w.Limit < 0 || w.Length < time.Millisecond {
 				return invalid("window %q: want limit >= 0 and length >= 1ms", w.Name)
 			}
+			if w.Kind != "" && w.Kind != WindowSliding && w.Kind != WindowFixed {
+				return invalid("window %q: kind %q: want %q or %q", w.Name, w.Kind, WindowSliding, WindowFixed)
+			}
 		}
 	}
 	return nil

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
@@ -20,7 +19,7 @@ func TestSnapshotFromAClockAheadResetsNothingEarly(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
 	rdb := b.client()
-	st := limitstore.New(rdb, b.prefix)
+	st := newStore(rdb, b.prefix)
 	now, err := rdb.Time(ctx).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +67,7 @@ func TestSnapshotFromAClockAheadGeneralScript(t *testing.T) {
 	b := singleRedis(t)
 	ctx := context.Background()
 	rdb := b.client()
-	st := limitstore.New(rdb, b.prefix)
+	st := newStore(rdb, b.prefix)
 	now, err := rdb.Time(ctx).Result()
 	if err != nil {
 		t.Fatal(err)

@@ -10,4 +10,4 @@ n=${1:-5000x}
 . scripts/callgrind-redis.sh
 callgrind_redis scriptcost
 SCRIPTCOST_REDIS=127.0.0.1:$port SCRIPTCOST_CALLGRIND_PID=$vpid SCRIPTCOST_CALLGRIND_OUT=$cg \
-  go test -count=1 -run '^$' -bench BenchmarkScriptCost -benchtime "$n" ./limiter/
+  go test -count=1 -run '^$' -bench BenchmarkScriptCost -benchtime "$n" ./bench/limiter/

@@ -69,10 +69,11 @@ type Previewer interface {
 	PreviewPlanPatch(ctx context.Context, key string, patch entitlements.PlanPatch) (entitlements.PlanEffect, error)
 }
 
-// TenantCreator creates tenants (entitlements.Service, the function behind
-// POST /admin/v1/tenants).
+// TenantCreator creates and edits tenants (entitlements.Service, the
+// functions behind POST and PATCH /admin/v1/tenants).
 type TenantCreator interface {
 	CreateTenant(ctx context.Context, in entitlements.TenantInput) (entitlements.Tenant, error)
+	UpdateTenant(ctx context.Context, id string, p entitlements.TenantPatch) (entitlements.Tenant, error)
 }
 
 // LoginGuard limits failed logins per client address, shared by every

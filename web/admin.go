@@ -163,6 +163,10 @@ type tenantPage struct {
 	CanResync bool
 	OverForm  overrideForm
 	OverErrs  []apperr.FieldError
+	CanEdit   bool   // the external id form
+	ExtForm   string // the external id as typed, after a refusal
+	ExtErr    string // why it was refused
+	ExtTaken  *tenantLink
 	Audit     []AuditRow // the tenant's own trail, newest first
 	Why       *whyPanel  // "Why these limits"; nil without an Explainer
 }
@@ -179,7 +183,7 @@ func (w *Web) adminTenant(c echo.Context) (page, tenantPage, error) {
 	if err != nil {
 		return page{}, tenantPage{}, err
 	}
-	d := tenantPage{UsageView: u, CanPlan: w.Plans != nil, CanKeys: w.Keys != nil, CanOver: w.Overrides != nil, CanResync: w.Resyncer != nil}
+	d := tenantPage{UsageView: u, CanPlan: w.Plans != nil, CanKeys: w.Keys != nil, CanOver: w.Overrides != nil, CanResync: w.Resyncer != nil, CanEdit: w.Tenants != nil}
 	if d.Keys, err = w.store.keys(ctx, id); err != nil {
 		return page{}, d, err
 	}
@@ -225,6 +229,7 @@ var adminNotices = map[string]string{
 	"edited":   "Plan saved; every tenant on it has the new limits.",
 	"addon":    "Add-on saved; tenants with it have the new limits.",
 	"unaddon":  "Add-on removed.",
+	"external": "External id saved; limiters see it within a second.",
 }
 
 func (w *Web) handleAdminTenant() echo.HandlerFunc {

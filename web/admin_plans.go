@@ -34,6 +34,11 @@ type planForm struct {
 	Public          string // "true" (offered to tenants), "false" (internal); "" = unchanged, or true on create
 	// Rows are the quota editor's rows, blank ones included.
 	Rows []quotaRow
+	// Windows are the window editor's rows, blank ones included;
+	// windowIdx maps the service's window j to its row (windowInputs).
+	Windows       []windowRow
+	windowIdx     []int
+	windowsPosted bool
 }
 
 // quotaRow is one row of the quota editor: a meter's limit and mode. Its
@@ -78,13 +83,17 @@ func planFormOf(p PlanRow) planForm {
 	for _, q := range p.Quotas {
 		f.Rows = append(f.Rows, quotaRow{Meter: q.Meter, Limit: strconv.FormatInt(q.Limit, 10), Mode: q.Mode, PerSeat: q.PerSeat})
 	}
+	f.Windows = windowRowsOf(p.Windows)
 	return f.withSpareRows(spareRows)
 }
 
-// withSpareRows adds n empty rows.
+// withSpareRows adds n empty quota rows and spareWindowRows window rows.
 func (f planForm) withSpareRows(n int) planForm {
 	for range n {
 		f.Rows = append(f.Rows, quotaRow{Mode: "hard"})
+	}
+	for range spareWindowRows {
+		f.Windows = append(f.Windows, windowRow{Kind: entitlements.WindowSliding})
 	}
 	return f
 }
@@ -116,6 +125,7 @@ func readPlanForm(c echo.Context) planForm {
 			Remove:  c.FormValue(name("remove")) != "",
 		})
 	}
+	f.Windows, f.windowsPosted = readWindowRows(c)
 	return f
 }
 
@@ -194,6 +204,7 @@ func (f *planForm) input() (entitlements.PlanInput, error) {
 			in.Quotas[r.Meter] = &entitlements.QuotaInput{Limit: &n, Mode: r.Mode, PerSeat: r.PerSeat}
 		}
 	}
+	in.Windows = f.windowInputs(&v)
 	return in, v.Err()
 }
 
@@ -202,6 +213,7 @@ func (f *planForm) input() (entitlements.PlanInput, error) {
 func (f *planForm) rowErrors(fields []apperr.FieldError) []apperr.FieldError {
 	out := make([]apperr.FieldError, 0, len(fields))
 	for _, fe := range fields {
+		fe = f.windowErrors(fe)
 		rest, ok := strings.CutPrefix(fe.Field, "quotas.")
 		if ok {
 			for i := range f.Rows {
@@ -352,13 +364,18 @@ func (w *Web) handleAdminEditPlan() echo.HandlerFunc {
 					quotas[m] = &qq
 				}
 			}
+			windows := in.Windows
+			if windows == nil {
+				windows = cur.Windows // a form without the window editor leaves them
+			}
 			public := in.Public
 			if public == nil {
 				public = cur.Public // a form without the field leaves it as it was
 			}
 			// Price pins are not on the form: they stay as they are.
 			*cur = entitlements.PlanInput{Key: key, Name: in.Name, StripePriceIDs: in.StripePriceIDs, StripeProductID: in.StripeProductID, PriceVersions: cur.PriceVersions, Rate: in.Rate,
-				Concurrency: in.Concurrency, Quotas: quotas, Features: in.Features, QuotaWindow: in.QuotaWindow, Public: public}
+				Concurrency: in.Concurrency, Quotas: quotas, Features: in.Features, QuotaWindow: in.QuotaWindow, Public: public,
+				Windows: windows}
 			return nil
 		}
 		if err == nil && !confirmed(c) && w.Previews != nil {
@@ -429,6 +446,7 @@ func (w *Web) confirmPlanEdit(c echo.Context, e entitlements.PlanEffect) error {
 		{Name: "Stripe product", Before: e.Before.StripeProductID, After: e.After.StripeProductID},
 		{Name: "Features", Before: strings.Join(e.Before.Features, ", "), After: strings.Join(e.After.Features, ", ")},
 		{Name: "Quotas reset", Before: e.Before.QuotaWindow, After: e.After.QuotaWindow},
+		{Name: "Windows", Before: windowsText(e.Before.Windows), After: windowsText(e.After.Windows)},
 		{Name: "Offered to tenants", Before: yesNo(e.Before.Public), After: yesNo(e.After.Public)},
 	} {
 		if r.Before != r.After {

@@ -15,6 +15,7 @@ type tenantForm struct {
 	Name             string
 	Plan             string
 	StripeCustomerID string
+	ExternalID       string
 }
 
 type newTenantPage struct {
@@ -23,9 +24,15 @@ type newTenantPage struct {
 	Errors map[string]string // field → message, shown next to the field
 	// Taken is the tenant already linked to the Stripe customer typed.
 	Taken *tenantLink
+	// TakenExt is the tenant that already has the external id typed.
+	TakenExt *tenantLink
 }
 
 func (w *Web) renderNewTenant(c echo.Context, status int, f tenantForm, errs map[string]string, taken *tenantLink) error {
+	return w.renderNewTenantTaken(c, status, f, errs, taken, nil)
+}
+
+func (w *Web) renderNewTenantTaken(c echo.Context, status int, f tenantForm, errs map[string]string, taken, takenExt *tenantLink) error {
 	plans, err := w.store.plans(c.Request().Context())
 	if err != nil {
 		return err
@@ -34,7 +41,7 @@ func (w *Web) renderNewTenant(c echo.Context, status int, f tenantForm, errs map
 		f.Plan = w.DefaultPlan
 	}
 	return w.render(c, status, "admin_tenant_new", page{Title: "New tenant", Nav: "tenants",
-		Data: newTenantPage{Form: f, Plans: plans, Errors: errs, Taken: taken}})
+		Data: newTenantPage{Form: f, Plans: plans, Errors: errs, Taken: taken, TakenExt: takenExt}})
 }
 
 func (w *Web) handleAdminNewTenant() echo.HandlerFunc {
@@ -57,15 +64,15 @@ func (w *Web) handleAdminCreateTenant() echo.HandlerFunc {
 		}
 		ctx := c.Request().Context()
 		f := tenantForm{Name: strings.TrimSpace(c.FormValue("name")), Plan: strings.TrimSpace(c.FormValue("plan")),
-			StripeCustomerID: strings.TrimSpace(c.FormValue("stripe_customer_id"))}
-		t, err := w.Tenants.CreateTenant(ctx, entitlements.TenantInput{Name: f.Name, Plan: f.Plan, StripeCustomerID: f.StripeCustomerID})
+			StripeCustomerID: strings.TrimSpace(c.FormValue("stripe_customer_id")), ExternalID: strings.TrimSpace(c.FormValue("external_id"))}
+		t, err := w.Tenants.CreateTenant(ctx, entitlements.TenantInput{Name: f.Name, Plan: f.Plan, StripeCustomerID: f.StripeCustomerID, ExternalID: f.ExternalID})
 		fields, status, ok := formError(err)
 		if !ok && err != nil {
 			return err
 		}
 		if ok {
 			errs := map[string]string{}
-			var taken *tenantLink
+			var taken, takenExt *tenantLink
 			for _, fe := range fields {
 				field := fe.Field
 				if field == "" {
@@ -78,9 +85,15 @@ func (w *Web) handleAdminCreateTenant() echo.HandlerFunc {
 						taken = &other
 					}
 				}
+				if field == "external_id" && status == http.StatusConflict {
+					msg = "another tenant already has this external id"
+					if other, err := w.store.tenantByExternalID(ctx, f.ExternalID); err == nil {
+						takenExt = &other
+					}
+				}
 				errs[field] = msg
 			}
-			return w.renderNewTenant(c, status, f, errs, taken)
+			return w.renderNewTenantTaken(c, status, f, errs, taken, takenExt)
 		}
 		return c.Redirect(http.StatusSeeOther, "/admin/tenants/"+t.ID+"?done=tenant")
 	}

@@ -93,6 +93,9 @@ func limitTitle(l entitlements.Limit) string {
 	case entitlements.PolicyConcurrency:
 		return "Concurrency"
 	}
+	if l.Window != "" {
+		return "Window: " + l.Window
+	}
 	return "Quota: " + l.Meter
 }
 
@@ -104,6 +107,8 @@ func limitValue(l entitlements.Limit) string {
 		return strconv.FormatFloat(l.Rate.PerSecond, 'f', -1, 64) + "/s, burst " + numfmt.Int(l.Rate.Burst)
 	case l.Policy == entitlements.PolicyConcurrency:
 		return numfmt.Int(*l.Limit) + " at once"
+	case l.Window != "":
+		return numfmt.Int(*l.Limit) + " per " + l.Length + ", " + l.Kind
 	}
 	return strings.TrimSpace(numfmt.Int(*l.Limit) + " a period, " + l.Mode)
 }

@@ -45,6 +45,7 @@ type TenantRow struct {
 	PlanKey            string
 	PlanName           string
 	StripeCustomerID   string
+	ExternalID         string // "" when none
 	StripeFeatures     []string
 	PeriodAnchor       time.Time
 	EntitlementVersion int64
@@ -78,11 +79,11 @@ func (s *store) tenant(ctx context.Context, id string) (TenantRow, error) {
 	var t TenantRow
 	var cus *string
 	err := s.db.QueryRow(ctx, `
-		SELECT t.id, t.name, t.plan_key, p.name, t.stripe_customer_id, t.stripe_features,
+		SELECT t.id, t.name, t.plan_key, p.name, t.stripe_customer_id, coalesce(t.external_id, ''), t.stripe_features,
 		       t.period_anchor, t.entitlement_version, t.created_at,
 		       COALESCE((SELECT s.status FROM (`+entitlements.CurrentSubscriptionOf("t.id")+`) s), '')
 		FROM tenants t JOIN plans p ON p.key = t.plan_key
-		WHERE t.id = $1`, id).Scan(&t.ID, &t.Name, &t.PlanKey, &t.PlanName, &cus, &t.StripeFeatures,
+		WHERE t.id = $1`, id).Scan(&t.ID, &t.Name, &t.PlanKey, &t.PlanName, &cus, &t.ExternalID, &t.StripeFeatures,
 		&t.PeriodAnchor, &t.EntitlementVersion, &t.CreatedAt, &t.SubStatus)
 	if err != nil {
 		return TenantRow{}, fmt.Errorf("web: tenant: %w", notFound(err, "tenant"))

@@ -35,6 +35,8 @@ type PlanRow struct {
 	UpdatedAt       time.Time
 	QuotaWindow     string // "month" or "billing_period"
 	Public          bool   // offered to tenants on their dashboard
+	// Windows are the plan's window limits, in its order.
+	Windows []entitlements.PlanWindow
 }
 
 // QuotaRow is one meter's monthly quota of a plan.
@@ -54,16 +56,23 @@ func (s *store) plans(ctx context.Context) ([]PlanRow, error) {
 		       p.features, p.updated_at, p.quota_window, p.public,
 		       (SELECT count(*) FROM tenants t WHERE t.plan_key = p.key),
 		       COALESCE((SELECT json_agg(json_build_object('meter', q.meter, 'limit', q.quota_limit, 'mode', q.mode, 'per_seat', q.per_seat) ORDER BY q.meter)
-		                 FROM plan_quotas q WHERE q.plan_key = p.key), '[]')
+		                 FROM plan_quotas q WHERE q.plan_key = p.key), '[]'),
+		       p.windows
 		FROM plans p ORDER BY p.key`)
 	if err != nil {
 		return nil, fmt.Errorf("web: plans: %w", err)
 	}
 	var out []PlanRow
 	var p PlanRow
-	var quotas []byte
+	var quotas, windows []byte
 	_, err = pgx.ForEachRow(rows, []any{&p.Key, &p.Name, &p.StripePriceID, &p.StripePriceIDs, &p.StripeProductID, &p.RatePerSecond, &p.RateBurst, &p.Concurrency,
-		&p.Features, &p.UpdatedAt, &p.QuotaWindow, &p.Public, &p.Tenants, &quotas}, func() error {
+		&p.Features, &p.UpdatedAt, &p.QuotaWindow, &p.Public, &p.Tenants, &quotas, &windows}, func() error {
+		p.Windows = nil
+		if len(windows) > 0 {
+			if err := json.Unmarshal(windows, &p.Windows); err != nil {
+				return err
+			}
+		}
 		var qs []struct {
 			Meter   string `json:"meter"`
 			Limit   int64  `json:"limit"`
@@ -120,7 +129,7 @@ func (s *store) tenantPage(ctx context.Context, q string, page, size int) ([]Ten
 	var total int64
 	if err := s.db.QueryRow(ctx, `
 		SELECT count(*) FROM tenants
-		WHERE lower(name) LIKE $1 OR id::text = $2 OR stripe_customer_id = $2`, like, q).Scan(&total); err != nil {
+		WHERE lower(name) LIKE $1 OR id::text = $2 OR stripe_customer_id = $2 OR external_id = $2`, like, q).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("web: count tenants: %w", err)
 	}
 	rows, err := s.db.Query(ctx, `
@@ -131,7 +140,7 @@ func (s *store) tenantPage(ctx context.Context, q string, page, size int) ([]Ten
 		       (SELECT quota_limit FROM plan_quotas q WHERE q.plan_key = t.plan_key AND q.meter = 'requests'),
 		       t.created_at
 		FROM tenants t
-		WHERE lower(t.name) LIKE $1 OR t.id::text = $2 OR t.stripe_customer_id = $2
+		WHERE lower(t.name) LIKE $1 OR t.id::text = $2 OR t.stripe_customer_id = $2 OR t.external_id = $2
 		ORDER BY t.created_at DESC, t.id DESC
 		LIMIT $3 OFFSET $4`, like, q, size, (page-1)*size)
 	if err != nil {

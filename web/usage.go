@@ -51,8 +51,9 @@ type UsageView struct {
 	PeriodEnd   time.Time
 	ResetIn     string
 	Meters      []MeterView
-	Charts      []Chart // usage per day, one per meter with history or a quota
-	Refusals    Chart   // refused requests per day, stacked by policy
+	Windows     []WindowView // the plan's windows, live
+	Charts      []Chart      // usage per day, one per meter with history or a quota
+	Refusals    Chart        // refused requests per day, stacked by policy
 	Now         time.Time
 	// Stale is set when Redis did not answer in time: the figures are
 	// Postgres's and the page says they may be behind.
@@ -87,6 +88,7 @@ func (w *Web) usageView(ctx context.Context, tenantID string) (UsageView, error)
 	for _, m := range u.Meters {
 		v.Meters = append(v.Meters, meterView(m, v.PeriodStart, v.PeriodEnd, now))
 	}
+	w.windowViews(ctx, &v)
 
 	ds := days(v.PeriodStart, v.PeriodEnd)
 	index := make(map[time.Time]int, len(ds))

@@ -212,6 +212,7 @@ func (w *Web) Register(e *echo.Echo) {
 	e.POST("/admin/tenants", w.handleAdminCreateTenant(), append(admin, w.audited("tenant.create"))...)
 	e.GET("/admin/tenants/:id", w.handleAdminTenant(), admin...)
 	e.POST("/admin/tenants/:id/plan", w.handleAdminChangePlan(), append(admin, w.audited("tenant.plan_change"))...)
+	e.POST("/admin/tenants/:id/external-id", w.handleAdminSetExternalID(), append(admin, w.audited("tenant.edit"))...)
 	e.POST("/admin/tenants/:id/keys", w.handleAdminIssueKey(), append(admin, w.audited("api_key.issue"))...)
 	e.POST("/admin/tenants/:id/keys/:key/revoke", w.handleAdminRevokeKey(), append(admin, w.audited("api_key.revoke"))...)
 	e.POST("/admin/tenants/:id/overrides", w.handleAdminAddOverride(), append(admin, w.audited("override.create"))...)

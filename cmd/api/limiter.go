@@ -36,6 +36,7 @@ func newLimiter(cfg config.Config, ents *entitlements.Service, usage limiter.Usa
 	lim, err := limiter.New(rdb, limiter.Options{
 		Prefix:            keyspace.DefaultPrefix,
 		Loader:            ents.LoadSnapshot,
+		ExternalLoader:    ents.LoadExternal,
 		UsageLoader:       usage,
 		Timeout:           cfg.LimiterTimeout,
 		FailMode:          limiter.FailModes{Rate: mode, Quota: mode, Concurrency: mode, Window: mode},

@@ -14,12 +14,22 @@ import (
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
-// rlsKeys adapts the entitlements service to the credentials rls checks.
-type rlsKeys struct{ *entitlements.Service }
+// rlsKeys adapts the entitlements service to the credentials rls checks,
+// and the limiter to its external ids.
+type rlsKeys struct {
+	*entitlements.Service
+	lim *limiter.Limiter
+}
 
 func (k rlsKeys) TenantOfKey(ctx context.Context, raw string) (string, error) {
 	info, err := k.AuthenticateKey(ctx, raw, false)
 	return info.TenantID, err
+}
+
+// TenantOfExternalID resolves a descriptor's external_id with the
+// limiter's cached alias: no round trip once known.
+func (k rlsKeys) TenantOfExternalID(ctx context.Context, ext string) (string, error) {
+	return k.lim.ExternalTenant(ctx, ext)
 }
 
 // serveRLS answers Envoy's rate limit service on GRPC_ADDR until ctx ends,
@@ -27,7 +37,7 @@ func (k rlsKeys) TenantOfKey(ctx context.Context, raw string) (string, error) {
 // SERVING while Postgres and Redis answer.
 func serveRLS(ctx context.Context, cfg config.Config, ents *entitlements.Service, lim *limiter.Limiter,
 	pool *pgxpool.Pool, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, ready func(string)) error {
-	srv, err := rls.New(rlsKeys{ents}, lim, rls.Options{Domain: cfg.GRPCRLSDomain, AdminToken: cfg.AdminToken, Log: log, Registerer: reg})
+	srv, err := rls.New(rlsKeys{ents, lim}, lim, rls.Options{Domain: cfg.GRPCRLSDomain, AdminToken: cfg.AdminToken, Log: log, Registerer: reg})
 	if err != nil {
 		return err
 	}

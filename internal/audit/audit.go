@@ -278,7 +278,7 @@ func (l *Log) state(ctx context.Context, sub Subject) json.RawMessage {
 const tenantState = `
 SELECT jsonb_build_object(
   'name', t.name, 'plan', t.plan_key, 'stripe_customer_id', t.stripe_customer_id,
-  'entitlement_version', t.entitlement_version,
+  'external_id', t.external_id, 'entitlement_version', t.entitlement_version,
   'overrides', COALESCE((SELECT jsonb_agg(jsonb_build_object('id', o.id, 'meter', o.meter, 'extra', o.extra,
         'limit', o.quota_limit, 'mode', o.mode, 'reason', o.reason, 'expires_at', o.expires_at) ORDER BY o.created_at)
       FROM quota_overrides o WHERE o.tenant_id = t.id), '[]'::jsonb),

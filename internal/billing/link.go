@@ -3,6 +3,7 @@ package billing
 import (
 	"context"
 	"fmt"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 
@@ -29,12 +30,21 @@ func (s *Service) tenantFor(ctx context.Context, w *entitlements.Writes, custome
 	if err != nil || t != "" {
 		return t, "", err
 	}
-	tid := meta["tenant_id"]
-	if !ids.IsUUID(tid) {
-		return "", "no tenant has this stripe_customer_id and metadata.tenant_id names none", nil
+	ref := meta["tenant_id"]
+	tid, err := w.TenantByRef(ctx, ref)
+	if err != nil {
+		return "", "", err
+	}
+	if tid == "" {
+		if ids.IsUUID(ref) {
+			// The reason link gives an unknown tenant id, as before.
+			tid = ref
+		} else {
+			return "", "no tenant has this stripe_customer_id and metadata.tenant_id names none (no tenant id or external id " + strconv.Quote(ref) + ")", nil
+		}
 	}
 	if terminal(status) {
-		return "", fmt.Sprintf("no tenant has this stripe_customer_id, and a %s subscription never links one (metadata.tenant_id %s)", status, tid), nil
+		return "", fmt.Sprintf("no tenant has this stripe_customer_id, and a %s subscription never links one (metadata.tenant_id %s)", status, ref), nil
 	}
 	return s.link(ctx, w, tid, customer)
 }
@@ -148,6 +158,27 @@ func (s *Service) requeueEarly(ctx context.Context, tx pgx.Tx, customer, subscri
 	return nil
 }
 
+// checkoutTenant is the tenant a Checkout session names:
+// client_reference_id, then metadata.tenant_id, each a tenant id first and
+// then an external id (a backend that starts Checkout with its own id for
+// the tenant). A tenant id no tenant has is kept, so that link says so;
+// "" when neither names one.
+func checkoutTenant(ctx context.Context, w *entitlements.Writes, cs checkoutView) (string, error) {
+	refs := []string{cs.ClientReferenceID, cs.Metadata["tenant_id"]}
+	for _, ref := range refs {
+		id, err := w.TenantByRef(ctx, ref)
+		if err != nil || id != "" {
+			return id, err
+		}
+	}
+	for _, ref := range refs {
+		if ids.IsUUID(ref) {
+			return ref, nil
+		}
+	}
+	return "", nil
+}
+
 func (s *Service) applyCheckout(ctx context.Context, w *entitlements.Writes, ev storedEvent, cs checkoutView, pre prefetched) (outcome, error) {
 	if cs.Mode != "subscription" {
 		return ignored("", "checkout session in mode %q does not start a subscription", cs.Mode), nil
@@ -155,12 +186,12 @@ func (s *Service) applyCheckout(ctx context.Context, w *entitlements.Writes, ev 
 	if cs.Customer == "" {
 		return ignored("", "checkout session %s has no customer", cs.ID), nil
 	}
-	tid := cs.ClientReferenceID
-	if !ids.IsUUID(tid) {
-		tid = cs.Metadata["tenant_id"]
+	tid, err := checkoutTenant(ctx, w, cs)
+	if err != nil {
+		return outcome{}, err
 	}
-	if !ids.IsUUID(tid) {
-		return ignored("", "checkout session %s names no tenant (client_reference_id %q, metadata.tenant_id %q)", cs.ID, cs.ClientReferenceID, cs.Metadata["tenant_id"]), nil
+	if tid == "" {
+		return ignored("", "checkout session %s names no tenant (client_reference_id %q, metadata.tenant_id %q: no tenant id or external id)", cs.ID, cs.ClientReferenceID, cs.Metadata["tenant_id"]), nil
 	}
 	other, err := w.TenantByCustomer(ctx, cs.Customer)
 	if err != nil {

@@ -61,7 +61,8 @@ type Explanation struct {
 	PeriodStart time.Time `json:"period_start"`
 	PeriodEnd   time.Time `json:"period_end"`
 	ComputedAt  time.Time `json:"computed_at"`
-	// Limits: rate, concurrency, then one quota per meter by name.
+	// Limits: rate, concurrency, the plan's windows in its order, then one
+	// quota per meter by name.
 	Limits []Limit `json:"limits"`
 	// Snapshot is what the figures were read from (the one compute call).
 	Snapshot limiter.Snapshot `json:"-"`
@@ -76,6 +77,11 @@ type Limit struct {
 	Rate      *limiter.Rate `json:"rate,omitempty"`
 	Limit     *int64        `json:"limit,omitempty"`
 	Mode      string        `json:"mode,omitempty"`
+	// Window, Length and Kind describe a plan window (policy
+	// "window:<name>"): its name, length ("1h0m0s") and kind.
+	Window string `json:"window,omitempty"`
+	Length string `json:"length,omitempty"`
+	Kind   string `json:"kind,omitempty"`
 	// Sources in the order they were applied; each Result is the figure
 	// after it, so the last one that changed it equals Limit.
 	Sources []Source `json:"sources"`
@@ -359,6 +365,7 @@ func (e *explainer) limits(snap limiter.Snapshot, in inputs) []Limit {
 		c.Limit, c.Unlimited = &n, false
 	}
 	out = append(out, c)
+	out = append(out, e.windowLimits(snap)...)
 	meters := map[string]bool{limiter.DefaultMeter: true}
 	for m := range snap.Quotas {
 		meters[m] = true

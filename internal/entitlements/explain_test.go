@@ -9,6 +9,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/limiter"
 )
 
 // agree fails unless every figure of the explanation is the one the
@@ -37,6 +38,11 @@ func agree(t *testing.T, b *bundle, e entitlements.Explanation) {
 		case l.Policy == entitlements.PolicyConcurrency:
 			if (snap.Concurrency == 0) != l.Unlimited || (!l.Unlimited && *l.Limit != snap.Concurrency) {
 				t.Fatalf("concurrency explained %v (unlimited %v), enforced %d", l.Limit, l.Unlimited, snap.Concurrency)
+			}
+		case strings.HasPrefix(l.Policy, "window:"):
+			i := slices.IndexFunc(snap.Windows, func(w limiter.Window) bool { return entitlements.WindowPolicy(w.Name) == l.Policy })
+			if i < 0 || l.Unlimited || *l.Limit != snap.Windows[i].Limit || string(snap.Windows[i].Kind) != l.Kind {
+				t.Fatalf("%s explained %s, enforced %+v", l.Policy, dump(l), snap.Windows)
 			}
 		default:
 			q, ok := snap.Quotas[l.Meter]

@@ -322,7 +322,7 @@ func (in *PlanInput) Validate() error {
 			}
 		}
 	}
-	validateWindows(&v, in.Windows)
+	validateWindows(&v, in.Windows, in.Quotas)
 	if !period.Window(in.QuotaWindow).Valid() {
 		v.Add("quota_window", `must be "month" or "billing_period"`)
 	}
@@ -338,7 +338,7 @@ func (in *PlanInput) Validate() error {
 }
 
 // validateWindows checks each window, naming fields as windows[i].name.
-func validateWindows(v *apperr.Validation, ws []WindowInput) {
+func validateWindows(v *apperr.Validation, ws []WindowInput, quotas map[string]*QuotaInput) {
 	if len(ws) > maxWindows {
 		v.Add("windows", "must have at most %d entries", maxWindows)
 	}
@@ -354,6 +354,9 @@ func validateWindows(v *apperr.Validation, ws []WindowInput) {
 			// A window named like the rate would be told apart from it in
 			// no header or refusal.
 			v.Add(field+".name", "must not be %q (a policy of its own)", w.Name)
+		case quotas[w.Name] != nil:
+			// Decisions and headers name a window and a quota alike.
+			v.Add(field+".name", "must not be the name of a quota of the plan (%q)", w.Name)
 		}
 		seen[w.Name] = true
 		switch {

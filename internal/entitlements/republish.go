@@ -30,15 +30,22 @@ func (s *Service) Republish(ctx context.Context, after string, budget time.Durat
 	}
 	deadline := time.Now().Add(budget)
 	for {
-		rows, err := s.db.Query(ctx, `SELECT id::text FROM tenants WHERE id > $1::uuid ORDER BY id LIMIT 200`, firstUUID(after))
+		rows, err := s.db.Query(ctx, `SELECT id::text, coalesce(external_id, '') FROM tenants WHERE id > $1::uuid ORDER BY id LIMIT 200`, firstUUID(after))
 		if err != nil {
 			return st, fmt.Errorf("entitlements: republish: %w", pgError(err))
 		}
-		page, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		page, err := pgx.CollectRows(rows, pgx.RowToStructByPos[republishRow])
 		if err != nil {
 			return st, fmt.Errorf("entitlements: republish: %w", pgError(err))
 		}
-		for _, id := range page {
+		for _, row := range page {
+			id := row.ID
+			if row.ExternalID != "" {
+				// The alias expires as the snapshot does; this keeps it too.
+				if err := s.store.RefreshAlias(ctx, row.ExternalID, id); err != nil {
+					return st, fmt.Errorf("entitlements: republish %s: %w", id, err)
+				}
+			}
 			snap, err := s.Snapshot(ctx, id)
 			if err != nil {
 				return st, fmt.Errorf("entitlements: republish %s: %w", id, err)
@@ -62,6 +69,10 @@ func (s *Service) Republish(ctx context.Context, after string, budget time.Durat
 			return st, nil
 		}
 	}
+}
+
+type republishRow struct {
+	ID, ExternalID string
 }
 
 func firstUUID(after string) string {

@@ -271,6 +271,8 @@ func fieldOfConstraint(constraint, column string) string {
 		return "stripe_price_id"
 	case "tenants_stripe_customer_id_key":
 		return "stripe_customer_id"
+	case "tenants_external_id_key", "tenants_external_id_check":
+		return "external_id"
 	case "tenants_plan_key_fkey":
 		return "plan"
 	case "plan_quotas_pkey":

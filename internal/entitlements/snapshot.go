@@ -184,6 +184,9 @@ func (s *Service) compute(in inputs, why *explainer) limiter.Snapshot {
 		snap.Concurrency = *plan.Concurrency
 		why.plan(PolicyConcurrency, numfmt.Int(snap.Concurrency)+" requests at once", &snap.Concurrency)
 	}
+	// Windows are the plan's as they are: quota overrides, add-ons and
+	// seats change a meter's period quota, never a window.
+	snap.Windows = planWindows(plan.Windows, why)
 	seats := int64(1)
 	if own && in.sub != nil {
 		seats = in.sub.Seats
@@ -302,6 +305,7 @@ func keepOwnLimits(snap *limiter.Snapshot, own Plan, why *explainer) {
 		snap.Concurrency = *own.Concurrency
 		why.kept(PolicyConcurrency, own, numfmt.Int(snap.Concurrency)+" requests at once", &snap.Concurrency)
 	}
+	keepOwnWindows(snap, own, why)
 	for _, m := range sortedKeys(own.Quotas) {
 		if _, ok := snap.Quotas[m]; ok {
 			continue

@@ -18,10 +18,13 @@ import (
 
 // Tenant is a paying customer of the SaaS.
 type Tenant struct {
-	ID                 string    `json:"id"`
-	Name               string    `json:"name"`
-	Plan               string    `json:"plan"` // the plan assigned; the effective one may differ (see TenantDetail)
-	StripeCustomerID   string    `json:"stripe_customer_id,omitempty"`
+	ID               string `json:"id"`
+	Name             string `json:"name"`
+	Plan             string `json:"plan"` // the plan assigned; the effective one may differ (see TenantDetail)
+	StripeCustomerID string `json:"stripe_customer_id,omitempty"`
+	// ExternalID is the backend's own id for the tenant (nil = none):
+	// unique, case-sensitive, see ValidExternalID.
+	ExternalID         *string   `json:"external_id"`
 	StripeFeatures     []string  `json:"stripe_features"`
 	PeriodAnchor       time.Time `json:"period_anchor"`
 	EntitlementVersion int64     `json:"entitlement_version"`
@@ -37,6 +40,7 @@ type TenantInput struct {
 	Name             string `json:"name"`
 	Plan             string `json:"plan"`
 	StripeCustomerID string `json:"stripe_customer_id"`
+	ExternalID       string `json:"external_id"` // optional
 }
 
 // Validate checks every field, naming the bad ones.
@@ -56,6 +60,9 @@ func (in *TenantInput) Validate() error {
 	}
 	if c := in.StripeCustomerID; c != "" && (len(c) > 255 || !token(c)) {
 		v.Add("stripe_customer_id", "must be a Stripe customer id such as cus_123")
+	}
+	if e := in.ExternalID; e != "" && !ValidExternalID(e) {
+		v.Add("external_id", externalIDRule)
 	}
 	return v.Err()
 }
@@ -125,9 +132,11 @@ type TenantDetail struct {
 
 // ListQuery selects a page of tenants, newest first.
 type ListQuery struct {
-	Q      string // case-insensitive part of the name, or an exact Stripe customer id or tenant id
-	Limit  int    // 1-200; 0 = 50
-	Cursor string // NextCursor of the previous page
+	Q string // case-insensitive part of the name, or an exact Stripe customer id, external id or tenant id
+	// ExternalID, when set, selects the one tenant with that external id.
+	ExternalID string
+	Limit      int    // 1-200; 0 = 50
+	Cursor     string // NextCursor of the previous page
 }
 
 // Page is one page of tenants.
@@ -136,12 +145,12 @@ type Page struct {
 	NextCursor string   `json:"next_cursor,omitempty"`
 }
 
-const tenantCols = `t.id::text, t.name, t.plan_key, coalesce(t.stripe_customer_id, ''), t.stripe_features,
+const tenantCols = `t.id::text, t.name, t.plan_key, coalesce(t.stripe_customer_id, ''), t.external_id, t.stripe_features,
        t.period_anchor, t.entitlement_version, t.created_at, t.updated_at, t.plan_version`
 
 func scanTenant(row pgx.CollectableRow) (Tenant, error) {
 	var t Tenant
-	err := row.Scan(&t.ID, &t.Name, &t.Plan, &t.StripeCustomerID, &t.StripeFeatures, &t.PeriodAnchor,
+	err := row.Scan(&t.ID, &t.Name, &t.Plan, &t.StripeCustomerID, &t.ExternalID, &t.StripeFeatures, &t.PeriodAnchor,
 		&t.EntitlementVersion, &t.CreatedAt, &t.UpdatedAt, &t.PlanVersion)
 	if t.StripeFeatures == nil {
 		t.StripeFeatures = []string{}
@@ -171,9 +180,9 @@ func (s *Service) CreateTenant(ctx context.Context, in TenantInput) (Tenant, err
 			return apperr.Invalidf("plan", "no plan %q", in.Plan)
 		}
 		rows, err := tx.Query(ctx, `
-INSERT INTO tenants AS t (name, plan_key, stripe_customer_id, period_anchor)
-VALUES ($1, $2, nullif($3, ''), $4)
-RETURNING `+tenantCols, strings.TrimSpace(in.Name), in.Plan, in.StripeCustomerID, s.opts.Now().UTC())
+INSERT INTO tenants AS t (name, plan_key, stripe_customer_id, period_anchor, external_id)
+VALUES ($1, $2, nullif($3, ''), $4, nullif($5, ''))
+RETURNING `+tenantCols, strings.TrimSpace(in.Name), in.Plan, in.StripeCustomerID, s.opts.Now().UTC(), in.ExternalID)
 		if err != nil {
 			return pgError(err)
 		}
@@ -190,6 +199,7 @@ RETURNING `+tenantCols, strings.TrimSpace(in.Name), in.Plan, in.StripeCustomerID
 	}
 	s.log.InfoContext(ctx, "tenant created", "tenant_id", t.ID, "plan", t.Plan)
 	s.publishRetried(ctx, snap)
+	s.publishAlias(ctx, t.ID, "", deref(t.ExternalID), snap.Version)
 	return t, nil
 }
 
@@ -203,6 +213,13 @@ func (s *Service) ListTenants(ctx context.Context, q ListQuery) (Page, error) {
 	}
 	if len(q.Q) > 200 || !cleanText(q.Q) {
 		return Page{}, apperr.Invalidf("q", "must be at most 200 characters of UTF-8 text")
+	}
+	if q.ExternalID != "" && !ValidExternalID(q.ExternalID) {
+		return Page{}, apperr.Invalidf("external_id", externalIDRule)
+	}
+	var ext *string
+	if q.ExternalID != "" {
+		ext = &q.ExternalID
 	}
 	var (
 		curAt *time.Time
@@ -222,10 +239,11 @@ func (s *Service) ListTenants(ctx context.Context, q ListQuery) (Page, error) {
 	}
 	rows, err := s.db.Query(ctx, `
 SELECT `+tenantCols+` FROM tenants t
- WHERE ($1::text IS NULL OR lower(t.name) LIKE $1 OR t.stripe_customer_id = $2 OR t.id::text = lower($2))
+ WHERE ($1::text IS NULL OR lower(t.name) LIKE $1 OR t.stripe_customer_id = $2 OR t.external_id = $2 OR t.id::text = lower($2))
    AND ($3::timestamptz IS NULL OR (t.created_at, t.id) < ($3, $4::uuid))
+   AND ($6::text IS NULL OR t.external_id = $6)
  ORDER BY t.created_at DESC, t.id DESC
- LIMIT $5`, pattern, q.Q, curAt, curID, q.Limit+1)
+ LIMIT $5`, pattern, q.Q, curAt, curID, q.Limit+1, ext)
 	if err != nil {
 		return Page{}, fmt.Errorf("entitlements: list tenants: %w", err)
 	}

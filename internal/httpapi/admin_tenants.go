@@ -29,7 +29,10 @@ func (s *Server) handleCreateTenant() echo.HandlerFunc {
 
 func (s *Server) handleListTenants() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		q := entitlements.ListQuery{Q: c.QueryParam("q"), Cursor: c.QueryParam("cursor")}
+		q := entitlements.ListQuery{Q: c.QueryParam("q"), Cursor: c.QueryParam("cursor"), ExternalID: c.QueryParam("external_id")}
+		if c.QueryParams().Has("external_id") && q.ExternalID == "" {
+			return apperr.Invalidf("external_id", "must not be empty")
+		}
 		if l := c.QueryParam("limit"); l != "" {
 			n, err := strconv.Atoi(l)
 			if err != nil {
@@ -63,6 +66,22 @@ func (s *Server) handleGetTenant() echo.HandlerFunc {
 			return err
 		}
 		return c.JSON(http.StatusOK, d)
+	}
+}
+
+// handleUpdateTenant edits a tenant's name and external id (absent fields
+// stay; "external_id": null removes it).
+func (s *Server) handleUpdateTenant() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		var p entitlements.TenantPatch
+		if err := decodeBody(c, &p); err != nil {
+			return err
+		}
+		t, err := s.Entitlements.UpdateTenant(c.Request().Context(), c.Param("id"), p)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, t)
 	}
 }
 

@@ -97,7 +97,7 @@ func (s *Server) limiterError(c echo.Context, err error) error {
 }
 
 // impossible returns the policy of a refusal that no wait can lift: a cost
-// above the rate's burst or above a hard quota's whole limit. Decisions of
+// above the rate's burst, a window's limit or a hard quota's whole limit. Decisions of
 // a fail mode (whose local limits are a share of the real ones) never count.
 func impossible(d *limiter.Decision, req limiter.Request) *limiter.PolicyStatus {
 	if d.Fallback != "" || d.Shadow {
@@ -114,6 +114,8 @@ func impossible(d *limiter.Decision, req limiter.Request) *limiter.PolicyStatus 
 			return p
 		case p.Mode == limiter.ModeHard && p.Unit == "" && p.Limit < cost:
 			return p
+		case p.IsWindow() && p.Limit < cost: // no window ever holds more than its limit
+			return p
 		}
 	}
 	return nil
@@ -121,7 +123,10 @@ func impossible(d *limiter.Decision, req limiter.Request) *limiter.PolicyStatus 
 
 func costProblem(d *limiter.Decision, p *limiter.PolicyStatus, req limiter.Request) map[string]any {
 	what := "its burst"
-	if p.Name != limiter.PolicyRate {
+	switch {
+	case p.IsWindow():
+		what = "its window of " + p.Window.String()
+	case p.Name != limiter.PolicyRate:
 		what = "its hard quota for the period"
 	}
 	detail := fmt.Sprintf("a cost of %d can never be admitted: the plan %q allows at most %d (%s of policy %q)", req.Cost, d.Plan, p.Limit, what, p.Name)

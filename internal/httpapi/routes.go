@@ -48,6 +48,7 @@ func (s *Server) routes() {
 	admin.POST("/tenants", s.handleCreateTenant(), s.audited("tenant.create"))
 	admin.GET("/tenants", s.handleListTenants())
 	admin.GET("/tenants/:id", s.handleGetTenant())
+	admin.PATCH("/tenants/:id", s.handleUpdateTenant(), s.audited("tenant.edit"))
 	admin.GET("/tenants/:id/explain", s.handleExplainTenant()) // "why this limit"
 	admin.PUT("/tenants/:id/plan", s.handleChangePlan(), s.audited("tenant.plan_change"))
 	admin.POST("/tenants/:id/api-keys", s.handleIssueKey(), s.audited("api_key.issue"))

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -35,10 +36,14 @@ func (s *Server) requireService(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// tenantParam is the {id} of a service route; anything but a UUID is a
-// tenant that does not exist.
-func tenantParam(c echo.Context) (string, error) {
+// tenantParam is the {id} of a service route: a tenant id, or
+// "ext:<external id>" (externalTenant); anything else is a tenant that
+// does not exist.
+func (s *Server) tenantParam(c echo.Context) (string, error) {
 	id := c.Param("id")
+	if ext, ok := strings.CutPrefix(id, ExternalIDPrefix); ok {
+		return s.externalTenant(c.Request().Context(), id, ext)
+	}
 	if !ids.IsUUID(id) {
 		return "", apperr.New(apperr.NotFound, "no tenant %q", id)
 	}
@@ -50,7 +55,7 @@ func tenantParam(c echo.Context) (string, error) {
 // caller would not be asking).
 func (s *Server) handleServiceSnapshot() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		id, err := tenantParam(c)
+		id, err := s.tenantParam(c)
 		if err != nil {
 			return err
 		}
@@ -76,7 +81,7 @@ type ServiceUsage struct {
 // quota counter from.
 func (s *Server) handleServiceUsage() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		id, err := tenantParam(c)
+		id, err := s.tenantParam(c)
 		if err != nil {
 			return err
 		}

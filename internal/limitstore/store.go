@@ -42,22 +42,6 @@ func New(rdb redis.UniversalClient, prefix string) *Store {
 // Keys returns the key names the Store uses.
 func (s *Store) Keys() keyspace.Keys { return s.keys }
 
-// putSnapshotLua writes a snapshot unless a newer version is stored (writes
-// may arrive out of order), and announces it.
-var putSnapshotScript = redis.NewScript(`
-local cur = redis.call('GET', KEYS[1])
-if cur then
-  local ok, obj = pcall(cjson.decode, cur)
-  if ok and type(obj) == 'table' and tonumber(obj['version']) and tonumber(obj['version']) > tonumber(ARGV[2]) then
-    return 0
-  end
-end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
-redis.call('DEL', KEYS[2]) -- the limits hash: the next limiter to read the snapshot writes it
-redis.call('PUBLISH', ARGV[4], ARGV[5])
-return 1
-`)
-
 // republishScript refreshes a stored snapshot's TTL when it is the same,
 // writes and announces it when it differs (missing, older, or the same
 // version computed differently), and leaves a newer one alone.
@@ -74,7 +58,7 @@ if cur then
   end
 end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[3])
-redis.call('DEL', KEYS[2]) -- the limits hash, as in putSnapshotScript
+redis.call('DEL', KEYS[2]) -- the limits hash, as in keyspace.Keys.PutSnapshot
 redis.call('PUBLISH', ARGV[4], ARGV[5])
 return 1
 `)
@@ -96,12 +80,7 @@ func (s *Store) PutSnapshot(ctx context.Context, snap limiter.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("limitstore: encoding snapshot: %w", err)
 	}
-	ttl := int64(s.SnapshotTTL / time.Second)
-	if ttl < 1 {
-		ttl = 1
-	}
-	err = putSnapshotScript.Run(ctx, s.rdb, []string{s.keys.Snapshot(snap.TenantID), s.keys.Limits(snap.TenantID)},
-		raw, snap.Version, ttl, s.keys.Invalidations(), keyspace.Invalidation(snap.TenantID, snap.Version)).Err()
+	_, err = s.keys.PutSnapshot(ctx, s.rdb, snap.TenantID, raw, snap.Version, s.SnapshotTTL)
 	if err != nil {
 		return fmt.Errorf("limitstore: writing snapshot of %q: %w", snap.TenantID, err)
 	}

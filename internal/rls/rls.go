@@ -7,7 +7,9 @@
 // Envoy forwards it from a header: "Bearer tg_…" or the bare key) or by a
 // `tenant_id` entry when the gateway authenticated the caller itself (then
 // the call must carry a service token or ADMIN_TOKEN as gRPC metadata
-// `authorization: Bearer …`). An optional `meter` entry picks the quota;
+// `authorization: Bearer …`), or by an `external_id` entry (the backend's
+// own id for the tenant, under the same service credential). An optional
+// `meter` entry picks the quota;
 // the cost is the descriptor's hits_addend, else the request's, else 1.
 //
 // Envoy lets a request through when the service answers with an error
@@ -46,7 +48,12 @@ import (
 const (
 	EntryAPIKey   = "api_key"
 	EntryTenantID = "tenant_id"
-	EntryMeter    = "meter"
+	// EntryExternalID names the tenant by its external id. An entry of its
+	// own rather than a prefix on tenant_id: Envoy builds descriptors from
+	// request headers (request_headers: descriptor_key), and a gateway that
+	// forwards a header holding the backend's own id cannot prepend to it.
+	EntryExternalID = "external_id"
+	EntryMeter      = "meter"
 )
 
 // ReasonHeader carries why Tollgate refused a descriptor that no limit
@@ -66,6 +73,10 @@ type Keys interface {
 	AuthenticateService(ctx context.Context, raw string) error
 	// MeterDefined reports whether some plan has a quota on meter.
 	MeterDefined(ctx context.Context, meter string) (bool, error)
+	// TenantOfExternalID returns the tenant an external id names; an
+	// unknown one is limiter.ErrUnknownTenant (cmd/api resolves it with the
+	// limiter's cached alias: no extra trip once known).
+	TenantOfExternalID(ctx context.Context, externalID string) (string, error)
 }
 
 // Decider makes the limiter's decision; *limiter.Limiter implements it.
@@ -156,7 +167,8 @@ func (s *Server) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReques
 // descriptor decides one descriptor and returns its status and the headers
 // the client should see for it.
 func (s *Server) descriptor(ctx context.Context, req *rlsv3.RateLimitRequest, d *ratelimitv3.RateLimitDescriptor, service *serviceAuth) (*rlsv3.RateLimitResponse_DescriptorStatus, http.Header) {
-	var apiKey, tenant, meter string
+	var apiKey, tenant, external, meter string
+	hasExternal := false
 	for _, e := range d.GetEntries() {
 		switch e.GetKey() {
 		case EntryAPIKey:
@@ -166,6 +178,8 @@ func (s *Server) descriptor(ctx context.Context, req *rlsv3.RateLimitRequest, d 
 			}
 		case EntryTenantID:
 			tenant = e.GetValue()
+		case EntryExternalID:
+			external, hasExternal = e.GetValue(), true
 		case EntryMeter:
 			meter = e.GetValue()
 		}
@@ -192,8 +206,22 @@ func (s *Server) descriptor(ctx context.Context, req *rlsv3.RateLimitRequest, d 
 		if reason, detail := service.check(); reason != "" {
 			return s.refuse(reason, detail)
 		}
+	case hasExternal:
+		if reason, detail := service.check(); reason != "" {
+			return s.refuse(reason, detail)
+		}
+		id, err := s.keys.TenantOfExternalID(ctx, external)
+		switch {
+		case errors.Is(err, limiter.ErrUnknownTenant):
+			// What an unknown tenant_id answers.
+			return s.refuse("unknown_tenant", "no tenant "+strconv.Quote(external))
+		case err != nil:
+			s.log.WarnContext(ctx, "rls: external id lookup failed", "err", err)
+			return s.refuse("unavailable", "cannot resolve external ids right now; retry")
+		}
+		tenant = id
 	default:
-		return s.refuse("missing_credential", "the descriptor names no api_key or tenant_id entry")
+		return s.refuse("missing_credential", "the descriptor names no api_key, tenant_id or external_id entry")
 	}
 	if cost > maxCost {
 		return s.refuse("invalid", "hits_addend "+strconv.FormatInt(cost, 10)+" is above the limit of "+strconv.Itoa(maxCost))
@@ -255,7 +283,7 @@ func (s *Server) refuse(reason, detail string) (*rlsv3.RateLimitResponse_Descrip
 }
 
 // serviceAuth checks the call's service credential once, on the first
-// descriptor that names a tenant_id.
+// descriptor that names a tenant_id or external_id.
 type serviceAuth struct {
 	s              *Server
 	ctx            context.Context
@@ -275,7 +303,7 @@ func (a *serviceAuth) check() (string, string) {
 	}
 	switch {
 	case raw == "":
-		a.reason, a.detail = "missing_credential", "a tenant_id descriptor needs a service token as gRPC metadata authorization: Bearer tgs_…"
+		a.reason, a.detail = "missing_credential", "a tenant_id or external_id descriptor needs a service token as gRPC metadata authorization: Bearer tgs_…"
 	case a.s.opts.AdminToken != "" && constantTimeEqual(raw, a.s.opts.AdminToken):
 	default:
 		if err := a.s.keys.AuthenticateService(a.ctx, raw); err != nil {
@@ -334,6 +362,10 @@ func rateLimitOf(p *limiter.PolicyStatus) *rlsv3.RateLimitResponse_RateLimit {
 		}
 		return rl
 	}
+	if p.IsWindow() {
+		rl.Unit, rl.RequestsPerUnit = windowUnit(p.Limit, p.Window)
+		return rl
+	}
 	rl.RequestsPerUnit = clampU32(float64(p.Limit))
 	w := p.Window
 	switch {
@@ -364,7 +396,7 @@ func impossible(d *limiter.Decision, cost int64) string {
 		return ""
 	}
 	for _, p := range d.Policies {
-		if (p.Name == limiter.PolicyRate || (p.Mode == limiter.ModeHard && p.Unit == "")) && p.Limit < cost {
+		if (p.Name == limiter.PolicyRate || (p.Mode == limiter.ModeHard && p.Unit == "") || p.IsWindow()) && p.Limit < cost {
 			return p.Name
 		}
 	}

@@ -80,13 +80,13 @@ func newInstance(t *testing.T, pool *pgxpool.Pool, prefix string, set setup) *in
 	// first handshakes (it writes the shared options when the server lacks
 	// maintenance notifications), which -race reported.
 	limRDB := redis.NewClient(&redis.Options{Addr: set.addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-	lim, err := limiter.New(limRDB, limiter.Options{Prefix: prefix, Loader: ents.LoadSnapshot, UsageLoader: meter.LoadUsage,
+	lim, err := limiter.New(limRDB, limiter.Options{Prefix: prefix, Loader: ents.LoadSnapshot, UsageLoader: meter.LoadUsage, ExternalLoader: ents.LoadExternal,
 		Timeout: timeout, FailMode: limiter.FailModes{Rate: mode, Quota: mode, Concurrency: mode, Window: mode}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	srv, err := rls.New(keys{ents}, lim, rls.Options{AdminToken: adminToken, Registerer: reg})
+	srv, err := rls.New(keys{ents, lim}, lim, rls.Options{AdminToken: adminToken, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,11 +122,18 @@ func newInstance(t *testing.T, pool *pgxpool.Pool, prefix string, set setup) *in
 	return &instance{ents: ents, client: rlsv3.NewRateLimitServiceClient(conn), health: healthpb.NewHealthClient(conn), reg: reg}
 }
 
-type keys struct{ *entitlements.Service }
+type keys struct {
+	*entitlements.Service
+	lim *limiter.Limiter
+}
 
 func (k keys) TenantOfKey(ctx context.Context, raw string) (string, error) {
 	info, err := k.AuthenticateKey(ctx, raw, false)
 	return info.TenantID, err
+}
+
+func (k keys) TenantOfExternalID(ctx context.Context, ext string) (string, error) {
+	return k.lim.ExternalTenant(ctx, ext)
 }
 
 var planSeq atomic.Int64

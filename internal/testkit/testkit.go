@@ -13,6 +13,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgatehq/tollgate/limiter/limitertest"
+	"github.com/tollgatehq/tollgate/limiter/limitertest/redisproc"
 )
 
 // Eventually polls cond every few milliseconds until it holds, and fails
@@ -21,15 +24,7 @@ import (
 // loaded cores under -race a second-long condition can take ten.
 func Eventually(t testing.TB, within time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
-	start := time.Now()
-	deadline := start.Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return time.Since(start)
+	return limitertest.Eventually(t, within, what, cond)
 }
 
 // Unavailable fails the test when CI is set and skips it otherwise: a
@@ -37,10 +32,7 @@ func Eventually(t testing.TB, within time.Duration, what string, cond func() boo
 // CI pass without running the test.
 func Unavailable(t testing.TB, service string, err error) {
 	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%s unavailable (CI set, so this fails instead of skipping): %v", service, err)
-	}
-	t.Skipf("%s unavailable: %v", service, err)
+	redisproc.Unavailable(t, service, err)
 }
 
 var (

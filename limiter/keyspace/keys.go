@@ -115,6 +115,25 @@ func (k Keys) Window(tenant, name string, window time.Duration) string {
 	return k.TenantBase(tenant) + "sw:" + name + ":" + strconv.FormatInt(window.Milliseconds(), 10)
 }
 
+// PlanWindow is the key of a plan window's counter (a hash: w the window
+// index, floor(now/length) by Redis's clock; c its count; p, for a sliding
+// window, the previous window's count): "pw:<name>:<length ms>" for a
+// sliding window, "pf:…" for a fixed one, so that a window whose kind
+// changes starts afresh, and apart from an explicit Limits' windows.
+func (k Keys) PlanWindow(tenant, name string, length time.Duration, fixed bool) string {
+	typ := "pw:"
+	if fixed {
+		typ = "pf:"
+	}
+	return k.TenantBase(tenant) + typ + name + ":" + strconv.FormatInt(length.Milliseconds(), 10)
+}
+
+// FixedWindow is the key of a fixed window of an explicit Limits (hash
+// fields w and c, as PlanWindow's).
+func (k Keys) FixedWindow(tenant, name string, length time.Duration) string {
+	return k.TenantBase(tenant) + "fw:" + name + ":" + strconv.FormatInt(length.Milliseconds(), 10)
+}
+
 // ExplicitRate is the key of the hash holding the token bucket (field r,
 // and x as in State) of an explicit Limits; it is kept apart from the
 // tenant's plan bucket.

@@ -23,6 +23,7 @@ if F then
 end
 if not usedS then
   local ARGV = {ARGV[1], '0', '1', sub(KEYS[2], 1, -3), '', ARGV[3], ARGV[2], ARGV[4], '0', '0', '0'}
+  local hw = redis.call('HGET', KEYS[1], 'w') -- a plan with windows has no fq:<meter>
 {{decide_func}}{{ref_general}}
 end
 local h0 = h

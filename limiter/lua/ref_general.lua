@@ -8,6 +8,14 @@ if h[3] then
   A[#A + 1] = 'r'; A[#A + 1] = 'rate'; A[#A + 1] = ei; A[#A + 1] = bu
   n = n + 1
 end
+if hw then
+  -- the plan's windows: "<type> <name> <limit> <length ms>" each
+  for ty, nm, lim, ms in string.gmatch(hw, '(%S+) (%S+) (%S+) (%S+)') do
+    K[#K + 1] = base .. 'p' .. ty .. ':' .. nm .. ':' .. ms
+    A[#A + 1] = ty; A[#A + 1] = nm; A[#A + 1] = lim; A[#A + 1] = ms
+    n = n + 1
+  end
+end
 if h[5] and ARGV[9] ~= '1' then
   local lim, hard, e, nx, s0, s1 = string.match(h[5], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)')
   local m = ARGV[7]
@@ -25,4 +33,5 @@ end
 A[7] = n
 local r = decide(K, A)
 for i = 1, 6 do r[#r + 1] = h[i] end
+r[#r + 1] = hw or false
 return r

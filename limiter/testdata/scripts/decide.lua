@@ -196,6 +196,27 @@ for i = 1, n do
       s.rem = math.floor(a - est - cost)
       s.reset = b - elapsed
     end
+  elseif typ == 'f' then
+    -- a fixed window: the count since floor(now / length) · length, by
+    -- Redis's clock; the key expires at the window's end
+    local idx = floor(now_ms / b)
+    local wv = redis.call('HMGET', s.key, 'w', 'c')
+    local cur = 0
+    if tonumber(wv[1]) == idx then cur = tonumber(wv[2]) or 0 end
+    local left = (idx + 1) * b - now_ms
+    s.w = idx; s.cur = cur
+    s.rem0 = a - cur
+    s.reset = left
+    if cur + eff > a then
+      s.ok = false
+      s.retry = left
+      -- a cost over the whole limit waits for no window: the next one's end
+      if eff > a then s.retry = left + b end
+      s.reset = s.retry
+      s.rem = a - cur
+    else
+      s.rem = a - cur - cost
+    end
   end
   if not s.ok and s.retry > refuse_retry then
     refuse_idx = i
@@ -251,6 +272,9 @@ else
       elseif s.typ == 'w' then
         redis.call('HSET', s.key, 'w', s.w, 'c', s.cur + cost, 'p', s.prev)
         redis.call('PEXPIRE', s.key, 2 * s.b)
+      elseif s.typ == 'f' then
+        redis.call('HSET', s.key, 'w', s.w, 'c', s.cur + cost)
+        redis.call('PEXPIREAT', s.key, (s.w + 1) * s.b)
       end
     end
   end

@@ -28,6 +28,7 @@ if F then
 end
 if not usedS then
   local ARGV = {ARGV[1], '0', '1', sub(KEYS[2], 1, -3), '', ARGV[3], ARGV[2], ARGV[4], '0', '0', '0'}
+  local hw = redis.call('HGET', KEYS[1], 'w') -- a plan with windows has no fq:<meter>
 
 -- count_refusal adds one to the day's refusal count of policy name (the
 -- refusal counts' hash <base>rf:<yyyymmdd>) and notes that hash for the
@@ -226,6 +227,27 @@ for i = 1, n do
       s.rem = math.floor(a - est - cost)
       s.reset = b - elapsed
     end
+  elseif typ == 'f' then
+    -- a fixed window: the count since floor(now / length) · length, by
+    -- Redis's clock; the key expires at the window's end
+    local idx = floor(now_ms / b)
+    local wv = redis.call('HMGET', s.key, 'w', 'c')
+    local cur = 0
+    if tonumber(wv[1]) == idx then cur = tonumber(wv[2]) or 0 end
+    local left = (idx + 1) * b - now_ms
+    s.w = idx; s.cur = cur
+    s.rem0 = a - cur
+    s.reset = left
+    if cur + eff > a then
+      s.ok = false
+      s.retry = left
+      -- a cost over the whole limit waits for no window: the next one's end
+      if eff > a then s.retry = left + b end
+      s.reset = s.retry
+      s.rem = a - cur
+    else
+      s.rem = a - cur - cost
+    end
   end
   if not s.ok and s.retry > refuse_retry then
     refuse_idx = i
@@ -281,6 +303,9 @@ else
       elseif s.typ == 'w' then
         redis.call('HSET', s.key, 'w', s.w, 'c', s.cur + cost, 'p', s.prev)
         redis.call('PEXPIRE', s.key, 2 * s.b)
+      elseif s.typ == 'f' then
+        redis.call('HSET', s.key, 'w', s.w, 'c', s.cur + cost)
+        redis.call('PEXPIREAT', s.key, (s.w + 1) * s.b)
       end
     end
   end
@@ -335,6 +360,14 @@ if h[3] then
   A[#A + 1] = 'r'; A[#A + 1] = 'rate'; A[#A + 1] = ei; A[#A + 1] = bu
   n = n + 1
 end
+if hw then
+  -- the plan's windows: "<type> <name> <limit> <length ms>" each
+  for ty, nm, lim, ms in string.gmatch(hw, '(%S+) (%S+) (%S+) (%S+)') do
+    K[#K + 1] = base .. 'p' .. ty .. ':' .. nm .. ':' .. ms
+    A[#A + 1] = ty; A[#A + 1] = nm; A[#A + 1] = lim; A[#A + 1] = ms
+    n = n + 1
+  end
+end
 if h[5] and ARGV[9] ~= '1' then
   local lim, hard, e, nx, s0, s1 = string.match(h[5], '^(%S+) (%S+) (%S+) (%S+) (%S+) (%S+)')
   local m = ARGV[7]
@@ -352,6 +385,7 @@ end
 A[7] = n
 local r = decide(K, A)
 for i = 1, 6 do r[#r + 1] = h[i] end
+r[#r + 1] = hw or false
 return r
 
 end

@@ -1,4 +1,4 @@
-package limiter_test
+package limiterbench
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	mrand "math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,10 +16,24 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgatehq/tollgate/internal/limitstore"
-	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limitertest"
+	"github.com/tollgatehq/tollgate/limiter/limitertest/redisproc"
 )
+
+// background tells the limiter's own calls (its heartbeat, the client's
+// handshake) from the decisions' round trips.
+func background(cmd redis.Cmder) bool {
+	if n := cmd.Name(); n == "hello" || n == "client" {
+		return true
+	}
+	for _, a := range cmd.Args() {
+		if s, ok := a.(string); ok && strings.HasSuffix(s, ":instances") {
+			return true
+		}
+	}
+	return false
+}
 
 // roundTrips counts client round trips: one per command, one per pipeline.
 type roundTrips struct {
@@ -67,7 +82,7 @@ func benchTenants(n int) []string {
 }
 
 func benchClient(b *testing.B) (*redis.Client, *roundTrips) {
-	opt, err := redis.ParseURL(redistest.URL())
+	opt, err := redis.ParseURL(redisproc.URL())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -132,22 +147,19 @@ func runBench(b *testing.B, g int, rt *roundTrips, op func(ctx context.Context, 
 // one run, at 1 and 32 goroutines over 10,000 tenants. Compare the
 // sub-benchmarks of the same -count iteration: the machine drifts.
 func BenchmarkAllow(b *testing.B) {
-	_, prefix := redistest.New(b)
+	_, prefix := redisproc.New(b)
 	tenants := benchTenants(10000)
 	admin, _ := benchClient(b)
-	st := limitstore.New(admin, prefix)
 	ctx := context.Background()
 	now := time.Now().UTC()
 	start := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
 	for _, t := range tenants {
-		if err := st.PutSnapshot(ctx, limiter.Snapshot{
+		limitertest.PutSnapshot(b, admin, prefix, limiter.Snapshot{
 			TenantID: t, Plan: "bench", Status: "active", Version: 1,
 			Rate:        &limiter.Rate{PerSecond: 1000, Burst: 1000},
 			Quotas:      map[string]limiter.Quota{limiter.DefaultMeter: {Limit: 1 << 40, Mode: limiter.ModeHard}},
 			PeriodStart: start, PeriodEnd: start.AddDate(0, 1, 0), NextPeriodEnd: start.AddDate(0, 2, 0),
-		}); err != nil {
-			b.Fatal(err)
-		}
+		})
 	}
 	pick := func(rng *mrand.Rand) string { return tenants[rng.IntN(len(tenants))] }
 

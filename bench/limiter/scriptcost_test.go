@@ -1,4 +1,4 @@
-package limiter_test
+package limiterbench
 
 import (
 	"bufio"
@@ -11,9 +11,9 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
-	"github.com/tollgatehq/tollgate/internal/limitstore"
-	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/limitertest"
+	"github.com/tollgatehq/tollgate/limiter/limitertest/redisproc"
 )
 
 // BenchmarkScriptCost measures what a decision costs Redis itself, which
@@ -32,18 +32,15 @@ func BenchmarkScriptCost(b *testing.B) {
 	b.Cleanup(func() { rdb.Close() })
 	ctx := context.Background()
 	tenants := benchTenants(1000)
-	st := limitstore.New(rdb, "")
 	now := time.Now().UTC()
 	start := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
 	for _, t := range tenants {
-		if err := st.PutSnapshot(ctx, limiter.Snapshot{
+		limitertest.PutSnapshot(b, rdb, "", limiter.Snapshot{
 			TenantID: t, Plan: "bench", Status: "active", Version: 1,
 			Rate:        &limiter.Rate{PerSecond: 1e6, Burst: 1e6},
 			Quotas:      map[string]limiter.Quota{limiter.DefaultMeter: {Limit: 1 << 40, Mode: limiter.ModeHard}},
 			PeriodStart: start, PeriodEnd: start.AddDate(0, 1, 0), NextPeriodEnd: start.AddDate(0, 2, 0),
-		}); err != nil {
-			b.Fatal(err)
-		}
+		})
 	}
 	ours := func(cacheSize int, req limiter.Request) func(int) error {
 		l, err := limiter.New(rdb, limiter.Options{Timeout: time.Second, CacheSize: cacheSize})
@@ -105,11 +102,11 @@ func BenchmarkScriptCost(b *testing.B) {
 // scriptCostServer returns the Redis to measure: SCRIPTCOST_REDIS (with
 // SCRIPTCOST_CALLGRIND_PID and _OUT when it runs under callgrind,
 // scripts/scriptcost.sh), or a private redis-server.
-func scriptCostServer(b *testing.B) (string, redistest.Callgrind) {
+func scriptCostServer(b *testing.B) (string, redisproc.Callgrind) {
 	if addr := os.Getenv("SCRIPTCOST_REDIS"); addr != "" {
-		return addr, redistest.CallgrindFromEnv("SCRIPTCOST")
+		return addr, redisproc.CallgrindFromEnv("SCRIPTCOST")
 	}
-	return redistest.StartServer(b).Addr, redistest.Callgrind{}
+	return redisproc.StartServer(b).Addr, redisproc.Callgrind{}
 }
 
 // scriptStats reads INFO commandstats: calls and usec per command.

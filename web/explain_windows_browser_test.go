@@ -1,0 +1,44 @@
+package web
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+)
+
+// In Chromium: the tenant page's "Why these limits" panel shows each of
+// the plan's windows as the limiter enforces it, after the rate and
+// concurrency, with the plan as its source.
+func TestBrowserWhyTheseLimitsShowsWindows(t *testing.T) {
+	chrome := newChrome(t)
+	b := setup(t)
+	key := uniq("winwhy")
+	b.plan(t, entitlements.PlanInput{Key: key, Name: "Windowed",
+		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](100000)}},
+		Windows: entitlements.WindowInputs{{Name: "hourly", Limit: ptr[int64](5000), Length: "1h", Kind: "fixed"},
+			{Name: "per-minute", Limit: ptr[int64](60), Length: "60s"}}})
+	tn := b.tenant(t, "Window Co", key)
+
+	admin := user(t, chrome)
+	step(t, admin, "login page", chromedp.Navigate(b.srv.URL+"/admin/login"))
+	do(t, admin, "type token", chromedp.SetValue(chromedp.CSS("#token"), b.alice))
+	step(t, admin, "login", chromedp.Submit(chromedp.CSS("#token")))
+	step(t, admin, "tenant page", chromedp.Navigate(b.srv.URL+"/admin/tenants/"+tn.ID))
+	rows := readWhy(t, run(t, admin, "panel", chromedp.Evaluate[string](whyRowsJS)))
+	for policy, want := range map[string][2]string{
+		"window:hourly":     {"Window: hourly", "5,000 per 1h, fixed"},
+		"window:per-minute": {"Window: per-minute", "60 per 1m, sliding"},
+	} {
+		r := rows[policy]
+		if r.Title != want[0] || r.Value != want[1] || !slices.Equal(r.Kinds, []string{"plan"}) {
+			t.Errorf("%s: %+v, want %q %q from the plan", policy, r, want[0], want[1])
+		}
+		if !strings.Contains(strings.Join(r.Sources, " "), "plan "+key) {
+			t.Errorf("%s: sources %v name no plan", policy, r.Sources)
+		}
+	}
+}
