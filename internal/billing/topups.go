@@ -99,8 +99,8 @@ func (s *Service) listLineItems(ctx context.Context, id string) ([]credits.Purch
 }
 
 // purchaseTenant is the tenant a payment is for: its customer's, else the
-// session's client_reference_id or metadata.tenant_id (a guest checkout
-// has no customer). It never links a customer: a payment is not a
+// session's client_reference_id or metadata.tenant_id, a tenant id or
+// external id (a guest checkout has no customer). It never links a customer: a payment is not a
 // subscription. "" with the reason when there is none.
 func (s *Service) purchaseTenant(ctx context.Context, w *entitlements.Writes, customer string, named ...string) (string, string, error) {
 	if customer != "" {
@@ -135,7 +135,12 @@ func (s *Service) applyTopupCheckout(ctx context.Context, w *entitlements.Writes
 	if cs.PaymentStatus != "paid" && cs.PaymentStatus != "no_payment_required" {
 		return ignored("", "checkout session %s is %q; checkout.session.async_payment_succeeded grants it once paid", cs.ID, cs.PaymentStatus), nil
 	}
-	tid, why, err := s.purchaseTenant(ctx, w, cs.Customer, cs.ClientReferenceID, cs.Metadata["tenant_id"])
+	// The session may name its tenant by id or external id.
+	ref, err := checkoutTenant(ctx, w, cs)
+	if err != nil {
+		return outcome{}, err
+	}
+	tid, why, err := s.purchaseTenant(ctx, w, cs.Customer, ref)
 	if err != nil {
 		return outcome{}, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/credits"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/stripemock"
 )
 
@@ -224,5 +225,34 @@ func TestTopupLineItemsAreReadFromStripe(t *testing.T) {
 	g := e.topups(tn)
 	if len(g) != 1 || g[0].Amount != 7*li.Quantity || !strings.Contains(g[0].Reason, li.Price.ID) {
 		t.Fatalf("grants: %+v (line item %s × %d)", g, li.Price.ID, li.Quantity)
+	}
+}
+
+// A guest checkout (no customer) names its tenant in client_reference_id,
+// by id or by external id, and is granted to it without linking anything.
+func TestTopupGuestCheckoutNamesItsTenant(t *testing.T) {
+	e := newEnv(t, envOpts{credits: true})
+	e.plans()
+	ext := "acct-" + newCustomer()
+	tn, err := e.ents.CreateTenant(context.Background(), entitlements.TenantInput{Name: "guest " + ext, Plan: "free", ExternalID: ext})
+	if err != nil {
+		t.Fatal(err)
+	}
+	price := "price_topup_" + ext
+	e.mapTopup(price, 40, "")
+	meta := map[string]any{billing.MetaTopupPrice: price, billing.MetaTopupQuantity: "1"}
+	for _, ref := range []string{tn.ID, ext} {
+		cs, _, pi := purchaseIDs()
+		body := topupSession(t, "checkout.session.completed", cs, "", pi, "", meta)
+		var ev map[string]any
+		_ = json.Unmarshal(body, &ev)
+		ev["data"].(map[string]any)["object"].(map[string]any)["client_reference_id"] = ref
+		body, _ = json.Marshal(ev)
+		if r := e.waitEvent(e.postOK(body)); r.Status != billing.StatusProcessed {
+			t.Fatalf("guest checkout naming %q: %+v %s", ref, r, deref(r.Reason))
+		}
+	}
+	if g := e.topups(tn.ID); len(g) != 2 {
+		t.Fatalf("guest top-ups: %+v", g)
 	}
 }

@@ -21,9 +21,12 @@ type ExpireGrantsWorker struct {
 	Service *Service
 }
 
-// Work expires.
+// Work expires, then prunes flush records too old to be replayed.
 func (w *ExpireGrantsWorker) Work(ctx context.Context, _ *river.Job[ExpireGrantsArgs]) error {
-	_, err := w.Service.ExpireDue(ctx)
+	if _, err := w.Service.ExpireDue(ctx); err != nil {
+		return err
+	}
+	_, err := w.Service.PruneFlushRecords(ctx)
 	return err
 }
 

@@ -211,6 +211,23 @@ UPDATE credit_grants SET expired = expired + remaining, remaining = 0, expired_a
 	return tag.RowsAffected(), nil
 }
 
+// flushRecordTTL is how long a flush record is kept: longer than a claim
+// lives in Redis (40 days, as metering keeps usage_flushes), after which
+// its flush id can never be replayed.
+const flushRecordTTL = 41 * 24 * time.Hour
+
+// PruneFlushRecords deletes flush records no replay can need any more, at
+// most 5,000 a call; it returns how many.
+func (s *Service) PruneFlushRecords(ctx context.Context) (int64, error) {
+	tag, err := s.db.Exec(ctx, `
+DELETE FROM credit_flushes WHERE ctid = ANY (ARRAY(
+  SELECT ctid FROM credit_flushes WHERE recorded_at < $1 LIMIT 5000))`, s.now().Add(-flushRecordTTL))
+	if err != nil {
+		return 0, fmt.Errorf("credits: prune flush records: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
 // Balance is what a tenant's grants of one meter hold at a moment.
 type Balance struct {
 	Meter string `json:"meter"`

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/credits"
 )
@@ -352,4 +354,36 @@ func dedupeGrants(ds []credits.Draw) []credits.Draw {
 		}
 	}
 	return out
+}
+
+// Flush records older than any claim can live in Redis are pruned; newer
+// ones stay, so a replay within that time still adds nothing.
+func TestFlushRecordsArePrunedAfterTheClaimTTL(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	g := b.grant(t, b.tenant(t), 100, 10, nil)
+	p := b.clock.Now().Truncate(time.Hour)
+	if _, err := b.svc.RecordDraws(ctx, []credits.Draw{{FlushID: "old", GrantID: g.ID, PeriodStart: p, Units: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(40 * 24 * time.Hour)
+	if _, err := b.svc.RecordDraws(ctx, []credits.Draw{{FlushID: "new", GrantID: g.ID, PeriodStart: p, Units: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	b.clock.Advance(2 * 24 * time.Hour)
+	if _, err := b.svc.PruneFlushRecords(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	rows, err := b.db.Query(ctx, `SELECT flush_id FROM credit_flushes WHERE grant_id = $1`, g.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil || fmt.Sprint(ids) != "[new]" {
+		t.Fatalf("flush records left: %v, %v", ids, err)
+	}
+	if got, _ := b.svc.Get(ctx, g.ID); got.Consumed != 2 {
+		t.Fatalf("pruning changed the grant: %+v", got)
+	}
 }
