@@ -12,8 +12,11 @@ ARG GO_VERSION=1.26.8
 # --- build: static binaries (no cgo), reproducible paths -------------------
 FROM golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
-ENV CGO_ENABLED=0 GOTOOLCHAIN=local
+# GOWORK=off: the product builds with its go.mod, whose replace points at
+# ./limiter (the limiter module), not with the development go.work.
+ENV CGO_ENABLED=0 GOTOOLCHAIN=local GOWORK=off
 COPY go.mod go.sum ./
+COPY limiter/go.mod limiter/go.sum ./limiter/
 RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 # VERSION: what `api version` and tollgate_build_info say (.git is not in the
@@ -26,8 +29,9 @@ RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache
 # --- stripe-mock, from the tool pin in go.mod (so tests and compose agree) -
 FROM golang:${GO_VERSION}-bookworm AS stripe-mock-build
 WORKDIR /src
-ENV CGO_ENABLED=0 GOTOOLCHAIN=local
+ENV CGO_ENABLED=0 GOTOOLCHAIN=local GOWORK=off
 COPY go.mod go.sum ./
+COPY limiter/go.mod limiter/go.sum ./limiter/
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     go build -trimpath -ldflags="-s -w" -o /out/stripe-mock github.com/stripe/stripe-mock
 

@@ -7,7 +7,6 @@ require (
 	github.com/chromedp/chromedp v0.23.1
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/getkin/kin-openapi v0.142.0
-	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/labstack/echo/v4 v4.16.4
 	github.com/oapi-codegen/runtime v1.9.0
@@ -21,7 +20,7 @@ require (
 	github.com/riverqueue/rivercontrib/otelriver v0.12.0
 	github.com/standard-webhooks/standard-webhooks/libraries v1.3.0
 	github.com/stripe/stripe-go/v79 v79.12.0
-	github.com/ulule/limiter/v3 v3.11.2
+	github.com/tollgatehq/tollgate/limiter v0.0.0-00010101000000-000000000000
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace v1.47.0
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc v1.47.0
@@ -133,3 +132,8 @@ tool (
 	golang.org/x/perf/cmd/benchstat
 	honnef.co/go/tools/cmd/staticcheck
 )
+
+// The limiter is a module of its own (limiter/go.mod), released as
+// limiter/vX.Y.Z; the product builds against the checkout, also with
+// GOWORK=off, in the Dockerfile and with go install.
+replace github.com/tollgatehq/tollgate/limiter => ./limiter

@@ -1,7 +1,9 @@
 // Package limiter decides whether a tenant's request may proceed under its
 // plan — a per-second token bucket, a period quota per meter, a concurrency
-// limit — in one Redis round trip, and renders the decision as the IETF
-// RateLimit headers and a 429 problem body.
+// limit — in one Redis round trip. Package limithttp renders a decision as
+// the IETF RateLimit headers and a 429 problem body (and has a middleware),
+// package remote loads from Tollgate's API what Redis lost, and package
+// limitertest helps a backend test against the real limiter.
 //
 // The tenant's limits come from the entitlement snapshot that Tollgate's
 // server writes to Redis and announces on a pub/sub channel; each Limiter
@@ -33,6 +35,9 @@
 //     instances alive; what it admits is added to Redis once it answers).
 //     A probe every Options.Cooldown brings Redis back.
 //   - No logging and no global state: metrics go through Options.Hooks.
-//   - The package imports only the standard library, go-redis and
-//     golang.org/x/{time,sync} (a test enforces it).
+//   - The module (github.com/tollgatehq/tollgate/limiter) imports only the
+//     standard library, go-redis and golang.org/x/{time,sync} (a test
+//     enforces it, and scripts/consumer-check.sh bounds a backend's module
+//     graph). Packages keyspace (the Redis protocol Tollgate's server
+//     shares) and tgserver are for Tollgate's own server, not for backends.
 package limiter

@@ -54,7 +54,7 @@ func (h *extTrips) trips(fn func(ctx context.Context)) int64 {
 	return h.n.Load() - before
 }
 
-// setAlias writes an alias as Tollgate's server does (limitstore.MoveAlias):
+// setAlias writes an alias as Tollgate's server does (its limitstore.MoveAlias):
 // the old one deleted, the new one set, the tenant announced.
 func setAlias(t *testing.T, rdb redis.UniversalClient, prefix, tenant, old, new string) {
 	t.Helper()

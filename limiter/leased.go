@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// This file is the leased mode (Options.LocalLeases): a Limiter takes
+// This file is the prefetch mode (Options.Prefetch): a Limiter takes
 // tokens and quota units from Redis in chunks and decides locally from what
 // it holds.
 //

@@ -20,7 +20,7 @@ func TestLeaseReturnRetriedIsRefundedOnce(t *testing.T) {
 		Rate:        &Rate{PerSecond: 1e6, Burst: 1e6},
 		Quotas:      map[string]Quota{"requests": {Limit: quota, Mode: ModeHard}},
 		PeriodStart: now.Add(-time.Hour), PeriodEnd: now.Add(24 * time.Hour), NextPeriodEnd: now.Add(48 * time.Hour)}
-	opts := Options{Prefix: prefix, Timeout: 5 * time.Second, LocalLeases: true,
+	opts := Options{Prefix: prefix, Timeout: 5 * time.Second, Prefetch: true,
 		Loader: func(context.Context, string) (Snapshot, error) { return snap, nil }}
 	l, err := New(rdb, opts)
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 	"github.com/tollgatehq/tollgate/limiter/limitertest"
 )
 
-// The leased mode (Options.LocalLeases): units taken from Redis in chunks,
+// The prefetch mode (Options.Prefetch): units taken from Redis in chunks,
 // decided locally. These tests mirror the team perf kit's leasecheck tool (built with
 // -tags tollgatelease against the same API) at a size fit for a test run.
 
@@ -23,7 +23,7 @@ import (
 // machine: a fallback would admit without counting and blur the figures.
 func leaseOpts(b *backend, fallbacks *atomic.Int64, snap func(string) limiter.Snapshot) limiter.Options {
 	return limiter.Options{
-		Prefix: b.prefix, Timeout: 5 * time.Second, LocalLeases: true,
+		Prefix: b.prefix, Timeout: 5 * time.Second, Prefetch: true,
 		Loader: func(_ context.Context, tenant string) (limiter.Snapshot, error) { return snap(tenant), nil },
 		Hooks:  limiter.Hooks{OnFallback: func(string, limiter.FailMode) { fallbacks.Add(1) }},
 	}
@@ -247,7 +247,7 @@ func TestLeasedRevokedOnPlanChange(t *testing.T) {
 	s1 := leaseSnap(limiter.Rate{PerSecond: 1e6, Burst: 1e6}, big)("plan")
 	put(t, st, s1)
 	var fallbacks atomic.Int64
-	opts := limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, LocalLeases: true,
+	opts := limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, Prefetch: true,
 		Hooks: limiter.Hooks{OnFallback: func(string, limiter.FailMode) { fallbacks.Add(1) }}}
 	l := newLimiter(t, b.client(), opts)
 	// The reader's refusal cache would keep answering a refused peek.
@@ -336,7 +336,7 @@ func TestLeasedRedisLoss(t *testing.T) {
 			t.Cleanup(func() { rdb.Close() })
 			snap := leaseSnap(limiter.Rate{PerSecond: 1e6, Burst: 1e6}, 100000)
 			l := newLimiter(t, rdb, limiter.Options{
-				Timeout: 50 * time.Millisecond, Cooldown: 20 * time.Millisecond, LocalLeases: true,
+				Timeout: 50 * time.Millisecond, Cooldown: 20 * time.Millisecond, Prefetch: true,
 				FailMode: limiter.FailModes{Rate: mode, Quota: mode},
 				Loader:   func(_ context.Context, tenant string) (limiter.Snapshot, error) { return snap(tenant), nil },
 			})

@@ -48,7 +48,7 @@ type Limiter struct {
 	charges   chargeTally  // quota units the fail modes admitted, not yet in Redis
 
 	local   *localStates
-	leases  *leases       // Options.LocalLeases
+	leases  *leases       // Options.Prefetch (leased.go)
 	bgFills chan struct{} // near-cache fills in the background (byRef)
 	// touches holds, per tenant, the time ("at", ms) to write into its
 	// limits hash by its next decision by reference: the Loader confirmed
@@ -112,7 +112,7 @@ func New(rdb redis.UniversalClient, opts Options) (*Limiter, error) {
 	if opts.Batching {
 		l.batch = newBatcher(ctx, l, opts.MaxBatch)
 	}
-	if opts.LocalLeases {
+	if opts.Prefetch {
 		l.leases = newLeases(l)
 	}
 	l.pubsub = rdb.Subscribe(ctx, l.keys.invalidations())

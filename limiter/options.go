@@ -174,17 +174,18 @@ type Options struct {
 	// it returns. Busy processes get more decisions per round trip, an idle
 	// one pays no added wait (there is no collection window to tune).
 	Batching bool
-	// LocalLeases opts into the leased mode: the Limiter takes tokens and
+	// Prefetch opts into the prefetch mode: the Limiter takes tokens and
 	// quota units from Redis in chunks (a decision whose cost is the chunk,
 	// sized by the tenant's observed rate and bounded by a quarter of each
 	// limit and of what is left, divided by ExpectedInstances) and decides
 	// locally from them. What all instances admit together never exceeds a
-	// limit. Unused quota units go back when a lease expires (10s after its
+	// limit. Unused quota units go back when a chunk expires (10s after its
 	// last use on plentiful limits, 200ms after its take near a limit), on
 	// an invalidation of the tenant and on Close; a crashed process strands
-	// at most its chunks. Peeks, reservations,
-	// concurrency slots and explicit Limits stay exact. Default false.
-	LocalLeases bool
+	// at most its chunks. Peeks, reservations, concurrency slots (leases)
+	// and explicit Limits stay exact. It was named LocalLeases ("the leased
+	// mode") before limiter/v0.1.0. Default false.
+	Prefetch bool
 	// MaxBatch bounds the decisions of one pipeline; default 128.
 	MaxBatch int
 	// Hooks are metrics callbacks.

@@ -283,7 +283,7 @@ func TestPlanWindowsLeased(t *testing.T) {
 		st := newStore(rdb, b.prefix)
 		put(t, st, windowPlan("wl1", limiter.Window{Name: "per-2s", Limit: L, Length: length * time.Millisecond, Kind: limiter.WindowFixed}))
 		put(t, st, windowPlan("wl2", limiter.Window{Name: "per-2s", Limit: L, Length: length * time.Millisecond, Kind: limiter.WindowFixed}))
-		opts := limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, LocalLeases: true}
+		opts := limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, Prefetch: true}
 		one := newLimiter(t, b.client(), opts)
 		got := exactInWindow(t, rdb, length, 1, func() int64 { return burst(t, "wl1", []*limiter.Limiter{one}, 1, 2*L) })
 		if got != L {
@@ -307,7 +307,7 @@ func TestPlanWindowsLeased(t *testing.T) {
 func TestPlanWindowsLeasedAreLocalWithinTheirWindow(t *testing.T) {
 	b := singleRedis(t)
 	const length = 2000
-	l, rt, st := counted(t, b, limiter.Options{Timeout: 5 * time.Second, LocalLeases: true, DisableRefusalCache: true})
+	l, rt, st := counted(t, b, limiter.Options{Timeout: 5 * time.Second, Prefetch: true, DisableRefusalCache: true})
 	put(t, st, windowPlan("wll", limiter.Window{Name: "per-2s", Limit: 100000, Length: length * time.Millisecond, Kind: limiter.WindowFixed}))
 	rdb := b.client()
 	ctx := context.Background()

@@ -7,9 +7,9 @@ import (
 
 // Snapshot is the tenant's entitlement snapshot. Tollgate's server writes it
 // to Redis as JSON and announces changes; the limiter reads it through its
-// near-cache, or asks Options.Loader (e.g. RemoteLoaders) for one missing
-// from Redis. Its JSON form is also what Tollgate's API returns from
-// GET /v1/internal/snapshots/{tenant}.
+// near-cache, or asks Options.Loader (e.g. remote.Client.Snapshot) for one
+// missing from Redis. Its JSON form is also what Tollgate's API returns from
+// GET /service/v1/tenants/{id}/snapshot.
 type Snapshot struct {
 	TenantID string `json:"tenant_id"`
 	Plan     string `json:"plan"`
@@ -24,10 +24,14 @@ type Snapshot struct {
 	// Windows are the plan's window limits ("5,000 an hour"), checked next
 	// to the rate in the same decision: like the token bucket they count
 	// every decision's cost, whatever its meter.
-	Windows     []Window  `json:"windows,omitempty"`
-	Features    []string  `json:"features,omitempty"`
-	PeriodStart time.Time `json:"period_start"`
-	PeriodEnd   time.Time `json:"period_end"`
+	Windows []Window `json:"windows,omitempty"`
+	// Notify are, per meter, the thresholds whose crossing Tollgate's
+	// flush reports (quota.threshold webhooks); decisions never read them.
+	// A meter absent has the server's default (80% and 100%).
+	Notify      map[string][]QuotaThreshold `json:"notify,omitempty"`
+	Features    []string                    `json:"features,omitempty"`
+	PeriodStart time.Time                   `json:"period_start"`
+	PeriodEnd   time.Time                   `json:"period_end"`
 	// NextPeriodEnd is the end of the period after this one, so that a
 	// request after PeriodEnd rolls over without waiting for the server.
 	NextPeriodEnd time.Time `json:"next_period_end"`
@@ -57,6 +61,13 @@ const (
 type Quota struct {
 	Limit int64     `json:"limit"`
 	Mode  QuotaMode `json:"mode"` // ModeHard or ModeSoft; "" means hard
+}
+
+// QuotaThreshold is a line in a quota: Percent of its limit, or Units
+// (exactly one is set).
+type QuotaThreshold struct {
+	Percent int   `json:"percent,omitempty"`
+	Units   int64 `json:"units,omitempty"`
 }
 
 // Limits are explicit limits a backend defines itself (per IP, per endpoint,

@@ -18,7 +18,9 @@
 #   - Go with access to the module proxy (libbench's contenders, envoy ratelimit), a
 #     redis-server binary (a private one is started on a free port), Postgres on
 #     127.0.0.1:5432 (side-by-side.sh creates and drops its own database), curl.
-# Without PERF_DIR it says so and runs the in-repository ./cmd/bench instead.
+# Without PERF_DIR it says so and runs the in-repository ./bench/cmd/bench instead (the bench
+# module: its contenders, redis_rate and ulule/limiter, are required by neither the product
+# nor the limiter).
 #
 # Knobs: RUNS (libbench runs, default 3), D (timed time per contender and goroutine
 # count, default 5s), CONTENDERS, SBS=0 to skip side-by-side.sh (its own knobs:
@@ -30,9 +32,9 @@ RUNS=${RUNS:-3}; D=${D:-5s}
 CONTENDERS=${CONTENDERS:-ping,redis_rate,ulule,evalsha-tb,tollgate,tollgate-rate,tollgate-batch,tollgate-lease}
 if [[ -z $PERF_DIR || ! -d $PERF_DIR/libbench || ! -f $PERF_DIR/side-by-side.sh ]]; then
   echo "bench: no perf tools at PERF_DIR=$PERF_DIR (libbench/, side-by-side.sh, httpload/);" >&2
-  echo "bench: running the in-repository go run ./cmd/bench (limiter and POST /v1/check) instead" >&2
-  go run ./cmd/bench
-  go run ./cmd/bench -http
+  echo "bench: running the in-repository go run ./bench/cmd/bench (limiter and POST /v1/check) instead" >&2
+  go run ./bench/cmd/bench
+  go run ./bench/cmd/bench -http
 fi
 if command -v valgrind >/dev/null; then
   echo "## Redis instructions per decision (callgrind; the machine's load does not move them)"
@@ -55,11 +57,12 @@ cp -r "$PERF_DIR/libbench" "$work/"
 chmod -R u+w "$work/libbench"
 (
   cd "$work/libbench"
-  go mod edit -replace "github.com/tollgatehq/tollgate=$repo"
+  go mod edit -replace "github.com/tollgatehq/tollgate=$repo" -replace "github.com/tollgatehq/tollgate/limiter=$repo/limiter"
   # The shared contender predates Options.Batching becoming a bool.
   sed -i 's/Batching: time.Millisecond/Batching: true/' tollgate.go
   go mod tidy >/dev/null 2>&1
-  # tollgate_lease.go (contender tollgate-lease, Options.LocalLeases) builds as it is.
+  # tollgate_lease.go (contender tollgate-lease) predates Options.LocalLeases becoming Prefetch.
+  sed -i 's/LocalLeases: true/Prefetch: true/' tollgate_lease.go 2>/dev/null || true
   go build -tags tollgate,tollgatelease -o "$work/libbench-bin" .
 )
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
@@ -77,6 +80,6 @@ done
 if [[ ${SBS:-1} != 0 ]]; then
   echo "## side-by-side.sh: POST /v1/check vs envoyproxy/ratelimit POST /json"
   bash "$PERF_DIR/side-by-side.sh"
-  echo "## side-by-side.sh with the leased mode (LIMITER_LOCAL_LEASES=true)"
-  TOLLGATE_ENV="${TOLLGATE_ENV:-} LIMITER_LOCAL_LEASES=true" bash "$PERF_DIR/side-by-side.sh"
+  echo "## side-by-side.sh with the leased mode (LIMITER_PREFETCH=true)"
+  TOLLGATE_ENV="${TOLLGATE_ENV:-} LIMITER_PREFETCH=true" bash "$PERF_DIR/side-by-side.sh"
 fi

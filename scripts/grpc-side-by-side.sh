@@ -2,11 +2,11 @@
 # grpc-side-by-side.sh: Tollgate's ShouldRateLimit (API key -> tenant, the
 # tenant's token bucket and monthly quota) against envoyproxy/ratelimit's own
 # gRPC ShouldRateLimit (a fixed window per descriptor, no auth, no quota), each
-# on its own private Redis, driven by the same client (cmd/bench/grpcload) in
+# on its own private Redis, driven by the same client (bench/cmd/bench/grpcload) in
 # alternating slices so a noisy machine hits both alike.
 #
 #   bash scripts/grpc-side-by-side.sh
-#   TOLLGATE_ENV="LIMITER_LOCAL_LEASES=true" bash scripts/grpc-side-by-side.sh   # leased mode
+#   TOLLGATE_ENV="LIMITER_PREFETCH=true" bash scripts/grpc-side-by-side.sh   # leased mode
 #
 # Knobs: TENANTS (2000), C (32), SLICE (5s), ROUNDS (3), PEER_VERSION,
 # TOLLGATE_ENV (extra NAME=value settings for the api), KEEP_LOGS=1.
@@ -30,7 +30,7 @@ free_port() { local p; for _ in $(seq 200); do p=$((20000 + RANDOM % 30000)); [[
 echo "gsbs: building"
 GOBIN="$work/bin" go install "github.com/envoyproxy/ratelimit/src/service_cmd@$PEER_VERSION"
 go build -o "$work/bin/api" ./cmd/api
-go build -o "$work/bin/grpcload" ./cmd/bench/grpcload
+go build -o "$work/bin/grpcload" ./bench/cmd/bench/grpcload
 
 r1=$(free_port); r2=$(free_port); ehttp=$(free_port); egrpc=$(free_port); edebug=$(free_port)
 thttp=$(free_port); tgrpc=$(free_port)

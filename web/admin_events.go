@@ -97,7 +97,7 @@ func (w *Web) handleAdminEvents() echo.HandlerFunc {
 			return err
 		}
 		d := eventsPage{Status: f.Status, Q: q, Statuses: eventStatuses, CanReplay: w.Replayer != nil}
-		evs, err := w.store.eventPage(ctx, f, at.time(), at.idOr(), eventsPerPage+1)
+		evs, next, err := w.store.eventPage(ctx, f, at.cursor(), eventsPerPage)
 		if err != nil {
 			return err
 		}
@@ -117,10 +117,8 @@ func (w *Web) handleAdminEvents() echo.HandlerFunc {
 			}
 			return "/admin/events?" + v.Encode()
 		}
-		if len(evs) > eventsPerPage {
-			evs = evs[:eventsPerPage]
-			last := evs[len(evs)-1]
-			d.NextURL = link(cursor.Encode(last.ReceivedAt, last.ID))
+		if next != "" {
+			d.NextURL = link(next)
 		}
 		if at != nil {
 			d.FirstURL = link("")
@@ -155,18 +153,13 @@ type cursorAt struct {
 	id string
 }
 
-func (c *cursorAt) time() *time.Time {
-	if c == nil {
-		return nil
-	}
-	return &c.t
-}
-
-func (c *cursorAt) idOr() string {
+// cursor is the page cursor as billing.ListEvents takes it; "" for the
+// first page.
+func (c *cursorAt) cursor() string {
 	if c == nil {
 		return ""
 	}
-	return c.id
+	return cursor.Encode(c.t, c.id)
 }
 
 type eventPage struct {

@@ -446,7 +446,6 @@ func (w *Web) confirmPlanEdit(c echo.Context, e entitlements.PlanEffect) error {
 		{Name: "Stripe product", Before: e.Before.StripeProductID, After: e.After.StripeProductID},
 		{Name: "Features", Before: strings.Join(e.Before.Features, ", "), After: strings.Join(e.After.Features, ", ")},
 		{Name: "Quotas reset", Before: e.Before.QuotaWindow, After: e.After.QuotaWindow},
-		{Name: "Windows", Before: windowsText(e.Before.Windows), After: windowsText(e.After.Windows)},
 		{Name: "Offered to tenants", Before: yesNo(e.Before.Public), After: yesNo(e.After.Public)},
 	} {
 		if r.Before != r.After {

@@ -10,6 +10,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/numfmt"
+	"github.com/tollgatehq/tollgate/limiter"
 )
 
 // windowRow is one row of the plan form's window editor ("5,000 an hour,
@@ -126,4 +127,27 @@ func windowsText(ws []entitlements.PlanWindow) string {
 		parts = append(parts, w.Name+" "+numfmt.Int(w.Limit)+" per "+w.Length+" ("+w.Kind+")")
 	}
 	return strings.Join(parts, "; ")
+}
+
+// snapshotWindowsText is windowsText of a snapshot's windows ("" none).
+func snapshotWindowsText(ws []limiter.Window) string {
+	if len(ws) == 0 {
+		return ""
+	}
+	pw := make([]entitlements.PlanWindow, 0, len(ws))
+	for _, w := range ws {
+		kind := string(w.Kind)
+		if kind == "" {
+			kind = entitlements.WindowSliding
+		}
+		pw = append(pw, entitlements.PlanWindow{Name: w.Name, Limit: w.Limit, Length: lengthText(w.Length), Kind: kind})
+	}
+	return windowsText(pw)
+}
+
+func noneIfEmpty(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

@@ -56,10 +56,9 @@ func (w *Web) handleAdminSetExternalID() echo.HandlerFunc {
 
 // tenantByExternalID is the tenant that has an external id.
 func (s *store) tenantByExternalID(ctx context.Context, ext string) (tenantLink, error) {
-	var t tenantLink
-	err := s.db.QueryRow(ctx, `SELECT id::text, name FROM tenants WHERE external_id = $1`, ext).Scan(&t.ID, &t.Name)
+	t, err := s.ents.TenantByExternalID(ctx, ext)
 	if err != nil {
-		return tenantLink{}, fmt.Errorf("web: tenant by external id: %w", notFound(err, "tenant"))
+		return tenantLink{}, fmt.Errorf("web: tenant by external id: %w", err)
 	}
-	return t, nil
+	return tenantLink{ID: t.ID, Name: t.Name}, nil
 }

@@ -28,57 +28,43 @@ var errNoChange = errors.New("web: nothing changed")
 // override.
 const ctxTarget = "web.target"
 
-// audited records a console action in the audit trail, with its subject's
-// state before and after; the actor is the session's credential name.
-func (w *Web) audited(action string) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			if w.Audit == nil {
-				return next(c)
-			}
-			var sub audit.Subject
-			path := c.Path()
-			switch {
-			case strings.HasPrefix(path, "/admin/tenants/:id"):
-				sub.TenantID = c.Param("id")
-				sub.Target = c.Param("oid")
-				if k := c.Param("key"); k != "" {
-					sub.Target = k
-				}
-			case strings.HasPrefix(path, "/admin/plans/:key"):
-				sub.PlanKey = c.Param("key")
-			case strings.HasPrefix(path, "/admin/events/:id"):
-				sub.EventID = c.Param("id")
-			case strings.HasPrefix(path, "/admin/addons"):
-				sub.AddonPriceID = c.Param("price")
-				if path == "/admin/addons" {
-					sub.AddonPriceID = strings.TrimSpace(c.FormValue("stripe_price_id"))
-				}
-				sub.Target = sub.AddonPriceID
-			}
-			err := w.Audit.Do(c.Request().Context(), action, sub, func() (audit.Subject, error) {
-				if err := next(c); err != nil {
-					return audit.Subject{}, err
-				}
-				if c.Response().Status >= 400 || c.Get(ctxNoChange) != nil {
-					return audit.Subject{}, errNoChange
-				}
-				var got audit.Subject
-				got.Target, _ = c.Get(ctxTarget).(string)
-				switch path {
-				case "/admin/plans":
-					got.PlanKey = strings.TrimSpace(c.FormValue("key"))
-				case "/admin/tenants":
-					got.TenantID = strings.TrimPrefix(c.Response().Header().Get("Location"), "/admin/tenants/")
-					got.TenantID, _, _ = strings.Cut(got.TenantID, "?")
-				}
-				return got, nil
-			})
-			if errors.Is(err, errNoChange) {
-				return nil
-			}
-			return err
+// audited records the console action of a route audit.Routes declares,
+// with its subject's state before and after; the actor is the session's
+// credential name. Other routes pass through.
+func (w *Web) audited(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		route, ok := audit.RouteOf(c.Request().Method, c.Path())
+		if w.Audit == nil || !ok {
+			return next(c)
 		}
+		sub := route.Subject(c.Param, c.FormValue)
+		err := w.Audit.Do(c.Request().Context(), route.Action, sub, func() (audit.Subject, error) {
+			if err := next(c); err != nil {
+				return audit.Subject{}, err
+			}
+			if c.Response().Status >= 400 || c.Get(ctxNoChange) != nil {
+				return audit.Subject{}, errNoChange
+			}
+			target, _ := c.Get(ctxTarget).(string)
+			id := target
+			switch {
+			case route.ID != "" || route.Form != "":
+			case route.Kind == audit.KindPlan:
+				id = strings.TrimSpace(c.FormValue("key"))
+			case route.Kind == audit.KindTenant:
+				id = strings.TrimPrefix(c.Response().Header().Get("Location"), "/admin/tenants/")
+				id, _, _ = strings.Cut(id, "?")
+			}
+			got := route.Created(id)
+			if got.Target == "" {
+				got.Target = target
+			}
+			return got, nil
+		})
+		if errors.Is(err, errNoChange) {
+			return nil
+		}
+		return err
 	}
 }
 

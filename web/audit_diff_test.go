@@ -12,6 +12,7 @@ import (
 // whole array), numbers and dates as the rest of the console writes them,
 // and long values clipped.
 func TestAuditChangesAreReadable(t *testing.T) {
+	t.Parallel()
 	before := json.RawMessage(`{"key":"pro","features":["exports","sso"],"quotas":{"requests":{"limit":10000,"mode":"hard"}},
 		"expires_at":"2026-12-31T00:00:00Z","name":"` + strings.Repeat("n", 200) + `","keys":[{"id":"a"}]}`)
 	after := json.RawMessage(`{"key":"pro","features":["sso","audit_log"],"quotas":{"requests":{"limit":20000,"mode":"hard"},"exports":{"limit":50,"mode":"soft"}},
@@ -49,6 +50,7 @@ func TestAuditChangesAreReadable(t *testing.T) {
 // A plan change that changes nothing is recorded as that, not as a bare
 // "entitlement_version 3 → 4".
 func TestAuditNoOpChangeSaysSo(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Same Co", b.free)
 	br := b.browser(t)

@@ -28,6 +28,7 @@ func planOf(t *testing.T, raw json.RawMessage) string {
 // Every admin action through the API or the console is recorded with who
 // (the named credential), when, what and the state before and after.
 func TestAuditTrail(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Audited Co", b.free)
 	base := b.srv.URL
@@ -141,6 +142,8 @@ func stateField(raw json.RawMessage, key string) string {
 // hands out (a key, a link) never reaches the trail, and a confirmation
 // page changes nothing and records nothing.
 func TestConsoleAuditRecordsEachAction(t *testing.T) {
+	// Not parallel: it reads the trail of the actor "alice", whom other
+	// tests' bundles name too.
 	b := setup(t, setupOpts{stripeBase: stripemock.Start(t)})
 	tn, err := b.ents.CreateTenant(b.ctx, entitlements.TenantInput{Name: "Console Audit Co", Plan: b.free, StripeCustomerID: "cus_" + uniq("audit")})
 	if err != nil {

@@ -112,6 +112,7 @@ type limitSet struct {
 	Rate        *limiter.Rate
 	Concurrency int64
 	Quotas      map[string]quotaLimit
+	Windows     string // windowsText; "" without windows
 }
 
 type quotaLimit struct {
@@ -121,7 +122,7 @@ type quotaLimit struct {
 }
 
 func snapshotLimits(s limiter.Snapshot) limitSet {
-	l := limitSet{Plan: s.Plan, Rate: s.Rate, Concurrency: s.Concurrency, Quotas: map[string]quotaLimit{}}
+	l := limitSet{Plan: s.Plan, Rate: s.Rate, Concurrency: s.Concurrency, Quotas: map[string]quotaLimit{}, Windows: snapshotWindowsText(s.Windows)}
 	for m, q := range s.Quotas {
 		mode := string(q.Mode)
 		if mode == "" {
@@ -134,6 +135,9 @@ func snapshotLimits(s limiter.Snapshot) limitSet {
 
 func planLimits(p entitlements.Plan) limitSet {
 	l := limitSet{Plan: p.Key, Rate: p.Rate, Quotas: map[string]quotaLimit{}}
+	if len(p.Windows) > 0 {
+		l.Windows = windowsText(p.Windows)
+	}
 	if p.Concurrency != nil {
 		l.Concurrency = *p.Concurrency
 	}
@@ -179,6 +183,9 @@ func diffLimits(before, after limitSet, used map[string]int64) []limitChange {
 		row("Plan", before.Plan, after.Plan),
 		row("Rate", rateText(before.Rate), rateText(after.Rate)),
 		row("Concurrency", concurrencyText(before.Concurrency), concurrencyText(after.Concurrency)),
+	}
+	if before.Windows != "" || after.Windows != "" {
+		out = append(out, row("Windows", noneIfEmpty(before.Windows), noneIfEmpty(after.Windows)))
 	}
 	meters := map[string]bool{}
 	for m := range before.Quotas {

@@ -47,6 +47,7 @@ func wantIn(t testing.TB, body string, wants ...string) {
 // meters whose usage already reaches a new hard limit; only the confirm
 // form's POST changes the plan, and only it is audited.
 func TestConsolePlanChangeIsConfirmedWithItsEffect(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tiny := uniq("tiny")
 	b.plan(t, entitlements.PlanInput{Key: tiny, Concurrency: ptr[int64](3),
@@ -98,6 +99,7 @@ func TestConsolePlanChangeIsConfirmedWithItsEffect(t *testing.T) {
 // Revoking a key first shows the key, its last use and the dashboard
 // sessions it ends.
 func TestConsoleRevokeIsConfirmed(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Keys Co", b.free)
 	k := b.key(t, tn.ID)
@@ -136,6 +138,7 @@ func TestConsoleRevokeIsConfirmed(t *testing.T) {
 
 // Removing an override first shows the meter's limit with and without it.
 func TestConsoleOverrideRemovalIsConfirmed(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Override Co", b.pro)
 	ov, err := b.ents.CreateOverride(b.ctx, tn.ID, entitlements.OverrideInput{Meter: "requests", Extra: ptr[int64](500), Reason: "launch"})

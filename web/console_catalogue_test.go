@@ -15,6 +15,7 @@ import (
 // hurried admin would save (issue 28): every input and textarea of the two
 // forms starts empty, and each has a placeholder.
 func TestConsoleNewPlanAndAddonFormsHavePlaceholdersNotValues(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	br, _ := b.adminBrowser(t)
 	value := regexp.MustCompile(`<(input|textarea)[^>]*name="([^"]+)"[^>]*>`)
@@ -43,6 +44,7 @@ func TestConsoleNewPlanAndAddonFormsHavePlaceholdersNotValues(t *testing.T) {
 
 // The plan form takes several Stripe prices (one a line) and a product.
 func TestConsolePlanFormTakesSeveralPricesAndAProduct(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	br, tok := b.adminBrowser(t)
 	key := uniq("multi")

@@ -14,6 +14,7 @@ import (
 // limits"; and the plan page's "Saving this plan changes the limits of N
 // tenants" is a caution, not a green success box.
 func TestConsoleFormatsNumbersDatesAndWarnsOnPlanReach(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	price := uniq("price_pack")
 	if _, _, err := b.ents.PutAddon(b.ctx, price, entitlements.AddonInput{Name: "Pack", Quotas: map[string]int64{"requests": 10000}}); err != nil {

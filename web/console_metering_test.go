@@ -11,6 +11,7 @@ import (
 // webhook stored) and the usage reports that failed or were billed late;
 // a sent, on-time report is not listed, and what Stripe sent is escaped.
 func TestConsoleMeteringShowsMeterErrorsAndLateReports(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Initech", b.free)
 	evID := "evt_test_" + tn.ID[:8] + "meter"

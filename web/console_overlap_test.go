@@ -12,6 +12,7 @@ import (
 // subscription (the live one that started last) and lists the old one as
 // overlapping and the add-on one as add-ons only.
 func TestConsoleShowsOverlappingSubscriptions(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Overlap Inc", b.free)
 	now := time.Now().UTC().Truncate(time.Second)

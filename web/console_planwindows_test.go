@@ -98,3 +98,17 @@ func TestConsolePlanWindowEditor(t *testing.T) {
 		t.Fatalf("a refused form changed the windows: %+v", p.Windows)
 	}
 }
+
+// TestConsolePlanChangeShowsWindows: moving a tenant to a plan with
+// windows names them in the confirmation's limits before and after.
+func TestConsolePlanChangeShowsWindows(t *testing.T) {
+	b := setup(t)
+	key := uniq("winchg")
+	b.plan(t, entitlements.PlanInput{Key: key, Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](1000)}},
+		Windows: entitlements.WindowInputs{{Name: "hourly", Limit: ptr[int64](500), Length: "1h", Kind: "fixed"}}})
+	tn := b.tenant(t, "Window Change Co", b.free)
+	br, tok := b.adminBrowser(t)
+	r := br.post("/admin/tenants/"+tn.ID+"/plan", url.Values{"csrf": {tok}, "plan": {key}})
+	wantStatus(t, r, http.StatusOK, "plan change without confirmation")
+	wantIn(t, r.body, `data-limit="Windows" data-before="none" data-after="hourly 500 per 1h (fixed)"`)
+}

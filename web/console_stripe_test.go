@@ -11,6 +11,7 @@ import (
 // The console shows each event's API version and why a failed event
 // failed, and manages add-on grants.
 func TestConsoleShowsAPIVersionsFailureReasonsAndAddons(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Initech", b.free)
 	ok := fmt.Sprintf("evt_ver_ok_%s", tn.ID[:8])
@@ -64,6 +65,7 @@ func TestConsoleShowsAPIVersionsFailureReasonsAndAddons(t *testing.T) {
 
 // A plan quota can be per seat from the console's plan form too.
 func TestConsolePlanFormPerSeatQuota(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	br, tok := b.adminBrowser(t)
 	key := uniq("seats")

@@ -23,6 +23,7 @@ func (b *bundle) adminBrowser(t *testing.T) (*browser, string) {
 }
 
 func TestConsoleTenantsSearchAndPages(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tag := uniq("zeta")
 	for i := 0; i < tenantsPerPage+3; i++ {
@@ -49,6 +50,7 @@ func TestConsoleTenantsSearchAndPages(t *testing.T) {
 }
 
 func TestConsoleTenantPage(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Initech", b.free)
 	br, tok := b.adminBrowser(t)
@@ -130,6 +132,7 @@ func TestConsoleTenantPage(t *testing.T) {
 }
 
 func TestConsolePlans(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	key := uniq("gold")
 	b.tenant(t, "On Pro 1", b.pro)
@@ -172,6 +175,7 @@ func TestConsolePlans(t *testing.T) {
 }
 
 func TestConsoleEventsAndDrift(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Hooli", b.free)
 	for i, st := range []string{"failed", "processed", "pending"} {
@@ -218,6 +222,7 @@ func TestConsoleEventsAndDrift(t *testing.T) {
 }
 
 func TestDashboardShowsStatusAndUsage(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Pied Piper", b.pro)
 	if _, err := b.pool.Exec(b.ctx, `
@@ -242,6 +247,7 @@ func TestDashboardShowsStatusAndUsage(t *testing.T) {
 }
 
 func TestPlanFormParsing(t *testing.T) {
+	t.Parallel()
 	f := planForm{Key: "k", Features: " a, ,b ", Concurrency: "3", Rows: []quotaRow{
 		{Meter: "requests", Limit: "10", Mode: "hard"}, {Mode: "hard"}, {Meter: "exports", Limit: "5", Mode: "soft", PerSeat: true},
 		{Meter: "gone", Limit: "1", Mode: "hard", Remove: true}}}
@@ -289,6 +295,7 @@ func TestPlanFormParsing(t *testing.T) {
 }
 
 func TestConsolePlanChangeThroughStripe(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{stripeBase: stripemock.Start(t)})
 	small, big, local := uniq("small"), uniq("big"), uniq("local")
 	b.plan(t, entitlements.PlanInput{Key: small, StripePriceID: "price_" + small, Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](10)}}})

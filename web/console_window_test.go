@@ -15,6 +15,7 @@ import (
 // The console's plan form sets how quotas reset, and keeps what it does not
 // show (a quota's Stripe meter and what it is sent).
 func TestConsolePlanQuotaWindow(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	br, tok := b.adminBrowser(t)
 	key := uniq("annual")
@@ -48,6 +49,7 @@ func TestConsolePlanQuotaWindow(t *testing.T) {
 // A tenant on a yearly subscription sees this month's window on the
 // dashboard and in GET /v1/usage, not the billing year.
 func TestDashboardShowsMonthOfYearlySubscription(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Annual Co", b.pro)
 	// A year that started 45 days ago: the current month is the second.

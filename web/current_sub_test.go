@@ -7,9 +7,10 @@ import (
 
 // The console shows the subscription the limiter enforces: with an older
 // active subscription and a newer canceled one, that is the active one
-// (entitlements.CurrentSubscriptionOf), in the tenant page's subscription,
+// (the view current_subscriptions). in the tenant page's subscription,
 // its status, and the tenant list.
 func TestConsoleShowsTheEnforcedSubscription(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Two subs", b.pro)
 	now := time.Now()
@@ -22,7 +23,7 @@ func TestConsoleShowsTheEnforcedSubscription(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st := &store{db: b.pool}
+	st := b.web.store
 	sub, err := st.subscription(b.ctx, tn.ID)
 	if err != nil || sub == nil || sub.Status != "active" {
 		t.Fatalf("subscription = %+v, %v; want the active one", sub, err)

@@ -52,6 +52,7 @@ func (b *bundle) eventStatus(t testing.TB, id string) string {
 }
 
 func TestConsoleEventsListNamesTenantsSearchesAndPages(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	a := b.tenant(t, "Alpha Events", b.free)
 	tag := uniq("ev")
@@ -116,6 +117,7 @@ func TestConsoleEventsListNamesTenantsSearchesAndPages(t *testing.T) {
 // Bulk replay: every failed event of the search, or the ticked ones, after
 // one confirmation naming them; each replay is audited.
 func TestConsoleBulkReplay(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	a := b.tenant(t, "Replay Co", b.free)
 	tag := uniq("rp")

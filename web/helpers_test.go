@@ -132,6 +132,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	b.trail = audit.New(pool, log)
 	named := map[string]string{"alice": b.alice}
 	w, err := New(Deps{Log: log, DB: pool, Limits: b.store, Snapshots: b.ents, Usage: b.meter, AdminToken: b.admin, DefaultPlan: b.free,
+		Entitlements: b.ents, Billing: bill, Metering: b.meter,
 		AdminTokens: named, Audit: b.trail, Upgrades: upgrades, Attempts: lim, BillingContact: o.contact, PublicURL: o.publicURL,
 		Plans: plans, PlanAdmin: b.ents, Addons: b.ents, Keys: b.ents, Overrides: b.ents, Explainer: b.ents, Replayer: bill, Resyncer: bill, Guard: guard,
 		Tenants: b.ents, Previews: b.ents})

@@ -11,6 +11,7 @@ import (
 // HEAD answers on every GET route as GET does, without a body; it was 405
 // (404 on /dashboard/login).
 func TestHeadOnEveryGetRoute(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Head Co", b.pro)
 	key := b.key(t, tn.ID)
@@ -70,6 +71,7 @@ func reqWith(br *browser, method, path, bearer string) resp {
 }
 
 func TestFaviconAndNoStoreOnCredentials(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	br := b.browser(t)
 	r := br.get("/favicon.ico")

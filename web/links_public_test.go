@@ -12,6 +12,7 @@ import (
 // from the console alike (and the console does not prefix it twice): an
 // admin pastes it into a mail, where a path leads nowhere.
 func TestDashboardLinksAreAbsoluteUnderPublicURL(t *testing.T) {
+	t.Parallel()
 	const public = "https://billing.example.com"
 	b := setup(t, setupOpts{publicURL: public + "/"})
 	tn := b.tenant(t, "Link Co", b.free)

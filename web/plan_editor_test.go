@@ -14,6 +14,7 @@ import (
 // limits before and after and the tenants affected (linked); only the
 // confirm form saves, and only it is audited.
 func TestConsolePlanEditIsConfirmedWithItsEffect(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	key := uniq("edit")
 	b.plan(t, entitlements.PlanInput{Key: key, Name: "Edit", Rate: &entitlements.RateInput{PerSecond: ptr(10.0), Burst: ptr[int64](20)},
@@ -79,6 +80,7 @@ func TestConsolePlanEditIsConfirmedWithItsEffect(t *testing.T) {
 // The quota editor works without JavaScript: "More quota rows" adds empty
 // rows and saves nothing; a ticked row is removed.
 func TestConsoleQuotaEditorRows(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	br, tok := b.adminBrowser(t)
 	page := br.get("/admin/plans")

@@ -11,6 +11,7 @@ import (
 // plan is public unless "Internal" is chosen, an edit without the field
 // keeps it, and a value other than true/false is refused naming the field.
 func TestConsolePlanFormPublic(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	br, tok := b.adminBrowser(t)
 	key := uniq("staff")

@@ -113,18 +113,28 @@ func (s *store) session(ctx context.Context, rawID, kind string, adminHashes [][
 		return Session{}, apperr.New(apperr.Unauthorized, "not logged in")
 	}
 	sess := Session{idHash: hashToken(rawID)}
-	var tid, who *string
+	var tid, who, key *string
 	err := s.db.QueryRow(ctx, `
-		SELECT kind, tenant_id::text, csrf_token, expires_at, actor FROM web_sessions ws
+		SELECT kind, tenant_id::text, csrf_token, expires_at, actor, api_key_id::text FROM web_sessions
 		WHERE id_hash = $1 AND kind = $2 AND expires_at > now()
-		  AND (kind <> 'admin' OR admin_token_hash = ANY($3))
-		  AND (api_key_id IS NULL OR EXISTS (SELECT 1 FROM api_keys k WHERE k.id = ws.api_key_id AND k.revoked_at IS NULL))`,
-		sess.idHash, kind, adminHashes).Scan(&sess.Kind, &tid, &sess.CSRF, &sess.ExpiresAt, &who)
+		  AND (kind <> 'admin' OR admin_token_hash = ANY($3))`,
+		sess.idHash, kind, adminHashes).Scan(&sess.Kind, &tid, &sess.CSRF, &sess.ExpiresAt, &who, &key)
+	errGone := apperr.New(apperr.Unauthorized, "session expired, unknown, or its credential was revoked")
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Session{}, apperr.New(apperr.Unauthorized, "session expired, unknown, or its credential was revoked")
+		return Session{}, errGone
 	}
 	if err != nil {
 		return Session{}, fmt.Errorf("web: session: %w", err)
+	}
+	if key != nil {
+		// The key is entitlements': a session lives only while it does.
+		live, err := s.ents.KeyLive(ctx, *key)
+		if err != nil {
+			return Session{}, fmt.Errorf("web: session: %w", err)
+		}
+		if !live {
+			return Session{}, errGone
+		}
 	}
 	if tid != nil {
 		sess.TenantID = *tid

@@ -12,6 +12,7 @@ import (
 )
 
 func TestDashboardLinkLogsInOnce(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Acme Links", b.free)
 
@@ -62,6 +63,7 @@ func TestDashboardLinkLogsInOnce(t *testing.T) {
 }
 
 func TestDashboardLinkExpiredOrUnknown(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Acme Expired", b.free)
 	link := b.mint(t, tn.ID)
@@ -89,6 +91,7 @@ func TestDashboardLinkExpiredOrUnknown(t *testing.T) {
 }
 
 func TestAPIKeyLogin(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Acme Keys", b.free)
 	k := b.key(t, tn.ID)
@@ -110,6 +113,7 @@ func TestAPIKeyLogin(t *testing.T) {
 }
 
 func TestSessionCookie(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Acme Cookie", b.free)
 	check := func(proto string, wantSecure bool) {
@@ -152,6 +156,7 @@ func TestSessionCookie(t *testing.T) {
 }
 
 func TestSessionExpiresAndLogout(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Acme Expiry", b.free)
 
@@ -179,6 +184,7 @@ func TestSessionExpiresAndLogout(t *testing.T) {
 }
 
 func TestCSRFRequiredOnEveryForm(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Acme CSRF", b.free)
 	k := b.key(t, tn.ID)
@@ -222,6 +228,7 @@ func TestCSRFRequiredOnEveryForm(t *testing.T) {
 }
 
 func TestTenantSessionSeesOnlyItsTenant(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	a := b.tenant(t, "Tenant Alpha", b.free)
 	o := b.tenant(t, "Tenant Omega", b.free)
@@ -266,6 +273,7 @@ func mustURL(s string) *url.URL {
 }
 
 func TestConsoleNeedsLogin(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Acme Console", b.free)
 	br := b.browser(t)
@@ -322,6 +330,7 @@ func TestConsoleNeedsLogin(t *testing.T) {
 }
 
 func TestFailedLoginsAreLimitedPerIP(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Acme Guard", b.free)
 	k := b.key(t, tn.ID)
@@ -347,6 +356,7 @@ func TestFailedLoginsAreLimitedPerIP(t *testing.T) {
 }
 
 func TestFormBodiesAreLimited(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	br := b.browser(t)
 	page := br.get("/dashboard/login")
@@ -356,6 +366,7 @@ func TestFormBodiesAreLimited(t *testing.T) {
 
 // A NUL byte or invalid UTF-8 in the console's search is a 400, not a 500.
 func TestConsoleSearchWithNULIs400(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	br := b.browser(t)
 	wantRedirect(t, br.loginAdmin(b.admin), "/admin/tenants", "login")
@@ -368,6 +379,7 @@ func TestConsoleSearchWithNULIs400(t *testing.T) {
 // (it could otherwise mint new keys); a console session ends when
 // ADMIN_TOKEN changes.
 func TestSessionsEndWithTheirCredential(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Acme Revoked", b.free)
 	k := b.key(t, tn.ID)

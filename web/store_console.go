@@ -5,16 +5,12 @@ package web
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"strings"
+	"sort"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
-	"github.com/tollgatehq/tollgate/internal/ids"
 )
 
 // PlanRow is a plan with its quotas.
@@ -48,49 +44,32 @@ type QuotaRow struct {
 }
 
 func (s *store) plans(ctx context.Context) ([]PlanRow, error) {
-	rows, err := s.db.Query(ctx, `
-		SELECT p.key, p.name, COALESCE(p.stripe_price_id, ''),
-		       COALESCE((SELECT array_agg(c.stripe_price_id ORDER BY c.position) FROM catalogue_prices c WHERE c.plan_key = p.key), '{}'),
-		       COALESCE((SELECT c.stripe_product_id FROM catalogue_products c WHERE c.plan_key = p.key), ''),
-		       p.rate_per_second, p.rate_burst, p.concurrency,
-		       p.features, p.updated_at, p.quota_window, p.public,
-		       (SELECT count(*) FROM tenants t WHERE t.plan_key = p.key),
-		       COALESCE((SELECT json_agg(json_build_object('meter', q.meter, 'limit', q.quota_limit, 'mode', q.mode, 'per_seat', q.per_seat) ORDER BY q.meter)
-		                 FROM plan_quotas q WHERE q.plan_key = p.key), '[]'),
-		       p.windows
-		FROM plans p ORDER BY p.key`)
+	plans, err := s.ents.ListPlans(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("web: plans: %w", err)
 	}
-	var out []PlanRow
-	var p PlanRow
-	var quotas, windows []byte
-	_, err = pgx.ForEachRow(rows, []any{&p.Key, &p.Name, &p.StripePriceID, &p.StripePriceIDs, &p.StripeProductID, &p.RatePerSecond, &p.RateBurst, &p.Concurrency,
-		&p.Features, &p.UpdatedAt, &p.QuotaWindow, &p.Public, &p.Tenants, &quotas, &windows}, func() error {
-		p.Windows = nil
-		if len(windows) > 0 {
-			if err := json.Unmarshal(windows, &p.Windows); err != nil {
-				return err
-			}
-		}
-		var qs []struct {
-			Meter   string `json:"meter"`
-			Limit   int64  `json:"limit"`
-			Mode    string `json:"mode"`
-			PerSeat bool   `json:"per_seat"`
-		}
-		if err := json.Unmarshal(quotas, &qs); err != nil {
-			return err
-		}
-		p.Quotas = nil
-		for _, q := range qs {
-			p.Quotas = append(p.Quotas, QuotaRow{Meter: q.Meter, Limit: q.Limit, Mode: q.Mode, PerSeat: q.PerSeat})
-		}
-		out = append(out, p)
-		return nil
-	})
+	counts, err := s.ents.PlanTenantCounts(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("web: plans: %w", err)
+	}
+	out := make([]PlanRow, 0, len(plans))
+	for _, p := range plans {
+		r := PlanRow{Key: p.Key, Name: p.Name, StripePriceID: p.StripePriceID, StripePriceIDs: p.StripePriceIDs,
+			StripeProductID: p.StripeProductID, Concurrency: p.Concurrency, Features: p.Features, Tenants: counts[p.Key],
+			UpdatedAt: p.UpdatedAt, QuotaWindow: p.QuotaWindow, Public: p.Public, Windows: p.Windows}
+		if p.Rate != nil {
+			r.RatePerSecond, r.RateBurst = &p.Rate.PerSecond, &p.Rate.Burst
+		}
+		meters := make([]string, 0, len(p.Quotas))
+		for m := range p.Quotas {
+			meters = append(meters, m)
+		}
+		sort.Strings(meters)
+		for _, m := range meters {
+			q := p.Quotas[m]
+			r.Quotas = append(r.Quotas, QuotaRow{Meter: m, Limit: q.Limit, Mode: q.Mode, PerSeat: q.PerSeat})
+		}
+		out = append(out, r)
 	}
 	return out, nil
 }
@@ -120,40 +99,17 @@ type TenantListRow struct {
 }
 
 // tenantPage lists tenants whose name or id or Stripe customer matches q,
-// newest first, page by page (1-based).
+// newest first, page by page (1-based). Requests and RequestLimit are left
+// to the caller, who reads them as the tenant's page does (GET /v1/usage's
+// function: overrides and unflushed usage count).
 func (s *store) tenantPage(ctx context.Context, q string, page, size int) ([]TenantListRow, int64, error) {
-	like := "%"
-	if q = strings.TrimSpace(q); q != "" {
-		like = "%" + strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(strings.ToLower(q)) + "%"
-	}
-	var total int64
-	if err := s.db.QueryRow(ctx, `
-		SELECT count(*) FROM tenants
-		WHERE lower(name) LIKE $1 OR id::text = $2 OR stripe_customer_id = $2 OR external_id = $2`, like, q).Scan(&total); err != nil {
-		return nil, 0, fmt.Errorf("web: count tenants: %w", err)
-	}
-	rows, err := s.db.Query(ctx, `
-		SELECT t.id, t.name, t.plan_key,
-		       COALESCE((SELECT s.status FROM (`+entitlements.CurrentSubscriptionOf("t.id")+`) s), ''),
-		       COALESCE((SELECT used FROM usage_periods u WHERE u.tenant_id = t.id AND u.meter = 'requests'
-		                 AND u.period_start <= now() AND u.period_end > now() ORDER BY period_start DESC LIMIT 1), 0),
-		       (SELECT quota_limit FROM plan_quotas q WHERE q.plan_key = t.plan_key AND q.meter = 'requests'),
-		       t.created_at
-		FROM tenants t
-		WHERE lower(t.name) LIKE $1 OR t.id::text = $2 OR t.stripe_customer_id = $2 OR t.external_id = $2
-		ORDER BY t.created_at DESC, t.id DESC
-		LIMIT $3 OFFSET $4`, like, q, size, (page-1)*size)
+	ts, total, err := s.ents.SearchTenants(ctx, q, page, size)
 	if err != nil {
 		return nil, 0, fmt.Errorf("web: tenants: %w", err)
 	}
-	var out []TenantListRow
-	var r TenantListRow
-	_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.Name, &r.PlanKey, &r.SubStatus, &r.Requests, &r.RequestLimit, &r.CreatedAt}, func() error {
-		out = append(out, r)
-		return nil
-	})
-	if err != nil {
-		return nil, 0, fmt.Errorf("web: tenants: %w", err)
+	out := make([]TenantListRow, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, TenantListRow{ID: t.ID, Name: t.Name, PlanKey: t.Plan, SubStatus: t.SubStatus, CreatedAt: t.CreatedAt})
 	}
 	return out, total, nil
 }
@@ -170,47 +126,31 @@ type OverrideRow struct {
 	CreatedAt time.Time
 }
 
+// overrides are the tenant's last 100 overrides, newest first.
 func (s *store) overrides(ctx context.Context, tenantID string) ([]OverrideRow, error) {
-	rows, err := s.db.Query(ctx, `
-		SELECT id, meter, extra, quota_limit, mode, reason, expires_at, created_at FROM quota_overrides
-		WHERE tenant_id = $1 ORDER BY created_at DESC LIMIT 100`, tenantID)
+	ovs, err := s.ents.ListOverrides(ctx, tenantID)
 	if err != nil {
 		return nil, fmt.Errorf("web: overrides: %w", err)
 	}
-	var out []OverrideRow
-	var o OverrideRow
-	_, err = pgx.ForEachRow(rows, []any{&o.ID, &o.Meter, &o.Extra, &o.Limit, &o.Mode, &o.Reason, &o.ExpiresAt, &o.CreatedAt}, func() error {
-		out = append(out, o)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("web: overrides: %w", err)
+	out := make([]OverrideRow, 0, min(len(ovs), 100))
+	for _, o := range ovs[:min(len(ovs), 100)] {
+		out = append(out, OverrideRow{ID: o.ID, Meter: o.Meter, Extra: o.Extra, Limit: o.Limit, Mode: o.Mode, Reason: o.Reason,
+			ExpiresAt: o.ExpiresAt, CreatedAt: o.CreatedAt})
 	}
 	return out, nil
 }
 
 // VersionRow is one entitlement version.
-type VersionRow struct {
-	Version   int64
-	Reason    string
-	CreatedAt time.Time
-}
+type VersionRow = entitlements.Version
 
 func (s *store) versions(ctx context.Context, tenantID string, limit int) ([]VersionRow, error) {
-	rows, err := s.db.Query(ctx, `
-		SELECT version, reason, created_at FROM entitlement_versions
-		WHERE tenant_id = $1 ORDER BY version DESC LIMIT $2`, tenantID, limit)
+	vs, err := s.ents.ListVersions(ctx, tenantID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("web: versions: %w", err)
 	}
-	var out []VersionRow
-	var v VersionRow
-	_, err = pgx.ForEachRow(rows, []any{&v.Version, &v.Reason, &v.CreatedAt}, func() error {
-		out = append(out, v)
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("web: versions: %w", err)
+	out := make([]VersionRow, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, VersionRow(v))
 	}
 	return out, nil
 }
@@ -219,46 +159,49 @@ func (s *store) versions(ctx context.Context, tenantID string, limit int) ([]Ver
 // sessions opened with it that are still live: revoking the key ends them
 // (a session lives only while the key that opened it does).
 func (s *store) keyWithSessions(ctx context.Context, keyID, tenantID string) (KeyRow, int64, error) {
-	if !ids.IsUUID(keyID) || !ids.IsUUID(tenantID) {
-		return KeyRow{}, 0, apperr.New(apperr.NotFound, "API key not found")
-	}
-	var k KeyRow
-	var sessions int64
-	err := s.db.QueryRow(ctx, `
-		SELECT k.id, k.prefix, k.name, k.created_at, k.last_used_at, k.revoked_at,
-		       (SELECT count(*) FROM web_sessions ws WHERE ws.api_key_id = k.id AND ws.expires_at > now())
-		FROM api_keys k WHERE k.id = $1 AND k.tenant_id = $2`, keyID, tenantID).Scan(
-		&k.ID, &k.Prefix, &k.Name, &k.CreatedAt, &k.LastUsedAt, &k.RevokedAt, &sessions)
+	k, err := s.ents.TenantKey(ctx, tenantID, keyID)
 	if err != nil {
-		return KeyRow{}, 0, fmt.Errorf("web: key: %w", notFound(err, "API key"))
+		return KeyRow{}, 0, fmt.Errorf("web: key: %w", err)
 	}
-	return k, sessions, nil
+	var sessions int64
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM web_sessions WHERE api_key_id = $1 AND expires_at > now()`, k.ID).Scan(&sessions); err != nil {
+		return KeyRow{}, 0, fmt.Errorf("web: key sessions: %w", err)
+	}
+	return KeyRow(k), sessions, nil
 }
 
 // tenantNames names tenants by id, the first limit of them by name.
-func (s *store) tenantNames(ctx context.Context, ids []string, limit int) ([]tenantLink, error) {
-	rows, err := s.db.Query(ctx, `SELECT id::text, name FROM tenants WHERE id = ANY($1::uuid[]) ORDER BY lower(name), id LIMIT $2`, ids, limit)
+func (s *store) tenantNames(ctx context.Context, tenantIDs []string, limit int) ([]tenantLink, error) {
+	ns, err := s.ents.TenantNames(ctx, tenantIDs, limit)
 	if err != nil {
 		return nil, fmt.Errorf("web: tenant names: %w", err)
 	}
-	var out []tenantLink
-	var t tenantLink
-	_, err = pgx.ForEachRow(rows, []any{&t.ID, &t.Name}, func() error {
-		out = append(out, t)
-		return nil
-	})
+	out := make([]tenantLink, 0, len(ns))
+	for _, n := range ns {
+		out = append(out, tenantLink{ID: n.ID, Name: n.Name})
+	}
+	return out, nil
+}
+
+// nameTenants is tenant id → name for the ids given (those that exist):
+// lists of events, repairs and reports name their tenants.
+func (s *store) nameTenants(ctx context.Context, tenantIDs []string) (map[string]string, error) {
+	ns, err := s.ents.TenantNames(ctx, tenantIDs, 0)
 	if err != nil {
 		return nil, fmt.Errorf("web: tenant names: %w", err)
+	}
+	out := make(map[string]string, len(ns))
+	for _, n := range ns {
+		out[n.ID] = n.Name
 	}
 	return out, nil
 }
 
 // tenantByCustomer is the tenant linked to a Stripe customer.
 func (s *store) tenantByCustomer(ctx context.Context, customer string) (tenantLink, error) {
-	var t tenantLink
-	err := s.db.QueryRow(ctx, `SELECT id::text, name FROM tenants WHERE stripe_customer_id = $1`, customer).Scan(&t.ID, &t.Name)
+	t, err := s.ents.TenantByCustomer(ctx, customer)
 	if err != nil {
-		return tenantLink{}, fmt.Errorf("web: tenant by customer: %w", notFound(err, "tenant"))
+		return tenantLink{}, fmt.Errorf("web: tenant by customer: %w", err)
 	}
-	return t, nil
+	return tenantLink{ID: t.ID, Name: t.Name}, nil
 }

@@ -14,6 +14,7 @@ import (
 // goes to the new tenant's page and is audited; a bad one comes back
 // filled in with the reason next to the field, never a 500.
 func TestConsoleCreateTenant(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	br, tok := b.adminBrowser(t)
 	wantIn(t, br.get("/admin/tenants").body, `href="/admin/tenants/new"`)

@@ -16,6 +16,7 @@ import (
 // and Checkout is sent the one the tenant picked; a price that is not the
 // plan's is refused before Stripe.
 func TestDashboardOffersEachPriceOfAPlan(t *testing.T) {
+	t.Parallel()
 	rec := stripemock.NewRecorder(t, stripemock.Start(t))
 	b := setup(t, setupOpts{stripeBase: rec.URL})
 	key := uniq("duo")
@@ -46,6 +47,7 @@ func TestDashboardOffersEachPriceOfAPlan(t *testing.T) {
 // The default price is the first with the tenant's current interval (and
 // currency, when one has both), else the plan's first.
 func TestPriceOptionsDefaultToTheCurrentInterval(t *testing.T) {
+	t.Parallel()
 	info := map[string]billing.PriceInfo{
 		"m_usd": {ID: "m_usd", Known: true, Interval: "month", IntervalCount: 1, Currency: "usd", UnitAmount: 2000},
 		"y_usd": {ID: "y_usd", Known: true, Interval: "year", IntervalCount: 1, Currency: "usd", UnitAmount: 20000},

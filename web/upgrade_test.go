@@ -50,6 +50,7 @@ func (b *bundle) planOf(t testing.TB, tenantID string) string {
 // limits next to the tenant's and says whom to ask, with no button; a
 // crafted POST is a 404 that changes nothing.
 func TestDashboardPlansWithoutStripeSayWhomToAsk(t *testing.T) {
+	t.Parallel()
 	b := setup(t, setupOpts{contact: "billing@example.com"})
 	gold, staff := b.offerPlans(t)
 	br, tn, page, tok := b.tenantBrowser(t, "Hooli", b.free)
@@ -86,6 +87,7 @@ func TestDashboardPlansWithoutStripeSayWhomToAsk(t *testing.T) {
 // not the internal staff); choosing one redirects to the Checkout URL that
 // Stripe answered, for the session's own tenant, and grants nothing.
 func TestDashboardPlanChangeRedirectsToCheckout(t *testing.T) {
+	t.Parallel()
 	rec := stripemock.NewRecorder(t, stripemock.Start(t))
 	b := setup(t, setupOpts{stripeBase: rec.URL})
 	gold, staff := b.offerPlans(t)
@@ -130,6 +132,7 @@ func TestDashboardPlanChangeRedirectsToCheckout(t *testing.T) {
 // missing CSRF token is a 4xx naming the problem, reaches no Stripe, and
 // changes nothing; Stripe refusing or down shows its message, never a 500.
 func TestDashboardPlanChangeRefusals(t *testing.T) {
+	t.Parallel()
 	rec := stripemock.NewRecorder(t, stripemock.Start(t))
 	b := setup(t, setupOpts{stripeBase: rec.URL})
 	gold, staff := b.offerPlans(t)
@@ -176,6 +179,7 @@ func TestDashboardPlanChangeRefusals(t *testing.T) {
 // calls): past upgradeLimits the page answers 429 with Retry-After and
 // Stripe is not called.
 func TestDashboardPlanChangeAttemptsAreBounded(t *testing.T) {
+	t.Parallel()
 	rec := stripemock.NewRecorder(t, stripemock.Start(t))
 	b := setup(t, setupOpts{stripeBase: rec.URL})
 	gold, _ := b.offerPlans(t)
@@ -205,6 +209,7 @@ func TestDashboardPlanChangeAttemptsAreBounded(t *testing.T) {
 // With a live subscription the button opens Stripe's portal to confirm the
 // change of the subscription's price.
 func TestDashboardPlanChangeWithASubscriptionGoesToThePortal(t *testing.T) {
+	t.Parallel()
 	rec := stripemock.NewRecorder(t, stripemock.Start(t))
 	b := setup(t, setupOpts{stripeBase: rec.URL})
 	gold, _ := b.offerPlans(t)

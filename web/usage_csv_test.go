@@ -13,6 +13,7 @@ import (
 // previous period's part of that hour not), only the session's own tenant,
 // HEAD, and no session.
 func TestDashboardUsageCSV(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	a := b.tenant(t, uniq("csv-a"), b.pro)
 	other := b.tenant(t, uniq("csv-b"), b.pro)

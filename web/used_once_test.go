@@ -17,6 +17,7 @@ import (
 // Redis counter is ahead of Postgres (a Postgres-only reader shows 40), for
 // exports Postgres is ahead (a "Redis whenever present" reader shows 12).
 func TestEveryReaderShowsTheSameUsed(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tn := b.tenant(t, "Used once", b.pro)
 	key := b.key(t, tn.ID)

@@ -10,6 +10,7 @@ import (
 )
 
 func TestFmtDuration(t *testing.T) {
+	t.Parallel()
 	for d, want := range map[time.Duration]string{
 		30 * time.Second:              "under a minute",
 		time.Minute:                   "1 minute",
@@ -26,6 +27,7 @@ func TestFmtDuration(t *testing.T) {
 }
 
 func TestDaysCoverThePeriod(t *testing.T) {
+	t.Parallel()
 	start := time.Date(2026, 1, 31, 10, 0, 0, 0, time.UTC)
 	ds := days(start, time.Date(2026, 2, 28, 10, 0, 0, 0, time.UTC))
 	if len(ds) != 29 || !ds[0].Equal(time.Date(2026, 1, 31, 0, 0, 0, 0, time.UTC)) || !ds[28].Equal(time.Date(2026, 2, 28, 0, 0, 0, 0, time.UTC)) {
@@ -34,6 +36,7 @@ func TestDaysCoverThePeriod(t *testing.T) {
 }
 
 func TestChartEscapesAndStacks(t *testing.T) {
+	t.Parallel()
 	ds := days(time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC), time.Date(2026, 3, 4, 0, 0, 0, 0, time.UTC))
 	c := newChart("x", ds, []Series{{Name: `<b>"rate"`, Values: []int64{1, 0, 5}}, {Name: "requests", Values: []int64{2, 0, 5}}},
 		time.Date(2026, 3, 3, 12, 0, 0, 0, time.UTC))
@@ -58,6 +61,7 @@ func TestChartEscapesAndStacks(t *testing.T) {
 }
 
 func TestMeterView(t *testing.T) {
+	t.Parallel()
 	start := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	end := start.AddDate(0, 1, 0)
 	now := start.Add(10 * 24 * time.Hour)
@@ -94,6 +98,7 @@ func TestMeterView(t *testing.T) {
 }
 
 func TestStatusInWords(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 3, 10, 0, 0, 0, 0, time.UTC)
 	later, earlier := now.Add(48*time.Hour), now.Add(-time.Hour)
 	snap := limiter.Snapshot{Plan: "pro"}
@@ -118,6 +123,7 @@ func TestStatusInWords(t *testing.T) {
 }
 
 func TestUpgradesAreBiggerPlans(t *testing.T) {
+	t.Parallel()
 	plan := func(key string, qs ...QuotaRow) PlanRow { return PlanRow{Key: key, Quotas: qs} }
 	plans := []PlanRow{
 		plan("free", QuotaRow{Meter: "requests", Limit: 1000}),
@@ -142,6 +148,7 @@ func TestUpgradesAreBiggerPlans(t *testing.T) {
 // The run-out time is never shown in the past: 10:50 seen at 10:40 was shown
 // as "10:00" (the hour truncated).
 func TestProjectionNeverInThePast(t *testing.T) {
+	t.Parallel()
 	start := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	end := start.AddDate(0, 1, 0)
 	l := func(n int64) *int64 { return &n }
@@ -165,6 +172,7 @@ func TestProjectionNeverInThePast(t *testing.T) {
 // "runs out around 05:00 today". A soft limit projects overage, not a
 // run-out.
 func TestProjectionWaitsForADayAndSoftLimitsProjectOverage(t *testing.T) {
+	t.Parallel()
 	start := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
 	end := start.AddDate(0, 1, 0)
 	l := func(n int64) *int64 { return &n }

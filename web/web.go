@@ -12,9 +12,10 @@
 //   - A tenant session reads only its own tenant: every dashboard query takes
 //     the tenant id from the session, never from the URL; another tenant's
 //     object is a 404.
-//   - Reads go straight to Postgres (the read model in store.go) and to the
-//     limiter's Redis counters; changes go through the other parts' services,
-//     through the small interfaces declared in actions.go.
+//   - SQL only over the web's own tables (web_sessions, dashboard_links);
+//     every other table is read through its owner (readers.go) and changed
+//     through the other parts' services (actions.go). Live counters come
+//     from the limiter's Redis.
 package web
 
 import (
@@ -59,6 +60,12 @@ type Deps struct {
 	// Usage computes the usage of the current period (GET /v1/usage's
 	// function). Required.
 	Usage UsageReader
+	// Entitlements, Billing and Metering are the owners the pages read
+	// tenants, plans, keys and subscriptions; Stripe events and repairs;
+	// usage history and meter reports through (readers.go). Required.
+	Entitlements EntitlementsReader
+	Billing      BillingReader
+	Metering     MeteringReader
 	// AdminToken logs into the console (compared in constant time) as
 	// "admin". Required.
 	AdminToken string
@@ -130,6 +137,9 @@ func New(d Deps) (*Web, error) {
 	if d.DB == nil || d.Snapshots == nil || d.Usage == nil || d.Limits == nil {
 		return nil, errors.New("web: DB, Limits, Snapshots and Usage are required")
 	}
+	if d.Entitlements == nil || d.Billing == nil || d.Metering == nil {
+		return nil, errors.New("web: Entitlements, Billing and Metering are required")
+	}
 	if d.AdminToken == "" {
 		return nil, errors.New("web: AdminToken is required")
 	}
@@ -148,7 +158,7 @@ func New(d Deps) (*Web, error) {
 	if d.AdminTTL <= 0 {
 		d.AdminTTL = 8 * time.Hour
 	}
-	w := &Web{Deps: d, log: d.Log, store: &store{db: d.DB}}
+	w := &Web{Deps: d, log: d.Log, store: &store{db: d.DB, ents: d.Entitlements, bill: d.Billing, meter: d.Metering}}
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err
@@ -187,7 +197,8 @@ func (w *Web) Register(e *echo.Echo) {
 	// Forms are small: 64 KiB is far more than any of them needs.
 	limit := middleware.BodyLimit("64K")
 	tenant := []echo.MiddlewareFunc{w.html, limit, w.requireSession(kindTenant), w.checkCSRF}
-	admin := []echo.MiddlewareFunc{w.html, limit, w.requireSession(kindAdmin), w.checkCSRF}
+	// audited: the routes audit.Routes declares record their action (audit.go).
+	admin := []echo.MiddlewareFunc{w.html, limit, w.requireSession(kindAdmin), w.checkCSRF, w.audited}
 	open := []echo.MiddlewareFunc{w.html, limit, w.checkCSRF}
 
 	e.GET("/static/*", w.handleStatic())
@@ -209,27 +220,27 @@ func (w *Web) Register(e *echo.Echo) {
 	e.GET("/admin", w.handleAdminHome(), admin...)
 	e.GET("/admin/tenants", w.handleAdminTenants(), admin...)
 	e.GET("/admin/tenants/new", w.handleAdminNewTenant(), admin...)
-	e.POST("/admin/tenants", w.handleAdminCreateTenant(), append(admin, w.audited("tenant.create"))...)
+	e.POST("/admin/tenants", w.handleAdminCreateTenant(), admin...)
 	e.GET("/admin/tenants/:id", w.handleAdminTenant(), admin...)
-	e.POST("/admin/tenants/:id/plan", w.handleAdminChangePlan(), append(admin, w.audited("tenant.plan_change"))...)
-	e.POST("/admin/tenants/:id/external-id", w.handleAdminSetExternalID(), append(admin, w.audited("tenant.edit"))...)
-	e.POST("/admin/tenants/:id/keys", w.handleAdminIssueKey(), append(admin, w.audited("api_key.issue"))...)
-	e.POST("/admin/tenants/:id/keys/:key/revoke", w.handleAdminRevokeKey(), append(admin, w.audited("api_key.revoke"))...)
-	e.POST("/admin/tenants/:id/overrides", w.handleAdminAddOverride(), append(admin, w.audited("override.create"))...)
-	e.POST("/admin/tenants/:id/overrides/:oid/delete", w.handleAdminDeleteOverride(), append(admin, w.audited("override.delete"))...)
-	e.POST("/admin/tenants/:id/dashboard-link", w.handleAdminMintLink(), append(admin, w.audited("dashboard_link.issue"))...)
-	e.POST("/admin/tenants/:id/resync", w.handleAdminResync(), append(admin, w.audited("tenant.resync"))...)
+	e.POST("/admin/tenants/:id/plan", w.handleAdminChangePlan(), admin...)
+	e.POST("/admin/tenants/:id/external-id", w.handleAdminSetExternalID(), admin...)
+	e.POST("/admin/tenants/:id/keys", w.handleAdminIssueKey(), admin...)
+	e.POST("/admin/tenants/:id/keys/:key/revoke", w.handleAdminRevokeKey(), admin...)
+	e.POST("/admin/tenants/:id/overrides", w.handleAdminAddOverride(), admin...)
+	e.POST("/admin/tenants/:id/overrides/:oid/delete", w.handleAdminDeleteOverride(), admin...)
+	e.POST("/admin/tenants/:id/dashboard-link", w.handleAdminMintLink(), admin...)
+	e.POST("/admin/tenants/:id/resync", w.handleAdminResync(), admin...)
 	e.GET("/admin/plans", w.handleAdminPlans(), admin...)
-	e.POST("/admin/plans", w.handleAdminCreatePlan(), append(admin, w.audited("plan.create"))...)
+	e.POST("/admin/plans", w.handleAdminCreatePlan(), admin...)
 	e.GET("/admin/plans/:key", w.handleAdminPlan(), admin...)
-	e.POST("/admin/plans/:key", w.handleAdminEditPlan(), append(admin, w.audited("plan.edit"))...)
+	e.POST("/admin/plans/:key", w.handleAdminEditPlan(), admin...)
 	e.GET("/admin/addons", w.handleAdminAddons(), admin...)
-	e.POST("/admin/addons", w.handleAdminPutAddon(), append(admin, w.audited("addon.put"))...)
-	e.POST("/admin/addons/:price/delete", w.handleAdminDeleteAddon(), append(admin, w.audited("addon.delete"))...)
+	e.POST("/admin/addons", w.handleAdminPutAddon(), admin...)
+	e.POST("/admin/addons/:price/delete", w.handleAdminDeleteAddon(), admin...)
 	e.GET("/admin/events", w.handleAdminEvents(), admin...)
 	e.GET("/admin/events/:id", w.handleAdminEvent(), admin...)
 	e.POST("/admin/events/replay", w.handleAdminBulkReplay(), admin...)
-	e.POST("/admin/events/:id/replay", w.handleAdminReplay(), append(admin, w.audited("stripe_event.replay"))...)
+	e.POST("/admin/events/:id/replay", w.handleAdminReplay(), admin...)
 	e.GET("/admin/drift", w.handleAdminDrift(), admin...)
 	e.GET("/admin/metering", w.handleAdminMetering(), admin...)
 	e.GET("/admin/audit", w.handleAdminAudit(), admin...)

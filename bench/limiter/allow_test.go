@@ -62,14 +62,6 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
-// count returns how many single commands named name were sent.
-func (h *roundTrips) count(name string) int64 {
-	if c, ok := h.cmds.Load(name); ok {
-		return c.(*atomic.Int64).Load()
-	}
-	return 0
-}
-
 func benchTenants(n int) []string {
 	ids := make([]string, n)
 	for i := range ids {

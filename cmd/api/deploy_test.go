@@ -62,6 +62,7 @@ func interpolate(s string) string {
 }
 
 func TestComposeHasEveryServiceHealthChecked(t *testing.T) {
+	t.Parallel()
 	f := readCompose(t)
 	want := []string{"postgres", "redis", "stripe-mock", "api", "worker"}
 	if len(f.Services) != len(want) {
@@ -104,6 +105,7 @@ func TestComposeHasEveryServiceHealthChecked(t *testing.T) {
 }
 
 func TestComposeStripeMockIsPinned(t *testing.T) {
+	t.Parallel()
 	f := readCompose(t)
 	sm := f.Services["stripe-mock"]
 	switch {
@@ -123,6 +125,7 @@ func TestComposeStripeMockIsPinned(t *testing.T) {
 }
 
 func TestComposeAppConfigurationLoads(t *testing.T) {
+	t.Parallel()
 	f := readCompose(t)
 	for _, name := range []string{"api", "worker"} {
 		svc := f.Services[name]
@@ -155,6 +158,7 @@ func TestComposeAppConfigurationLoads(t *testing.T) {
 }
 
 func TestDockerfileHasTheTargetsComposeBuilds(t *testing.T) {
+	t.Parallel()
 	b, err := os.ReadFile("../../Dockerfile")
 	if err != nil {
 		t.Fatalf("read Dockerfile: %v", err)

@@ -19,7 +19,7 @@ import (
 // without a goroutine per call), snapshots missing from Redis loaded from
 // Postgres by the entitlements service, quota counters missing from Redis
 // rebuilt from durable usage (usage may be nil), the fail mode of
-// LIMITER_FAIL_MODE for every policy, leases with LIMITER_LOCAL_LEASES, and
+// LIMITER_FAIL_MODE for every policy, prefetching with LIMITER_PREFETCH, and
 // Prometheus metrics on reg. The
 // returned close func closes the limiter and its client.
 func newLimiter(cfg config.Config, ents *entitlements.Service, usage limiter.UsageLoader, reg prometheus.Registerer) (*limiter.Limiter, func(), error) {
@@ -45,7 +45,7 @@ func newLimiter(cfg config.Config, ents *entitlements.Service, usage limiter.Usa
 		// Overload is shed with 503 before decisions queue past their
 		// deadline (issue 21); MAX_IN_FLIGHT bounds the adaptive limit.
 		AdaptiveConcurrency: true,
-		LocalLeases:         cfg.LimiterLocalLeases,
+		Prefetch:            cfg.LimiterPrefetch,
 		Batching:            cfg.LimiterBatching,
 		LeaseTTL:            cfg.LeaseTTL,
 		Hooks:               m.Hooks(),

@@ -44,6 +44,7 @@ func getMetrics(t *testing.T, url, token string) (int, string) {
 // per route and the Stripe queue are not shown to whoever reaches the api.
 // With METRICS_TOKEN both answer that bearer token only.
 func TestServeMetricsOffThePublicPort(t *testing.T) {
+	t.Parallel()
 	for _, token := range []string{"", "metrics-token-0123456789"} {
 		e := serveEnv(t)
 		e["MIGRATE_ON_START"] = "false"

@@ -21,6 +21,7 @@ import (
 // once Postgres continues. Before the deadline they waited as long as the
 // client did (9.8 s to over 20 s in the measurement).
 func TestPostgresPauseAnswers503WithinDatabaseTimeout(t *testing.T) {
+	t.Parallel()
 	pg := pgtest.StartServer(t)
 	rs := redistest.StartServer(t)
 	api := startLiveAPI(t, rs, map[string]string{

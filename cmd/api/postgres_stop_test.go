@@ -38,6 +38,7 @@ type outcome struct {
 // accepted when resent, and every event sent is stored exactly once (the
 // meter's figure is the sum of the distinct events).
 func TestPostgresStoppedDuringIngestAndWebhooks(t *testing.T) {
+	t.Parallel()
 	pg := pgtest.StartServer(t)
 	rs := redistest.StartServer(t)
 	api := startLiveAPI(t, rs, map[string]string{

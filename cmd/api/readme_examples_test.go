@@ -80,6 +80,7 @@ type exchange struct {
 // field the spec does not know, or an answer the spec does not describe
 // fails here.
 func TestREADMEExamplesRunAndMatchTheSpec(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("runs the README's curl examples against a real api")
 	}

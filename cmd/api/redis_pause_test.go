@@ -142,6 +142,7 @@ func startLiveAPI(t *testing.T, rs *redistest.Server, env map[string]string) *li
 // with the durable figures marked stale, the dashboard shows them with a
 // notice, usage ingest and a key revocation commit in Postgres and answer.
 func TestRedisPauseAnswersWithinDeadlines(t *testing.T) {
+	t.Parallel()
 	rs := redistest.StartServer(t)
 	api := startLiveAPI(t, rs, map[string]string{"LIMITER_TIMEOUT": "50ms", "REDIS_TIMEOUT": "200ms"})
 	plan := "pause-" + strings.ToLower(randomToken()[4:16])

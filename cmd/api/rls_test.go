@@ -20,6 +20,7 @@ import (
 // rate limit service and its health answer beside HTTP, and both stop with
 // the process.
 func TestServeAnswersEnvoyOnGRPCAddr(t *testing.T) {
+	t.Parallel()
 	e := serveEnv(t)
 	grpcAddr := freeAddr(t)
 	e["GRPC_ADDR"] = grpcAddr
@@ -63,6 +64,7 @@ func TestServeAnswersEnvoyOnGRPCAddr(t *testing.T) {
 // there lets requests through, so a GRPC_ADDR that cannot be bound stops
 // the api rather than serving HTTP alone.
 func TestServeGRPCPortInUseExits1(t *testing.T) {
+	t.Parallel()
 	e := serveEnv(t)
 	e["MIGRATE_ON_START"] = "false"
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -78,6 +78,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 	log := logging.New(stderr, cfg.LogLevel)
+	for _, d := range cfg.Deprecated {
+		log.Warn("deprecated configuration", "variable", d)
+	}
 	if tokenFile != "" {
 		log.Warn("ADMIN_TOKEN is empty; TOLLGATE_DEV uses the token in this file", "admin_token_file", tokenFile)
 	}
@@ -158,7 +161,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 		return err
 	}
 	defer closeLimiter()
-	// The dashboard and the console (web) read Postgres and the limiter's
+	// The dashboard and the console (web) read through the owners and the limiter's
 	// counters, and act through the same services as the admin API.
 	// One failed-login window per client IP for the API and the pages.
 	authLim := httpapi.NewAuthLimiter(lim, httpapi.AuthLimitOptions{TrustedProxies: cfg.TrustedProxies})
@@ -169,7 +172,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	}
 	trail := audit.New(pool, log) // who changed what, through the API or the console
 	pages, err := web.New(web.Deps{Log: log, DB: pool, Limits: limitstore.New(rdb, keyspace.DefaultPrefix),
-		Snapshots: ents, Usage: meter, AdminToken: cfg.AdminToken, AdminTokens: cfg.AdminTokens, Audit: trail,
+		Snapshots: ents, Usage: meter, Entitlements: ents, Billing: bill, Metering: meter,
+		AdminToken: cfg.AdminToken, AdminTokens: cfg.AdminTokens, Audit: trail,
 		DefaultPlan: cfg.DefaultPlan, PublicURL: cfg.PublicURL, RedisTimeout: cfg.RedisTimeout,
 		BillingContact: cfg.BillingContact, Upgrades: upgrades, Attempts: lim,
 		Plans: planChanger(cfg, ents, bill), PlanAdmin: ents, Addons: ents, Keys: ents, Overrides: ents, Explainer: ents, Replayer: bill, Resyncer: resync, Guard: authLim,

@@ -93,6 +93,7 @@ func getStatus(t *testing.T, url string) int {
 }
 
 func TestRunBadConfigurationExits2WithOneLineNamingTheVariable(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name, variable, value string
 	}{
@@ -133,6 +134,7 @@ func TestRunBadConfigurationExits2WithOneLineNamingTheVariable(t *testing.T) {
 }
 
 func TestRunUnknownCommandExits2(t *testing.T) {
+	t.Parallel()
 	var stdout, stderr bytes.Buffer
 	code := run(t.Context(), []string{"serv"}, testkit.Getenv(nil), &stdout, &stderr)
 	if code != exitConfig {
@@ -145,6 +147,7 @@ func TestRunUnknownCommandExits2(t *testing.T) {
 
 // `api version` prints the build without needing any configuration.
 func TestRunVersionPrintsTheBuild(t *testing.T) {
+	t.Parallel()
 	var stdout, stderr bytes.Buffer
 	// DATABASE_URL unparseable: version must not even load the config.
 	code := run(t.Context(), []string{"version"}, testkit.Getenv(map[string]string{"DATABASE_URL": "::"}), &stdout, &stderr)
@@ -157,6 +160,7 @@ func TestRunVersionPrintsTheBuild(t *testing.T) {
 }
 
 func TestRunHelpPrintsUsageAndExits0(t *testing.T) {
+	t.Parallel()
 	var stdout, stderr bytes.Buffer
 	if code := run(t.Context(), []string{"--help"}, testkit.Getenv(nil), &stdout, &stderr); code != exitOK {
 		t.Fatalf("exit status = %d, want 0", code)
@@ -169,6 +173,7 @@ func TestRunHelpPrintsUsageAndExits0(t *testing.T) {
 }
 
 func TestRunMigrateCreatesMissingDatabaseAndIsRepeatable(t *testing.T) {
+	t.Parallel()
 	ctx := t.Context()
 	admin, err := pgx.Connect(ctx, pgtest.BaseURL())
 	if err != nil {
@@ -213,6 +218,7 @@ func TestRunMigrateCreatesMissingDatabaseAndIsRepeatable(t *testing.T) {
 }
 
 func TestRunMigrateUnreachableDatabaseExits1(t *testing.T) {
+	t.Parallel()
 	var stdout, stderr bytes.Buffer
 	// Port 1 refuses at once; connect_timeout bounds it anyway.
 	getenv := testkit.Getenv(map[string]string{"DATABASE_URL": "postgres://postgres@127.0.0.1:1/tollgate?sslmode=disable&connect_timeout=2"})
@@ -225,6 +231,7 @@ func TestRunMigrateUnreachableDatabaseExits1(t *testing.T) {
 }
 
 func TestRunServeAnswersThenExits0OnCancel(t *testing.T) {
+	t.Parallel()
 	e := serveEnv(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -273,6 +280,7 @@ func TestRunServeAnswersThenExits0OnCancel(t *testing.T) {
 // would differ between the instances behind a load balancer): exit 2 and
 // one line naming ADMIN_TOKEN, before anything listens.
 func TestRunServeWithoutAdminTokenRefusesToStart(t *testing.T) {
+	t.Parallel()
 	e := serveEnv(t)
 	delete(e, "ADMIN_TOKEN")
 	e["MIGRATE_ON_START"] = "false"
@@ -300,6 +308,7 @@ func TestRunServeWithoutAdminTokenRefusesToStart(t *testing.T) {
 // 0600, as make run does), so two instances accept the same token; the
 // token is never logged, only the file's path.
 func TestRunServeDevUsesOneTokenFileForEveryProcess(t *testing.T) {
+	t.Parallel()
 	e := serveEnv(t)
 	delete(e, "ADMIN_TOKEN")
 	e["MIGRATE_ON_START"] = "false"
@@ -379,6 +388,7 @@ func TestRunServeDevUsesOneTokenFileForEveryProcess(t *testing.T) {
 }
 
 func TestServeReportsBoundAddress(t *testing.T) {
+	t.Parallel()
 	e := serveEnv(t)
 	e["MIGRATE_ON_START"] = "false"
 	cfg := mustConfig(t, e)
@@ -410,6 +420,7 @@ func TestServeReportsBoundAddress(t *testing.T) {
 }
 
 func TestServePortInUseExits1(t *testing.T) {
+	t.Parallel()
 	e := serveEnv(t)
 	e["MIGRATE_ON_START"] = "false"
 	ctx, cancel := context.WithCancel(t.Context())
@@ -435,6 +446,7 @@ func TestServePortInUseExits1(t *testing.T) {
 // TestBinaryExits0OnSIGTERM runs the real binary: main's signal wiring is
 // the one part run cannot cover.
 func TestBinaryExits0OnSIGTERM(t *testing.T) {
+	t.Parallel()
 	e := serveEnv(t)
 	bin := testkit.Binary(t, "github.com/tollgatehq/tollgate/cmd/api")
 	cmd := exec.Command(bin, "serve")

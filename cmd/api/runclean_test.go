@@ -24,6 +24,7 @@ import (
 // one the postgres user cannot enter (t.TempDir is 0700), the case of a
 // checkout under /root.
 func TestMakeRunCleanRunWithoutServices(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts Postgres, Redis, api and worker twice")
 	}

@@ -29,6 +29,7 @@ import (
 // GET /v1/entitlements and an admin token that works against the admin API,
 // keeps that token across runs, and stops both processes on SIGTERM.
 func TestMakeRunScriptServesThePrintedKey(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds both binaries and runs the stack twice")
 	}

@@ -31,6 +31,7 @@ func seedLines(t *testing.T, out string) map[string]string {
 }
 
 func TestSeedDemoIsIdempotentAndItsKeyWorks(t *testing.T) {
+	t.Parallel()
 	e := serveEnv(t)
 	e["PUBLIC_URL"] = "http://tollgate.example:8080"
 	seed := func() (int, string, string) {

@@ -11,6 +11,7 @@ import (
 // tests were skipped, and how to install Chromium, when Chromium is missing
 // and CI is not set (with CI set the browser tests fail instead).
 func TestMakeTestSaysBrowserTestsSkippedWithoutChromium(t *testing.T) {
+	t.Parallel()
 	out, err := exec.Command("make", "-n", "--no-print-directory", "-C", "../..", "test").CombinedOutput()
 	if err != nil {
 		if _, lerr := exec.LookPath("make"); lerr != nil {

@@ -6,11 +6,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 
+	"github.com/tollgatehq/tollgate/internal/jobs"
 	"github.com/tollgatehq/tollgate/internal/metering"
 )
 
@@ -100,6 +100,7 @@ func (w *closePeriodsWorker) Work(ctx context.Context, _ *river.Job[metering.Clo
 // periods left open past their end, and the Stripe meter reports by status.
 type stateCollector struct {
 	pool    *pgxpool.Pool
+	meter   *metering.Service // reads only: periods and reports are metering's
 	log     *slog.Logger
 	jobs    *prometheus.Desc
 	overdue *prometheus.Desc
@@ -107,7 +108,7 @@ type stateCollector struct {
 }
 
 func newStateCollector(pool *pgxpool.Pool, log *slog.Logger) *stateCollector {
-	return &stateCollector{pool: pool, log: log,
+	return &stateCollector{pool: pool, log: log, meter: metering.NewService(pool, nil, log, metering.Options{}),
 		jobs: prometheus.NewDesc("tollgate_river_jobs",
 			"River jobs not finished, by queue, kind and state (available, scheduled, retryable, running); read from Postgres at scrape time.",
 			[]string{"queue", "kind", "state"}, nil),
@@ -127,38 +128,20 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	rows, err := c.pool.Query(ctx, `
-		SELECT queue, kind, state::text, count(*) FROM river_job
-		WHERE state IN ('available', 'scheduled', 'retryable', 'running') GROUP BY 1, 2, 3`)
-	if err == nil {
-		var queue, kind, state string
-		var n int64
-		_, err = pgx.ForEachRow(rows, []any{&queue, &kind, &state, &n}, func() error {
-			ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(n), queue, kind, state)
-			return nil
-		})
-	}
+	depths, err := jobs.ReadQueueDepth(ctx, c.pool)
 	if err != nil {
 		c.log.Warn("river queue depth not read", "err", err)
 	}
-	var overdue int64
-	if err := c.pool.QueryRow(ctx, `SELECT count(*) FROM usage_periods WHERE closed_at IS NULL AND period_end < now() - interval '10 minutes'`).Scan(&overdue); err != nil {
-		c.log.Warn("open periods not read", "err", err)
-	} else {
-		ch <- prometheus.MustNewConstMetric(c.overdue, prometheus.GaugeValue, float64(overdue))
+	for _, d := range depths {
+		ch <- prometheus.MustNewConstMetric(c.jobs, prometheus.GaugeValue, float64(d.Jobs), d.Queue, d.Kind, d.State)
 	}
-	counts := map[string]int64{"pending": 0, "sent": 0, "failed": 0}
-	rows, err = c.pool.Query(ctx, `SELECT status, count(*) FROM stripe_meter_reports GROUP BY status`)
-	if err == nil {
-		var status string
-		var n int64
-		_, err = pgx.ForEachRow(rows, []any{&status, &n}, func() error { counts[status] = n; return nil })
-	}
+	b, err := c.meter.ReadBacklog(ctx)
 	if err != nil {
-		c.log.Warn("meter reports not read", "err", err)
+		c.log.Warn("metering backlog not read", "err", err)
 		return
 	}
-	for st, n := range counts {
+	ch <- prometheus.MustNewConstMetric(c.overdue, prometheus.GaugeValue, float64(b.OverduePeriods))
+	for st, n := range b.Reports {
 		ch <- prometheus.MustNewConstMetric(c.reports, prometheus.GaugeValue, float64(n), st)
 	}
 }

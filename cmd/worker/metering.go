@@ -15,6 +15,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
+	"github.com/tollgatehq/tollgate/internal/notify"
 	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
@@ -30,12 +31,16 @@ type meteringPart struct {
 	wg   sync.WaitGroup
 }
 
-func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlements.Service, cfg config.Config, log *slog.Logger, jm *jobMetrics, crossings metering.CrossingsFunc, creds *credits.Service) *meteringPart {
+func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlements.Service, cfg config.Config, log *slog.Logger, jm *jobMetrics, hooks *notify.Service, creds *credits.Service) *meteringPart {
 	store := limitstore.New(rdb, keyspace.DefaultPrefix)
 	// The snapshot (computed from Postgres) gives the Stripe report each
 	// tenant's included quota, overrides and all, for overage billing.
-	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush, Snapshot: ents.Snapshot, Crossings: crossings, Limits: ents.Current,
-		OnPeriodsClosed: rollover(creds)})
+	// The flush's quota crossings, the refusals flush's exhausted quotas and
+	// the closed windows go to the webhooks' outbox in their own transactions;
+	// the closed windows also to credits' rollover, in the same one.
+	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush, Snapshot: ents.Snapshot,
+		Crossings: hooks.QuotaCrossings, Exhausted: hooks.QuotaExhaustions, PeriodsClosed: periodsClosed(hooks.PeriodsClosed, rollover(creds)),
+		Limits: ents.Current})
 	return &meteringPart{svc: svc, ents: ents, rdb: rdb, cfg: cfg, jm: jm}
 }
 
@@ -66,12 +71,26 @@ func (m *meteringPart) Wait() { m.wg.Wait() }
 // close's transaction: unused included units of quotas with a rollover
 // become grants, once per window.
 func rollover(creds *credits.Service) metering.PeriodsClosedFunc {
-	return func(ctx context.Context, tx pgx.Tx, closed []metering.ClosedPeriod) error {
-		in := make([]credits.ClosedPeriod, len(closed))
-		for i, c := range closed {
-			in[i] = credits.ClosedPeriod(c)
+	return func(ctx context.Context, tx pgx.Tx, ws []metering.ClosedWindow) error {
+		var in []credits.ClosedPeriod
+		for _, w := range ws {
+			for m, used := range w.Meters {
+				in = append(in, credits.ClosedPeriod{TenantID: w.Tenant, Meter: m, Start: w.WindowStart, End: w.WindowEnd, Used: used})
+			}
 		}
 		_, err := creds.RolloverTx(ctx, tx, in)
 		return err
+	}
+}
+
+// periodsClosed runs each hook in turn in the close's transaction.
+func periodsClosed(hooks ...metering.PeriodsClosedFunc) metering.PeriodsClosedFunc {
+	return func(ctx context.Context, tx pgx.Tx, ws []metering.ClosedWindow) error {
+		for _, h := range hooks {
+			if err := h(ctx, tx, ws); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 }

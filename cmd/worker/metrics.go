@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tollgatehq/tollgate/internal/httpapi"
+	"github.com/tollgatehq/tollgate/internal/serve"
 )
 
 // serveMetrics serves /metrics (and /healthz) of the worker until ctx ends.
@@ -19,13 +19,13 @@ import (
 // With METRICS_TOKEN, /metrics answers only that bearer token.
 func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, token string, log *slog.Logger) {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", httpapi.MetricsHandler(reg, token))
+	mux.Handle("GET /metrics", serve.Metrics(reg, token))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("X-Content-Type-Options", "nosniff")
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
 	})
-	err := httpapi.ListenAndServe(ctx, mux, addr, 5*time.Second, func(bound string) {
+	err := serve.ListenAndServe(ctx, mux, addr, 5*time.Second, func(bound string) {
 		log.Info("worker metrics listening", "addr", bound)
 	})
 	if err != nil {

@@ -112,6 +112,11 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 		return err
 	}
 	hooks.Register(workers)
+	if n, err := hooks.SealStored(ctx); err != nil {
+		log.Error("sealing webhook secrets stored in clear failed", "err", err)
+	} else if n > 0 {
+		log.Info("webhook secrets sealed at rest", "endpoints", n)
+	}
 	ents := entitlements.NewService(pool, limitstore.New(rdb, keyspace.DefaultPrefix), log, entitlements.Options{
 		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Prefix: keyspace.DefaultPrefix,
 		OnChange: hooks.EntitlementsChanged,
@@ -133,7 +138,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	// Grants: expiries written every 10 s; rollover at each period close.
 	creds := wire.Credits(pool, ents, log)
 	periodic = append(periodic, creds.Register(workers)...)
-	meter := newMetering(pool, rdb, ents, cfg, log, jm, hooks.QuotaCrossings, creds)
+	meter := newMetering(pool, rdb, ents, cfg, log, jm, hooks, creds)
 	periodic = append(periodic, meter.Register(workers)...)
 	river.AddWorker(workers, &jobs.RetentionWorker{Log: log, Rules: retention(cfg, ents, bill, meter, idempotency.New(pool))})
 	periodic = append(periodic, jobs.RetentionPeriodic())

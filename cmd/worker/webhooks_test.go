@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"io"
 	"log/slog"
 	"net/http"
@@ -25,6 +27,8 @@ import (
 func TestRunDeliversWebhooks(t *testing.T) {
 	e := workerEnv(t)
 	e["WEBHOOK_ALLOW_PRIVATE"], e["WEBHOOK_ALLOW_HTTP"], e["WEBHOOK_RETRY_BACKOFF"] = "true", "true", "10ms"
+	key := bytes.Repeat([]byte{9}, 32)
+	e["WEBHOOK_SECRET_KEY"] = base64.StdEncoding.EncodeToString(key)
 	var calls atomic.Int32
 	verified := make(chan error, 4)
 	var secret atomic.Value
@@ -44,7 +48,7 @@ func TestRunDeliversWebhooks(t *testing.T) {
 
 	pool := pgtest.New(t)
 	ctx := context.Background()
-	svc, err := notify.NewService(pool, slog.New(slog.DiscardHandler), notify.Options{AllowHTTP: true, AllowPrivate: true})
+	svc, err := notify.NewService(pool, slog.New(slog.DiscardHandler), notify.Options{AllowHTTP: true, AllowPrivate: true, SecretKey: key})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/cursor"
+	"github.com/tollgatehq/tollgate/internal/ids"
 )
 
 // Event is a stored Stripe event as admins see it.
@@ -36,6 +39,36 @@ type EventQuery struct {
 	Status string // "" = all; else pending, processed, ignored or failed
 	Limit  int    // 1-200; 0 = 50
 	Cursor string // NextCursor of the previous page
+	// Filters the console's search uses; "" matches all.
+	ID       string // an event id (evt_…), exactly
+	Customer string // a Stripe customer id (cus_…), exactly
+	TenantID string // the tenant the event was applied to
+}
+
+// where is the query's filter as SQL on stripe_events, with its arguments
+// as $1…; only the conditions that apply are written, so that each form
+// of the query is planned on its index (stripe_events_pkey,
+// stripe_events_customer_idx, stripe_events_status_received_idx,
+// stripe_events_received_idx) rather than a generic plan of ORs.
+func (q EventQuery) where() (string, []any) {
+	conds, args := []string{"true"}, []any{}
+	add := func(cond string, arg any) {
+		args = append(args, arg)
+		conds = append(conds, fmt.Sprintf(cond, len(args)))
+	}
+	if q.Status != "" {
+		add("status = $%d", q.Status)
+	}
+	if q.ID != "" {
+		add("id = $%d", q.ID)
+	}
+	if q.Customer != "" {
+		add("stripe_customer_id = $%d", q.Customer)
+	}
+	if q.TenantID != "" {
+		add("tenant_id = $%d::uuid", q.TenantID)
+	}
+	return strings.Join(conds, " AND "), args
 }
 
 // EventPage is one page of events.
@@ -84,10 +117,17 @@ func (s *Service) ListEvents(ctx context.Context, q EventQuery) (EventPage, erro
 	if err := v.Err(); err != nil {
 		return EventPage{}, err
 	}
-	rows, err := s.db.Query(ctx, `SELECT `+eventCols+` FROM stripe_events
-		WHERE ($1::text IS NULL OR status = $1)
-		  AND ($2::timestamptz IS NULL OR (received_at, id) < ($2, $3))
-		ORDER BY received_at DESC, id DESC LIMIT $4`, nullable(q.Status), afterAt, afterID, q.Limit+1)
+	if q.TenantID != "" && !ids.IsUUID(q.TenantID) {
+		return EventPage{Events: []Event{}}, nil
+	}
+	where, args := q.where()
+	if afterAt != nil {
+		args = append(args, *afterAt, *afterID)
+		where += fmt.Sprintf(" AND (received_at, id) < ($%d, $%d)", len(args)-1, len(args))
+	}
+	args = append(args, q.Limit+1)
+	rows, err := s.db.Query(ctx, `SELECT `+eventCols+` FROM stripe_events WHERE `+where+`
+		ORDER BY received_at DESC, id DESC LIMIT $`+strconv.Itoa(len(args)), args...)
 	if err != nil {
 		return EventPage{}, fmt.Errorf("billing: list events: %w", err)
 	}

@@ -121,7 +121,7 @@ func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (ent
 	var status string
 	err := s.db.QueryRow(ctx, `
 		SELECT s.id, s.stripe_customer_id, COALESCE(s.stripe_item_id, ''), COALESCE(s.stripe_price_id, ''), t.entitlement_version, s.status
-		FROM tenants t JOIN LATERAL (`+entitlements.CurrentSubscriptionOf("t.id")+`) s ON true
+		FROM tenants t JOIN LATERAL (SELECT * FROM current_subscriptions c WHERE c.tenant_id = t.id LIMIT 1) s ON true
 		WHERE t.id = $1`, tenantID).Scan(&sub.ID, &sub.Customer, &sub.ItemID, &sub.PriceID, &sub.Version, &status)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !entitlements.Live(status)) {
 		return s.ents.SetPlan(ctx, tenantID, planKey, reason)

@@ -218,7 +218,7 @@ func (s *Service) repair(ctx context.Context, tenantID, customer string, st stri
 			}
 		}
 		// The plan is the current subscription's, chosen from all of them
-		// as the event path chooses it (entitlements.CurrentSubscriptionOf).
+		// as the event path chooses it (the view current_subscriptions).
 		ours, err := w.Plan(ctx, tenantID)
 		if err != nil {
 			return err
@@ -230,7 +230,7 @@ func (s *Service) repair(ctx context.Context, tenantID, customer string, st stri
 			return err
 		} else if now != ours {
 			var currentSub string
-			_ = tx.QueryRow(ctx, `SELECT id FROM (`+entitlements.CurrentSubscriptionOf("$1")+`) s`, tenantID).Scan(&currentSub)
+			_ = tx.QueryRow(ctx, `SELECT id FROM current_subscriptions s WHERE s.tenant_id = $1`, tenantID).Scan(&currentSub)
 			note(currentSub, "plan", strp(ours), strp(now))
 		}
 		var features []string

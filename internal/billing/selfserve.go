@@ -119,7 +119,7 @@ func (s *Service) StartUpgradePrice(ctx context.Context, tenantID, planKey, pric
 func (s *Service) currentSub(ctx context.Context, tenantID string) (*liveSub, error) {
 	var sub liveSub
 	err := s.db.QueryRow(ctx, `SELECT id, stripe_customer_id, COALESCE(stripe_item_id, ''), COALESCE(stripe_price_id, ''), status
-		FROM (`+entitlements.CurrentSubscriptionOf("$1")+`) s`, tenantID).Scan(&sub.ID, &sub.Customer, &sub.ItemID, &sub.PriceID, &sub.Status)
+		FROM current_subscriptions s WHERE s.tenant_id = $1`, tenantID).Scan(&sub.ID, &sub.Customer, &sub.ItemID, &sub.PriceID, &sub.Status)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}

@@ -211,7 +211,7 @@ func (s *Service) applySubscription(ctx context.Context, w *entitlements.Writes,
 }
 
 // recomputePlan puts the tenant on the plan of its current subscription
-// (entitlements.CurrentSubscriptionOf: the live plan subscription that
+// (the view current_subscriptions: the live plan subscription that
 // started last), computed from every subscription stored for it rather
 // than from the event at hand. A current subscription that ended leaves the
 // plan as it is (the status sends the tenant to the default plan; an admin
@@ -220,7 +220,7 @@ func (s *Service) recomputePlan(ctx context.Context, w *entitlements.Writes, ten
 	var status, price, product string
 	err := w.Tx().QueryRow(ctx, `SELECT status, coalesce(stripe_price_id, ''),
 		coalesce((SELECT i.product_id FROM subscription_items i WHERE i.subscription_id = s.id AND i.item_id = s.stripe_item_id), '')
-		FROM (`+entitlements.CurrentSubscriptionOf("$1")+`) s`, tenant).Scan(&status, &price, &product)
+		FROM current_subscriptions s WHERE s.tenant_id = $1`, tenant).Scan(&status, &price, &product)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil
 	}

@@ -11,7 +11,8 @@ import (
 	"github.com/stripe/stripe-go/v79"
 )
 
-// subRow is our copy of a subscription (table subscriptions, owned here).
+// subRow is our copy of a subscription (table subscriptions, entitlements';
+// billing still writes it here, a debt internal/ownership lists).
 type subRow struct {
 	TenantID           string
 	PriceID            *string // the plan item's price

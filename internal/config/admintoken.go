@@ -47,6 +47,16 @@ func (c *Config) ResolveAdminToken() (string, error) {
 // place, which fails when path exists: processes starting at once never see
 // a half-written file and all end up with the one that won.
 func readOrCreateToken(path string) (string, error) {
+	return readOrCreate(path, func() string {
+		var b [24]byte
+		_, _ = rand.Read(b[:])
+		return "tga_" + hex.EncodeToString(b[:])
+	})
+}
+
+// readOrCreate reads the value in path or writes the one gen makes (see
+// readOrCreateToken).
+func readOrCreate(path string, gen func() string) (string, error) {
 	for range 3 {
 		if b, err := os.ReadFile(path); err == nil {
 			if tok := strings.TrimSpace(string(b)); tok != "" {
@@ -59,10 +69,8 @@ func readOrCreateToken(path string) (string, error) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return "", err
 		}
-		var b [24]byte
-		_, _ = rand.Read(b[:])
-		tok := "tga_" + hex.EncodeToString(b[:])
-		f, err := os.CreateTemp(filepath.Dir(path), ".admin_token-*")
+		tok := gen()
+		f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
 		if err != nil {
 			return "", err
 		}

@@ -130,11 +130,15 @@ type Config struct {
 	// adaptive limit on limiter decisions in progress in one api process;
 	// over the limit, 503.
 	MaxInFlight int
-	// LimiterLocalLeases (LIMITER_LOCAL_LEASES), default false: the api's
-	// limiter decides rate and quota from leases of units taken from Redis
-	// in chunks (limiter.Options.LocalLeases) instead of one Redis call per
-	// decision.
-	LimiterLocalLeases bool
+	// LimiterPrefetch (LIMITER_PREFETCH), default false: the api's limiter
+	// decides rate and quota from units prefetched from Redis in chunks
+	// (limiter.Options.Prefetch) instead of one Redis call per decision.
+	// LIMITER_LOCAL_LEASES, its name until limiter/v0.1.0, is still read
+	// when LIMITER_PREFETCH is unset (named in Deprecated).
+	LimiterPrefetch bool
+	// Deprecated names the deprecated variables that were set, each with
+	// what replaces it, for the commands to log at startup.
+	Deprecated []string
 	// LimiterBatching (LIMITER_BATCHING), default false: the api's limiter
 	// pipelines the decisions of concurrent requests (natural batching,
 	// limiter.Options.Batching): a lone request goes at once, concurrent
@@ -197,6 +201,11 @@ type Config struct {
 	// 5s,5m,30m,2h,5h,10h,10h,10h: the wait before each retry of a failed
 	// delivery (1 to 20 positive durations); after the last it is failed.
 	WebhookRetryBackoff []time.Duration
+	// WebhookSecretKey (WEBHOOK_SECRET_KEY, 32 bytes in base64): seals the
+	// endpoints' signing secrets at rest (AES-256-GCM). Empty: in
+	// development (TOLLGATE_DEV) one is made in DataDir; otherwise the
+	// endpoints' routes answer 503 and sealed secrets cannot sign.
+	WebhookSecretKey []byte
 }
 
 // Error names the variable whose value is bad.
@@ -397,8 +406,16 @@ func Load(getenv func(string) string) (Config, error) {
 	if c.WebhookRetryBackoff, err = parseBackoff(get("WEBHOOK_RETRY_BACKOFF", "5s,5m,30m,2h,5h,10h,10h,10h")); err != nil {
 		bad("WEBHOOK_RETRY_BACKOFF", err)
 	}
-	if c.LimiterLocalLeases, err = strconv.ParseBool(get("LIMITER_LOCAL_LEASES", "false")); err != nil {
-		bad("LIMITER_LOCAL_LEASES", errors.New("want true or false"))
+	if c.WebhookSecretKey, err = parseWebhookKey(get("WEBHOOK_SECRET_KEY", "")); err != nil {
+		bad("WEBHOOK_SECRET_KEY", err)
+	}
+	prefetchVar := "LIMITER_PREFETCH"
+	if get("LIMITER_PREFETCH", "") == "" && get("LIMITER_LOCAL_LEASES", "") != "" {
+		prefetchVar = "LIMITER_LOCAL_LEASES"
+		c.Deprecated = append(c.Deprecated, "LIMITER_LOCAL_LEASES: use LIMITER_PREFETCH (the old name is read until the next release)")
+	}
+	if c.LimiterPrefetch, err = strconv.ParseBool(get(prefetchVar, "false")); err != nil {
+		bad(prefetchVar, errors.New("want true or false"))
 	}
 	if c.LimiterBatching, err = strconv.ParseBool(get("LIMITER_BATCHING", "false")); err != nil {
 		bad("LIMITER_BATCHING", errors.New("want true or false"))

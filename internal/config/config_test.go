@@ -104,18 +104,30 @@ func TestLeaseTTL(t *testing.T) {
 	}
 }
 
-// LIMITER_LOCAL_LEASES is off unless asked for, and anything but a boolean
-// is refused naming it.
-func TestLimiterLocalLeases(t *testing.T) {
+// LIMITER_PREFETCH is off unless asked for, and anything but a boolean
+// is refused naming the variable; LIMITER_LOCAL_LEASES, its old name, is
+// still read when LIMITER_PREFETCH is unset, and named in Deprecated.
+func TestLimiterPrefetch(t *testing.T) {
 	c, err := Load(envOf(nil))
-	if err != nil || c.LimiterLocalLeases {
-		t.Fatalf("default LIMITER_LOCAL_LEASES = %v (%v), want false", c.LimiterLocalLeases, err)
+	if err != nil || c.LimiterPrefetch || len(c.Deprecated) != 0 {
+		t.Fatalf("default LIMITER_PREFETCH = %v, deprecated %v (%v), want false", c.LimiterPrefetch, c.Deprecated, err)
 	}
-	if c, err = Load(envOf(map[string]string{"LIMITER_LOCAL_LEASES": "true"})); err != nil || !c.LimiterLocalLeases {
-		t.Fatalf("LIMITER_LOCAL_LEASES=true: %v (%v)", c.LimiterLocalLeases, err)
+	if c, err = Load(envOf(map[string]string{"LIMITER_PREFETCH": "true"})); err != nil || !c.LimiterPrefetch || len(c.Deprecated) != 0 {
+		t.Fatalf("LIMITER_PREFETCH=true: %v %v (%v)", c.LimiterPrefetch, c.Deprecated, err)
+	}
+	if _, err := Load(envOf(map[string]string{"LIMITER_PREFETCH": "sometimes"})); err == nil || !strings.Contains(err.Error(), "LIMITER_PREFETCH") {
+		t.Fatalf("LIMITER_PREFETCH=sometimes: err = %v, want one naming LIMITER_PREFETCH", err)
+	}
+	c, err = Load(envOf(map[string]string{"LIMITER_LOCAL_LEASES": "true"}))
+	if err != nil || !c.LimiterPrefetch || len(c.Deprecated) != 1 || !strings.Contains(c.Deprecated[0], "LIMITER_PREFETCH") {
+		t.Fatalf("LIMITER_LOCAL_LEASES=true: %v %v (%v), want prefetch on and a deprecation", c.LimiterPrefetch, c.Deprecated, err)
 	}
 	if _, err := Load(envOf(map[string]string{"LIMITER_LOCAL_LEASES": "sometimes"})); err == nil || !strings.Contains(err.Error(), "LIMITER_LOCAL_LEASES") {
 		t.Fatalf("LIMITER_LOCAL_LEASES=sometimes: err = %v, want one naming LIMITER_LOCAL_LEASES", err)
+	}
+	// The new name wins when both are set.
+	if c, err = Load(envOf(map[string]string{"LIMITER_PREFETCH": "false", "LIMITER_LOCAL_LEASES": "true"})); err != nil || c.LimiterPrefetch {
+		t.Fatalf("both set: %v (%v), want LIMITER_PREFETCH's false", c.LimiterPrefetch, err)
 	}
 }
 

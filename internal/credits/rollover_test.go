@@ -17,10 +17,12 @@ import (
 // rolloverHook is what cmd/worker wires: metering's closed windows, handed
 // to credits in the close's transaction.
 func rolloverHook(svc *credits.Service) metering.PeriodsClosedFunc {
-	return func(ctx context.Context, tx pgx.Tx, closed []metering.ClosedPeriod) error {
-		in := make([]credits.ClosedPeriod, len(closed))
-		for i, c := range closed {
-			in[i] = credits.ClosedPeriod(c)
+	return func(ctx context.Context, tx pgx.Tx, ws []metering.ClosedWindow) error {
+		var in []credits.ClosedPeriod
+		for _, w := range ws {
+			for m, used := range w.Meters {
+				in = append(in, credits.ClosedPeriod{TenantID: w.Tenant, Meter: m, Start: w.WindowStart, End: w.WindowEnd, Used: used})
+			}
 		}
 		_, err := svc.RolloverTx(ctx, tx, in)
 		return err
@@ -56,7 +58,7 @@ func TestRolloverAtPeriodClose(t *testing.T) {
 	light, heavy := tenant(), tenant()
 	mclock := &clock{now: time.Now().UTC()}
 	store := limitstore.New(b.rdb, b.prefix)
-	meter := metering.NewService(b.db, store, nil, metering.Options{Now: mclock.Now, OnPeriodsClosed: rolloverHook(b.svc)})
+	meter := metering.NewService(b.db, store, nil, metering.Options{Now: mclock.Now, PeriodsClosed: rolloverHook(b.svc)})
 	ingest := func(tn string, evs ...metering.Event) {
 		t.Helper()
 		for i := range evs {
@@ -72,7 +74,7 @@ func TestRolloverAtPeriodClose(t *testing.T) {
 	// The hook fails: nothing is closed, nothing granted.
 	mclock.Advance(40 * 24 * time.Hour)
 	failing := metering.NewService(b.db, store, nil, metering.Options{Now: mclock.Now,
-		OnPeriodsClosed: func(context.Context, pgx.Tx, []metering.ClosedPeriod) error { return errors.New("hook down") }})
+		PeriodsClosed: func(context.Context, pgx.Tx, []metering.ClosedWindow) error { return errors.New("hook down") }})
 	if _, err := failing.ClosePeriods(ctx); err == nil {
 		t.Fatal("a failing hook did not fail the close")
 	}

@@ -30,26 +30,31 @@ const maxReasonLen = 500
 
 // OverrideInput is the body of POST /admin/v1/tenants/{id}/overrides.
 type OverrideInput struct {
-	Meter     string     `json:"meter"`
-	Extra     *int64     `json:"extra"` // added to the plan's limit
-	Limit     *int64     `json:"limit"` // replaces the plan's limit
-	Mode      string     `json:"mode"`  // "hard" or "soft"; "" keeps the plan's
-	Reason    string     `json:"reason"`
-	ExpiresAt *time.Time `json:"expires_at"`
+	Meter string `json:"meter"`
+	Extra *int64 `json:"extra"` // added to the plan's limit
+	Limit *int64 `json:"limit"` // replaces the plan's limit
+	Mode  string `json:"mode"`  // "hard" or "soft"; "" keeps the plan's
+	// Notify replaces the plan quota's thresholds of quota.threshold
+	// webhooks for this tenant; empty keeps the plan's.
+	Notify    []NotifyInput `json:"notify"`
+	Reason    string        `json:"reason"`
+	ExpiresAt *time.Time    `json:"expires_at"`
 }
 
 // Override is a stored override. Active is false once it has expired.
 type Override struct {
-	ID        string     `json:"id"`
-	TenantID  string     `json:"tenant_id"`
-	Meter     string     `json:"meter"`
-	Extra     *int64     `json:"extra"`
-	Limit     *int64     `json:"limit"`
-	Mode      *string    `json:"mode"`
-	Reason    string     `json:"reason"`
-	ExpiresAt *time.Time `json:"expires_at"`
-	CreatedAt time.Time  `json:"created_at"`
-	Active    bool       `json:"active"`
+	ID       string  `json:"id"`
+	TenantID string  `json:"tenant_id"`
+	Meter    string  `json:"meter"`
+	Extra    *int64  `json:"extra"`
+	Limit    *int64  `json:"limit"`
+	Mode     *string `json:"mode"`
+	// Notify is nil when the override keeps the plan's thresholds.
+	Notify    []limiter.QuotaThreshold `json:"notify"`
+	Reason    string                   `json:"reason"`
+	ExpiresAt *time.Time               `json:"expires_at"`
+	CreatedAt time.Time                `json:"created_at"`
+	Active    bool                     `json:"active"`
 }
 
 // Validate checks every field against now, naming the bad ones.
@@ -70,8 +75,9 @@ func (in *OverrideInput) Validate(now time.Time) error {
 	if in.Mode != "" && in.Mode != string(limiter.ModeHard) && in.Mode != string(limiter.ModeSoft) {
 		v.Add("mode", `must be "hard" or "soft"`)
 	}
-	if in.Extra == nil && in.Limit == nil && in.Mode == "" {
-		v.Add("extra", "give extra, limit or mode: an override must change something")
+	validateNotify(&v, "notify", in.Notify)
+	if in.Extra == nil && in.Limit == nil && in.Mode == "" && len(in.Notify) == 0 {
+		v.Add("extra", "give extra, limit, mode or notify: an override must change something")
 	}
 	if len([]rune(in.Reason)) > maxReasonLen {
 		v.Add("reason", "must be at most %d characters", maxReasonLen)
@@ -84,12 +90,12 @@ func (in *OverrideInput) Validate(now time.Time) error {
 	return v.Err()
 }
 
-const overrideCols = `id, tenant_id, meter, extra, quota_limit, mode, reason, expires_at, created_at`
+const overrideCols = `id, tenant_id, meter, extra, quota_limit, mode, notify, reason, expires_at, created_at`
 
 func scanOverride(now time.Time) pgx.RowToFunc[Override] {
 	return func(row pgx.CollectableRow) (Override, error) {
 		var o Override
-		err := row.Scan(&o.ID, &o.TenantID, &o.Meter, &o.Extra, &o.Limit, &o.Mode, &o.Reason, &o.ExpiresAt, &o.CreatedAt)
+		err := row.Scan(&o.ID, &o.TenantID, &o.Meter, &o.Extra, &o.Limit, &o.Mode, &o.Notify, &o.Reason, &o.ExpiresAt, &o.CreatedAt)
 		o.Active = o.ExpiresAt == nil || o.ExpiresAt.After(now)
 		return o, err
 	}
@@ -115,9 +121,9 @@ func (s *Service) CreateOverride(ctx context.Context, tenantID string, in Overri
 			mode = &in.Mode
 		}
 		rows, err := tx.Query(ctx, `
-INSERT INTO quota_overrides (tenant_id, meter, extra, quota_limit, mode, reason, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+overrideCols,
-			tenantID, in.Meter, in.Extra, in.Limit, mode, strings.TrimSpace(in.Reason), in.ExpiresAt)
+INSERT INTO quota_overrides (tenant_id, meter, extra, quota_limit, mode, reason, expires_at, notify)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING `+overrideCols,
+			tenantID, in.Meter, in.Extra, in.Limit, mode, strings.TrimSpace(in.Reason), in.ExpiresAt, notifyJSON(thresholds(in.Notify)))
 		if err != nil {
 			return err
 		}

@@ -110,6 +110,9 @@ type Quota struct {
 	// Rollover, when set, turns units of the quota left unused at a
 	// period's close into a rollover grant (credits).
 	Rollover *Rollover `json:"rollover,omitempty"`
+	// Notify are the thresholds that send quota.threshold webhooks;
+	// empty = the default, 80% and 100%.
+	Notify []limiter.QuotaThreshold `json:"notify,omitempty"`
 }
 
 // Rollover of a quota: at most Max unused units of a closed period become a
@@ -239,6 +242,9 @@ type QuotaInput struct {
 	PerSeat          bool   `json:"per_seat"`      // limit × the plan item's quantity
 	// Rollover: unused units at a period's close become a grant; nil none.
 	Rollover *RolloverInput `json:"rollover"`
+	// Notify: thresholds of quota.threshold webhooks, each a percentage
+	// (80) or {"percent": 80} / {"units": 5000}; empty = 80% and 100%.
+	Notify []NotifyInput `json:"notify"`
 }
 
 // PlanPatch changes a plan in place: PatchPlan hands it the stored plan as a
@@ -304,6 +310,7 @@ func (in *PlanInput) Validate() error {
 		if q.Mode != "" && q.Mode != string(limiter.ModeHard) && q.Mode != string(limiter.ModeSoft) {
 			v.Add(field+".mode", `must be "hard" or "soft"`)
 		}
+		validateNotify(&v, field+".notify", q.Notify)
 		if len(q.StripeMeterEvent) > 100 || !token(q.StripeMeterEvent) {
 			v.Add(field+".stripe_meter_event", "must be a Stripe meter event name without spaces")
 		}
@@ -476,7 +483,7 @@ func (p Plan) Input() PlanInput {
 	in.Quotas = make(map[string]*QuotaInput, len(p.Quotas))
 	for m, q := range p.Quotas {
 		l := q.Limit
-		in.Quotas[m] = &QuotaInput{Limit: &l, Mode: q.Mode, StripeMeterEvent: q.StripeMeterEvent, StripeReport: q.StripeReport, PerSeat: q.PerSeat}
+		in.Quotas[m] = &QuotaInput{Limit: &l, Mode: q.Mode, StripeMeterEvent: q.StripeMeterEvent, StripeReport: q.StripeReport, PerSeat: q.PerSeat, Notify: notifyInputs(q.Notify)}
 		if r := q.Rollover; r != nil {
 			mx, n := r.Max, r.ExpiresAfterPeriods
 			in.Quotas[m].Rollover = &RolloverInput{Max: &mx, ExpiresAfterPeriods: &n}
@@ -633,7 +640,7 @@ SELECT p.key, p.name, coalesce(p.stripe_price_id, ''),
        p.features, p.quota_window, p.public, p.created_at, p.updated_at, p.version,
        coalesce((SELECT jsonb_object_agg(q.meter, jsonb_build_object('limit', q.quota_limit, 'mode', q.mode,
                         'stripe_meter_event', coalesce(q.stripe_meter_event, ''), 'stripe_report', q.stripe_report,
-                        'per_seat', q.per_seat) || coalesce(jsonb_build_object('rollover', q.rollover), '{}'::jsonb))
+                        'per_seat', q.per_seat, 'notify', q.notify) || coalesce(jsonb_build_object('rollover', q.rollover), '{}'::jsonb))
                    FROM plan_quotas q WHERE q.plan_key = p.key), '{}'::jsonb),
        p.windows
   FROM plans p`
@@ -732,8 +739,8 @@ func insertQuotas(ctx context.Context, tx pgx.Tx, in PlanInput) error {
 	for _, m := range sortedKeys(in.Quotas) {
 		q := in.Quotas[m]
 		_, err := tx.Exec(ctx, `
-INSERT INTO plan_quotas (plan_key, meter, quota_limit, mode, stripe_meter_event, stripe_report, per_seat, rollover)
-VALUES ($1, $2, $3, $4, nullif($5, ''), $6, $7, $8)`, in.Key, m, *q.Limit, q.Mode, q.StripeMeterEvent, q.StripeReport, q.PerSeat, rolloverOf(q.Rollover))
+INSERT INTO plan_quotas (plan_key, meter, quota_limit, mode, stripe_meter_event, stripe_report, per_seat, notify, rollover)
+VALUES ($1, $2, $3, $4, nullif($5, ''), $6, $7, $8, $9)`, in.Key, m, *q.Limit, q.Mode, q.StripeMeterEvent, q.StripeReport, q.PerSeat, notifyJSON(thresholds(q.Notify)), rolloverOf(q.Rollover))
 		if err != nil {
 			return pgError(err)
 		}

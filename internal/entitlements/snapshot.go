@@ -57,6 +57,7 @@ type override struct {
 	extra      *int64
 	quotaLimit *int64
 	mode       *string
+	notify     []limiter.QuotaThreshold
 	reason     string
 	expiresAt  *time.Time
 }
@@ -95,7 +96,7 @@ func (s *Service) fill(ctx context.Context, q postgres.Querier, in *inputs) erro
 	err = q.QueryRow(ctx, `
 SELECT id, status, coalesce(stripe_price_id, ''), current_period_start, current_period_end,
        cancel_at_period_end, trial_end, past_due_since, grace_ends_at, plan_quantity, coalesce(last_event_id, '')
-  FROM (`+CurrentSubscriptionOf("$1")+`) s`, in.tenant.ID).Scan(&sub.ID, &sub.Status, &sub.StripePriceID, &sub.CurrentPeriodStart, &sub.CurrentPeriodEnd,
+  FROM current_subscriptions s WHERE s.tenant_id = $1`, in.tenant.ID).Scan(&sub.ID, &sub.Status, &sub.StripePriceID, &sub.CurrentPeriodStart, &sub.CurrentPeriodEnd,
 		&sub.CancelAtPeriodEnd, &sub.TrialEnd, &sub.PastDueSince, &sub.GraceEndsAt, &sub.Seats, &sub.LastEventID)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -141,14 +142,14 @@ SELECT id, status, coalesce(stripe_price_id, ''), current_period_start, current_
 		return fmt.Errorf("read overlapping subscriptions: %w", err)
 	}
 	rows, err = q.Query(ctx, `
-SELECT id, meter, extra, quota_limit, mode, reason, expires_at FROM quota_overrides
+SELECT id, meter, extra, quota_limit, mode, notify, reason, expires_at FROM quota_overrides
  WHERE tenant_id = $1 AND (expires_at IS NULL OR expires_at > $2)
  ORDER BY created_at, id`, in.tenant.ID, in.now)
 	if err != nil {
 		return fmt.Errorf("read quota overrides: %w", err)
 	}
 	var o override
-	_, err = pgx.ForEachRow(rows, []any{&o.id, &o.meter, &o.extra, &o.quotaLimit, &o.mode, &o.reason, &o.expiresAt}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&o.id, &o.meter, &o.extra, &o.quotaLimit, &o.mode, &o.notify, &o.reason, &o.expiresAt}, func() error {
 		in.overrides = append(in.overrides, o)
 		o = override{}
 		return nil
@@ -201,6 +202,7 @@ func (s *Service) compute(in inputs, why *explainer) limiter.Snapshot {
 			why.plan(QuotaPolicy(m), numfmt.Int(l)+" a period, "+q.Mode, &l)
 		}
 		snap.Quotas[m] = limiter.Quota{Limit: l, Mode: limiter.QuotaMode(q.Mode)}
+		setNotify(&snap, m, q.Notify)
 	}
 	if !own {
 		keepOwnLimits(&snap, in.plan, why)
@@ -215,6 +217,11 @@ func (s *Service) compute(in inputs, why *explainer) limiter.Snapshot {
 		why.lostAddons(in.addons)
 	}
 	applyOverrides(snap.Quotas, in.overrides, why)
+	for _, o := range in.overrides { // the latest override's thresholds win
+		if _, ok := snap.Quotas[o.meter]; ok && len(o.notify) > 0 {
+			setNotify(&snap, o.meter, o.notify)
+		}
+	}
 	snap.Features = uniqueSorted(features)
 
 	var subPeriod *period.Period
@@ -316,6 +323,7 @@ func keepOwnLimits(snap *limiter.Snapshot, own Plan, why *explainer) {
 			what = numfmt.Int(q.Limit) + " per seat a period (one seat), " + q.Mode
 		}
 		snap.Quotas[m] = limiter.Quota{Limit: q.Limit, Mode: limiter.QuotaMode(q.Mode)}
+		setNotify(snap, m, q.Notify)
 		why.kept(QuotaPolicy(m), own, what, &q.Limit)
 	}
 }

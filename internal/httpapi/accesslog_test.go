@@ -43,6 +43,7 @@ func lineWithID(t *testing.T, logs, id string) map[string]any {
 // status, tenant and the limiter's decision, so that a 429 a customer
 // reports by its X-Request-Id can be found.
 func TestAccessLogNamesRequestRouteTenantAndDecision(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	logs := &logBuffer{}

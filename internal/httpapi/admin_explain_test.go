@@ -41,6 +41,7 @@ type explainBody struct {
 }
 
 func TestExplainTenantAPI(t *testing.T) {
+	t.Parallel()
 	const billingToken = "tga_billing_team_token_0123456789"
 	a := newTestAPI(t, testAPIOptions{Deps: func(d *Deps) {
 		d.AdminTokens = map[string]string{"billing-bob": billingToken}

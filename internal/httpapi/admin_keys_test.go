@@ -11,6 +11,7 @@ import (
 )
 
 func TestAPIKeysIssueListRevoke(t *testing.T) {
+	t.Parallel()
 	a := newTestAPI(t, testAPIOptions{Deps: nil})
 	// A second instance of the same deployment: same database, same Redis prefix.
 	b := newTestAPI(t, testAPIOptions{Prefix: a.Prefix})
@@ -64,6 +65,7 @@ func TestAPIKeysIssueListRevoke(t *testing.T) {
 // TestRawKeyNeverStoredLoggedOrShownAgain dumps every table and every log
 // line after a key's whole life and looks for the key.
 func TestRawKeyNeverStoredLoggedOrShownAgain(t *testing.T) {
+	t.Parallel()
 	a := newTestAPI(t, testAPIOptions{})
 	tenant := a.createTenant(t, a.createPlan(t, map[string]any{}))
 	key, id := a.issueKey(t, tenant)

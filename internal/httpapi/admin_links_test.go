@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/jobs"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
@@ -17,13 +19,23 @@ import (
 )
 
 func TestMintDashboardLink(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	store := limitstore.New(rdb, prefix)
 	ents := entitlements.NewService(pool, store, nil, entitlements.Options{Prefix: prefix})
 	meter := metering.NewService(pool, store, nil, metering.Options{Snapshot: ents.LoadSnapshot})
 	const token = "tga_links_test"
-	w, err := web.New(web.Deps{DB: pool, Limits: store, Snapshots: ents, Usage: meter, AdminToken: token})
+	ins, err := jobs.NewInsertClient(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bill, err := billing.New(pool, ents, ins, nil, billing.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := web.New(web.Deps{DB: pool, Limits: store, Snapshots: ents, Usage: meter, AdminToken: token,
+		Entitlements: ents, Billing: bill, Metering: meter})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 // TestNoClientInputGives500 throws odd bodies, paths and parameters at the
 // entitlements routes: every answer must be a 4xx problem, never a 500.
 func TestNoClientInputGives500(t *testing.T) {
+	t.Parallel()
 	a := newTestAPI(t, testAPIOptions{})
 	plan := a.createPlan(t, map[string]any{})
 	tenant := a.createTenant(t, plan)

@@ -10,6 +10,7 @@ import (
 )
 
 func TestOverridesOverHTTP(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})

@@ -11,6 +11,7 @@ import (
 )
 
 func TestAdminRequiresToken(t *testing.T) {
+	t.Parallel()
 	a := newTestAPI(t, testAPIOptions{})
 	for _, c := range []struct{ method, path string }{
 		{"GET", "/admin/v1/plans"}, {"POST", "/admin/v1/plans"}, {"GET", "/admin/v1/tenants"},
@@ -27,6 +28,7 @@ func TestAdminRequiresToken(t *testing.T) {
 }
 
 func TestPlansCreateGetListPatch(t *testing.T) {
+	t.Parallel()
 	a := newTestAPI(t, testAPIOptions{})
 	key := uniqueName("pro")
 	price := uniqueName("price")
@@ -79,6 +81,7 @@ func TestPlansCreateGetListPatch(t *testing.T) {
 // A plan chooses how its quotas reset (monthly, or once per billing period)
 // and what its Stripe meters are sent (overage, or total usage).
 func TestPlanQuotaWindowAndStripeReport(t *testing.T) {
+	t.Parallel()
 	a := newTestAPI(t, testAPIOptions{})
 	key := uniqueName("annual")
 	r := a.admin(t, "POST", "/admin/v1/plans", map[string]any{
@@ -114,6 +117,7 @@ func TestPlanQuotaWindowAndStripeReport(t *testing.T) {
 }
 
 func TestPlanWindowsOverHTTP(t *testing.T) {
+	t.Parallel()
 	a := newTestAPI(t, testAPIOptions{})
 	key := uniqueName("p")
 	r := a.admin(t, "POST", "/admin/v1/plans", map[string]any{"key": key, "windows": []any{
@@ -131,6 +135,7 @@ func TestPlanWindowsOverHTTP(t *testing.T) {
 }
 
 func TestPlanErrors(t *testing.T) {
+	t.Parallel()
 	a := newTestAPI(t, testAPIOptions{})
 	taken := a.createPlan(t, map[string]any{"stripe_price_id": uniqueName("price")})
 	takenPrice := a.admin(t, "GET", "/admin/v1/plans/"+taken, nil, http.StatusOK).JSON["stripe_price_id"]
@@ -192,6 +197,7 @@ func TestPlanErrors(t *testing.T) {
 }
 
 func TestOversizedBodyIs413(t *testing.T) {
+	t.Parallel()
 	a := newTestAPI(t, testAPIOptions{})
 	big := `{"key":"big","name":"` + strings.Repeat("x", 70<<10) + `"}`
 	assertProblem(t, "plan body over 64K", a.do(t, "POST", "/admin/v1/plans", testAdminToken, big), http.StatusRequestEntityTooLarge)
@@ -218,6 +224,7 @@ func TestOversizedBodyIs413(t *testing.T) {
 }
 
 func TestUnknownRouteAndWrongMethod(t *testing.T) {
+	t.Parallel()
 	a := newTestAPI(t, testAPIOptions{})
 	assertProblem(t, "unknown route", a.do(t, "GET", "/no/such/route", "", nil), http.StatusNotFound)
 	assertProblem(t, "unknown admin route", a.do(t, "GET", "/admin/v1/nope", testAdminToken, nil), http.StatusNotFound)
@@ -235,6 +242,7 @@ func TestUnknownRouteAndWrongMethod(t *testing.T) {
 // sets it back to the default, and anything but a boolean is a 400 naming
 // "public" that changes nothing.
 func TestPlanPublicField(t *testing.T) {
+	t.Parallel()
 	a := newTestAPI(t, testAPIOptions{})
 	pub := a.admin(t, "POST", "/admin/v1/plans", map[string]any{"key": uniqueName("pub")}, http.StatusCreated)
 	if pub.JSON["public"] != true {

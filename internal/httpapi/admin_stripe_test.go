@@ -14,6 +14,7 @@ import (
 // The admin's Stripe routes: auth, and 503 where billing is not wired. What
 // they return is tested end to end in internal/billing.
 func TestAdminStripeRoutesNeedTheTokenAndBilling(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	routes := []struct{ method, path string }{
 		{http.MethodGet, "/admin/v1/stripe/events"},

@@ -11,6 +11,7 @@ import (
 )
 
 func TestTenantsCreateListGet(t *testing.T) {
+	t.Parallel()
 	a := newTestAPI(t, testAPIOptions{})
 	plan := a.createPlan(t, map[string]any{"rate": map[string]any{"per_second": 5, "burst": 10},
 		"quotas": map[string]any{"requests": map[string]any{"limit": 1000}}, "features": []string{"sso"}})
@@ -89,6 +90,7 @@ func TestTenantsCreateListGet(t *testing.T) {
 }
 
 func TestTenantErrors(t *testing.T) {
+	t.Parallel()
 	a := newTestAPI(t, testAPIOptions{})
 	plan := a.createPlan(t, map[string]any{})
 	cus := uniqueName("cus")

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"strconv"
 
 	"github.com/labstack/echo/v4"
 
@@ -115,5 +116,67 @@ func (s *Server) handleRotateWebhookSecret() echo.HandlerFunc {
 		}
 		c.Response().Header().Set("Cache-Control", "no-store")
 		return c.JSON(http.StatusOK, e)
+	}
+}
+
+// handleListWebhookDeliveries answers GET …/{id}/deliveries?limit=&before=:
+// newest first, with each one's status, attempts and last answer.
+func (s *Server) handleListWebhookDeliveries() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		n, err := s.notifier()
+		if err != nil {
+			return err
+		}
+		limit, err := queryLimit(c)
+		if err != nil {
+			return err
+		}
+		var before int64
+		if v := c.QueryParam("before"); v != "" {
+			if before, err = strconv.ParseInt(v, 10, 64); err != nil || before <= 0 {
+				return apperr.Invalidf("before", "must be a delivery id (a whole number)")
+			}
+		}
+		l, err := n.Deliveries(c.Request().Context(), c.Param("id"), limit, before)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, map[string]any{"deliveries": l})
+	}
+}
+
+// handleRetryWebhookDelivery answers POST …/{id}/deliveries/{delivery_id}/retry:
+// a pending or failed delivery is sent now.
+func (s *Server) handleRetryWebhookDelivery() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		n, err := s.notifier()
+		if err != nil {
+			return err
+		}
+		did, err := strconv.ParseInt(c.Param("delivery_id"), 10, 64)
+		if err != nil {
+			return notify.ErrDeliveryNotFound
+		}
+		d, err := n.RetryNow(c.Request().Context(), c.Param("id"), did)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusAccepted, d)
+	}
+}
+
+// handleReplayWebhookEvent answers POST …/{id}/events/{event_id}/replay:
+// the event is sent to the endpoint again, with the same webhook-id.
+func (s *Server) handleReplayWebhookEvent() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		n, err := s.notifier()
+		if err != nil {
+			return err
+		}
+		d, err := n.Replay(c.Request().Context(), c.Param("id"), c.Param("event_id"))
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusAccepted, d)
 	}
 }

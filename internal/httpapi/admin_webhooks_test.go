@@ -1,10 +1,14 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/notify"
@@ -12,20 +16,33 @@ import (
 
 func webhookAPI(t *testing.T, opts notify.Options) *testAPI {
 	t.Helper()
+	a, _ := webhookAPIWith(t, opts)
+	return a
+}
+
+// webhookAPIWith also returns the server's notify service.
+func webhookAPIWith(t *testing.T, opts notify.Options) (*testAPI, **notify.Service) {
+	t.Helper()
+	svc := new(*notify.Service)
 	return newTestAPI(t, testAPIOptions{Deps: func(d *Deps) {
 		d.Audit = audit.New(d.DB, d.Log)
+		if opts.SecretKey == nil {
+			opts.SecretKey = make([]byte, 32) // WEBHOOK_SECRET_KEY
+		}
 		n, err := notify.NewService(d.DB, d.Log, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		d.Notify = n
-	}})
+		*svc = n
+	}}), svc
 }
 
 // The endpoints' routes: create shows the secret once, list/get never do,
 // patch and rotate answer the endpoint, delete is 204 then 404; each change
 // is in the audit trail, without the secret.
 func TestWebhookEndpointRoutes(t *testing.T) {
+	t.Parallel()
 	a := webhookAPI(t, notify.Options{})
 	r := a.admin(t, http.MethodPost, "/admin/v1/webhook-endpoints", map[string]any{
 		"url": "https://203.0.113.7/hooks", "events": []string{"quota.threshold"}, "description": "ops"}, http.StatusCreated)
@@ -77,6 +94,7 @@ func TestWebhookEndpointRoutes(t *testing.T) {
 // Bad input is a problem naming the field: 400 for form and unknown event
 // types, 422 for a private address; never a 500.
 func TestWebhookEndpointValidation(t *testing.T) {
+	t.Parallel()
 	a := webhookAPI(t, notify.Options{})
 	for _, c := range []struct {
 		body   any
@@ -107,6 +125,7 @@ func TestWebhookEndpointValidation(t *testing.T) {
 // The secret is never kept for an Idempotency-Key replay: create and
 // rotate refuse the header (400 naming it), and answer no-store.
 func TestWebhookSecretAnswersAreNotStored(t *testing.T) {
+	t.Parallel()
 	a := webhookAPI(t, notify.Options{})
 	req, _ := http.NewRequest(http.MethodPost, a.URL+"/admin/v1/webhook-endpoints", strings.NewReader(`{"url":"https://203.0.113.7/"}`))
 	req.Header.Set("Authorization", "Bearer "+testAdminToken)
@@ -127,5 +146,62 @@ func TestWebhookSecretAnswersAreNotStored(t *testing.T) {
 	r = a.admin(t, http.MethodPost, "/admin/v1/webhook-endpoints/"+r.JSON["id"].(string)+"/rotate-secret", nil, http.StatusOK)
 	if r.Header.Get("Cache-Control") != "no-store" {
 		t.Errorf("rotate: Cache-Control %q", r.Header.Get("Cache-Control"))
+	}
+}
+
+// The deliveries' routes: the list shows each delivery, retry answers 202
+// (409 once delivered), replay 202 (404 for an unknown event), bad paging
+// is a 400 naming the parameter; retry and replay are audited with the
+// endpoint as target.
+func TestWebhookDeliveryRoutes(t *testing.T) {
+	a, svc := webhookAPIWith(t, notify.Options{})
+	r := a.admin(t, http.MethodPost, "/admin/v1/webhook-endpoints", map[string]any{"url": "https://203.0.113.7/hooks"}, http.StatusCreated)
+	id := r.JSON["id"].(string)
+	ctx := context.Background()
+	if err := pgx.BeginFunc(ctx, a.Pool, func(tx pgx.Tx) error {
+		_, err := (*svc).Emit(ctx, tx, notify.Event{Type: notify.TypeSubscriptionStatus, Data: map[string]any{"status": "active"}})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	base := "/admin/v1/webhook-endpoints/" + id
+	r = a.admin(t, http.MethodGet, base+"/deliveries", nil, http.StatusOK)
+	ds := r.JSON["deliveries"].([]any)
+	if len(ds) != 1 {
+		t.Fatalf("deliveries %s", r.Raw)
+	}
+	d := ds[0].(map[string]any)
+	if d["status"] != "pending" || d["event_type"] != "subscription.status" || d["attempts"] != float64(0) {
+		t.Errorf("delivery %v", d)
+	}
+	did := strconv.FormatInt(int64(d["id"].(float64)), 10)
+	eid := d["event_id"].(string)
+	a.admin(t, http.MethodPost, base+"/deliveries/"+did+"/retry", nil, http.StatusAccepted)
+	a.admin(t, http.MethodPost, base+"/events/"+eid+"/replay", nil, http.StatusAccepted)
+	if _, err := a.Pool.Exec(ctx, `UPDATE webhook_deliveries SET status = 'delivered'`); err != nil {
+		t.Fatal(err)
+	}
+	a.admin(t, http.MethodPost, base+"/deliveries/"+did+"/retry", nil, http.StatusConflict)
+	a.admin(t, http.MethodPost, base+"/deliveries/999999/retry", nil, http.StatusNotFound)
+	a.admin(t, http.MethodPost, base+"/deliveries/x/retry", nil, http.StatusNotFound)
+	a.admin(t, http.MethodPost, base+"/events/msg_nope/replay", nil, http.StatusNotFound)
+	a.admin(t, http.MethodGet, "/admin/v1/webhook-endpoints/00000000-0000-0000-0000-000000000000/deliveries", nil, http.StatusNotFound)
+	for q, field := range map[string]string{"limit=0x": "limit", "limit=500": "limit", "before=-1": "before", "before=x": "before"} {
+		r := a.admin(t, http.MethodGet, base+"/deliveries?"+q, nil, http.StatusBadRequest)
+		if !slices.Contains(r.FieldErrors(), field) {
+			t.Errorf("%s: errors %v, want %s", q, r.FieldErrors(), field)
+		}
+	}
+	r = a.admin(t, http.MethodGet, "/admin/v1/audit?limit=200", nil, http.StatusOK)
+	var got []string
+	for _, e := range r.JSON["entries"].([]any) {
+		m := e.(map[string]any)
+		if m["target"] == id && strings.HasPrefix(m["action"].(string), "webhook_") && m["action"] != "webhook_endpoint.create" {
+			got = append(got, m["action"].(string))
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"webhook_delivery.retry", "webhook_event.replay"}; !slices.Equal(got, want) {
+		t.Errorf("audited %v, want %v", got, want)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -15,92 +14,48 @@ import (
 	"github.com/tollgatehq/tollgate/internal/ids"
 )
 
-// audited records the route's admin action in the audit trail, with the
-// state of its subject before and after. The subject comes from the route:
-// /tenants/:id…, /plans/:key, /api-keys/:id, /stripe/events/:id,
-// /addons/:price_id, /service-tokens/:id, /grants/:id; a create (POST /plans, POST
-// /tenants, POST /service-tokens) names it in its answer.
-func (s *Server) audited(action string) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) error {
-			if s.Audit == nil {
-				return next(c)
-			}
-			var sub audit.Subject
-			path := c.Path()
-			switch {
-			case strings.HasSuffix(path, "/grants") || strings.Contains(path, "/grants/:id"):
-				// A grant's before and after are the grant itself (credits').
-				if strings.Contains(path, "/tenants/:id") {
-					sub.TenantID = c.Param("id")
-				} else if s.Credits != nil {
-					sub.Target = c.Param("id")
-					sub.TenantID = s.Credits.TenantOf(c.Request().Context(), sub.Target)
-				}
-				if s.Credits != nil {
-					sub.State = s.Credits.State
-				}
-			case strings.Contains(path, "/topups/:price_id"):
-				sub.Target = c.Param("price_id")
-				if s.Credits != nil {
-					sub.State = s.Credits.TopupState
-				}
-			case strings.Contains(path, "/tenants/:id"):
-				sub.TenantID = c.Param("id")
-				sub.Target = c.Param("override_id")
-			case strings.Contains(path, "/plans/:key"):
-				sub.PlanKey = c.Param("key")
-			case strings.Contains(path, "/api-keys/:id"):
-				sub.KeyID = c.Param("id")
-			case strings.Contains(path, "/stripe/events/:id"):
-				sub.EventID = c.Param("id")
-			case strings.Contains(path, "/addons/:price_id"):
-				sub.AddonPriceID = c.Param("price_id")
-				sub.Target = sub.AddonPriceID
-			case strings.Contains(path, "/service-tokens/:id"):
-				sub.ServiceTokenID = c.Param("id")
-				sub.Target = sub.ServiceTokenID
-			case strings.Contains(path, "/webhook-endpoints/:id"):
-				sub.Target = c.Param("id")
-			}
-			var body *bytes.Buffer
-			if c.Request().Method == http.MethodPost {
-				body = &bytes.Buffer{}
-				c.Response().Writer = &teeWriter{ResponseWriter: c.Response().Writer, buf: body}
-			}
-			err := s.Audit.Do(c.Request().Context(), action, sub, func() (audit.Subject, error) {
-				if err := next(c); err != nil {
-					return audit.Subject{}, err
-				}
-				if st := c.Response().Status; st >= 400 {
-					return audit.Subject{}, errAlreadyAnswered
-				}
-				var got audit.Subject
-				if body != nil {
-					var created struct {
-						ID  string `json:"id"`
-						Key string `json:"key"`
-					}
-					_ = json.Unmarshal(body.Bytes(), &created)
-					switch {
-					case strings.HasSuffix(path, "/plans"):
-						got.PlanKey = created.Key
-					case strings.HasSuffix(path, "/tenants"):
-						got.TenantID = created.ID
-					case strings.HasSuffix(path, "/service-tokens"):
-						// The id names it; the answer's token never leaves this function.
-						got.ServiceTokenID, got.Target = created.ID, created.ID
-					default: // the new key's, override's or webhook endpoint's id (never a key or secret)
-						got.Target = created.ID
-					}
-				}
-				return got, nil
-			})
-			if errors.Is(err, errAlreadyAnswered) {
-				return nil
-			}
-			return err
+// audited records the admin action of a route audit.Routes declares, with
+// the state of its subject before and after; other routes pass through. A
+// create (POST /plans, POST /tenants…) names its subject in its answer.
+func (s *Server) audited(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		route, ok := audit.RouteOf(c.Request().Method, c.Path())
+		if s.Audit == nil || !ok {
+			return next(c)
 		}
+		sub := route.Subject(c.Param, nil)
+		s.creditSubject(c, route, &sub)
+		var body *bytes.Buffer
+		if c.Request().Method == http.MethodPost {
+			body = &bytes.Buffer{}
+			c.Response().Writer = &teeWriter{ResponseWriter: c.Response().Writer, buf: body}
+		}
+		err := s.Audit.Do(c.Request().Context(), route.Action, sub, func() (audit.Subject, error) {
+			if err := next(c); err != nil {
+				return audit.Subject{}, err
+			}
+			if st := c.Response().Status; st >= 400 {
+				return audit.Subject{}, errAlreadyAnswered
+			}
+			var got audit.Subject
+			if body != nil {
+				var created struct {
+					ID  string `json:"id"`
+					Key string `json:"key"`
+				}
+				_ = json.Unmarshal(body.Bytes(), &created)
+				id := created.ID // the new object's id (never a key or secret)
+				if route.Kind == audit.KindPlan && route.ID == "" {
+					id = created.Key
+				}
+				got = route.Created(id)
+			}
+			return got, nil
+		})
+		if errors.Is(err, errAlreadyAnswered) {
+			return nil
+		}
+		return err
 	}
 }
 

@@ -35,7 +35,7 @@ func auditAPI(t *testing.T, actor, token string) *testAPI {
 		d.Billing = b
 		// Minting a link reads no counter: the store is never used.
 		links, err := web.New(web.Deps{DB: d.DB, Limits: limitstore.New(d.Redis, redistest.Prefix()), Snapshots: d.Entitlements,
-			Usage: d.Metering, AdminToken: d.AdminToken})
+			Usage: d.Metering, AdminToken: d.AdminToken, Entitlements: d.Entitlements, Billing: b, Metering: d.Metering})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,6 +56,7 @@ func stateField(raw json.RawMessage, key string) string {
 // and after; secrets handed out (a service token, a dashboard link) never
 // reach the trail.
 func TestAuditRecordsEveryAdminActionOfTheAPI(t *testing.T) {
+	t.Parallel()
 	const carolToken = "tga_carol_audit_token_0123456789"
 	actor := uniqueName("carol")
 	a := auditAPI(t, actor, carolToken)

@@ -79,6 +79,7 @@ func serveFrom(srv http.Handler, method, path, token, peer string, hdr map[strin
 // address (even one this instance has never seen) and the admin token keep
 // working. Failures are shared by instances.
 func TestAuthFailuresNeverBlockAValidCredential(t *testing.T) {
+	t.Parallel()
 	pool, queries := countedPool(t)
 	rdb, prefix := redistest.New(t)
 	opts := &AuthLimitOptions{Limit: 5, Window: time.Minute}
@@ -151,6 +152,7 @@ func TestAuthFailuresNeverBlockAValidCredential(t *testing.T) {
 // admin failures still gets 401 (not 429) for a wrong key, and the reverse;
 // the right token is never refused.
 func TestAuthFailuresSeparateBuckets(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	a := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{authOpts: &AuthLimitOptions{Limit: 3, Window: time.Minute}})
@@ -179,6 +181,7 @@ func TestAuthFailuresSeparateBuckets(t *testing.T) {
 // TRUSTED_PROXIES: forwarding headers name the client only when the peer is
 // a trusted proxy, read from the right; IPv6 clients are grouped by /64.
 func TestAuthFailuresClientAddress(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
@@ -229,6 +232,7 @@ func TestAuthFailuresClientAddress(t *testing.T) {
 
 // Guard, the form the dashboard's login handlers use.
 func TestAuthLimiterGuard(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})

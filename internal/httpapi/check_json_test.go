@@ -14,6 +14,7 @@ import (
 // plain names and for names that JSON must escape (quotes, HTML, control
 // characters, non-ASCII, invalid UTF-8), omitted fields and none.
 func TestAppendCheckIsEncodingJSON(t *testing.T) {
+	t.Parallel()
 	for _, out := range []checkResponse{
 		{Allowed: true, Plan: "pro", Policies: []limithttp.ProblemPolicy{
 			{Name: "rate", Limit: 200, Remaining: 199, Reset: 1, Window: 10},

@@ -1,15 +1,13 @@
 package httpapi
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
-	"encoding/json"
 	"net/http"
 	"strings"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tollgatehq/tollgate/internal/serve"
 )
 
 // hstsValue is the Strict-Transport-Security of answers over TLS: a year,
@@ -62,28 +60,8 @@ func (s *Server) overTLS(r *http.Request) bool {
 	return false
 }
 
-// MetricsHandler serves g in Prometheus's text format. With a token
-// (METRICS_TOKEN) it answers only `Authorization: Bearer <token>`, compared
-// in constant time; anything else is 401 with WWW-Authenticate and a problem
-// body, so that the traffic per route and the Stripe queue are not public.
-// The api's METRICS_ADDR listener and the worker's serve it.
+// MetricsHandler serves g in Prometheus's text format, behind the token
+// when one is set (serve.Metrics).
 func MetricsHandler(g prometheus.Gatherer, token string) http.Handler {
-	h := promhttp.HandlerFor(g, promhttp.HandlerOpts{})
-	want := sha256.Sum256([]byte(token))
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-Content-Type-Options", "nosniff")
-		if token != "" {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			sum := sha256.Sum256([]byte(strings.TrimSpace(got)))
-			if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-				w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate-metrics"`)
-				w.Header().Set("Content-Type", "application/problem+json")
-				w.WriteHeader(http.StatusUnauthorized)
-				_ = json.NewEncoder(w).Encode(Problem{Type: ProblemBase + "unauthorized", Title: "Unauthorized",
-					Status: http.StatusUnauthorized, Detail: "metrics need Authorization: Bearer <METRICS_TOKEN>"})
-				return
-			}
-		}
-		h.ServeHTTP(w, r)
-	})
+	return serve.Metrics(g, token)
 }

@@ -31,6 +31,7 @@ func getWith(t *testing.T, c *http.Client, url string, header map[string]string)
 // request came over TLS, directly or as a trusted proxy (TRUSTED_PROXIES)
 // says, never on a plain request nor on an untrusted peer's say-so.
 func TestSecurityHeaders(t *testing.T) {
+	t.Parallel()
 	loopback := []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32"), netip.MustParsePrefix("::1/128")}
 	trusting := newTestAPI(t, testAPIOptions{Deps: func(d *Deps) { d.TrustedProxies = loopback }})
 	plain := newTestAPI(t, testAPIOptions{})
@@ -82,6 +83,7 @@ func TestSecurityHeaders(t *testing.T) {
 // and no METRICS_TOKEN it is 404; with METRICS_TOKEN it answers that bearer
 // token only (401 with WWW-Authenticate otherwise).
 func TestMetricsOnThePublicPort(t *testing.T) {
+	t.Parallel()
 	hidden := newTestAPI(t, testAPIOptions{Deps: func(d *Deps) { d.MetricsElsewhere = true }})
 	r := hidden.do(t, http.MethodGet, "/metrics", "", nil)
 	assertProblem(t, "GET /metrics, metrics elsewhere", r, http.StatusNotFound)

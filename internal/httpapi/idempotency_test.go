@@ -37,6 +37,7 @@ func (a *testAPI) postIdem(t *testing.T, path, key string, body any) apiResp {
 // key with another body is 422 naming the header; without a key, or with
 // another, each POST acts.
 func TestIdempotencyKeyReplaysTheFirstAnswer(t *testing.T) {
+	t.Parallel()
 	a := newTestAPI(t, testAPIOptions{})
 	plan := a.createPlan(t, map[string]any{"name": "Idem", "quotas": map[string]any{"requests": map[string]any{"limit": 100, "mode": "hard"}}})
 	tenant := a.createTenant(t, plan)

@@ -14,6 +14,7 @@ import (
 // client would retry forever; a meter no plan defines is 422; a meter the
 // tenant's plan leaves unlimited is allowed.
 func TestImpossibleCostIs422(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})

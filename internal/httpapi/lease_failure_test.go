@@ -20,6 +20,7 @@ import (
 // in every mode. Once Redis is back (empty), the lost lease is 404 and
 // leases are issued again.
 func TestLeasesWithRedisDown(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	const timeout = 50 * time.Millisecond
 	const slack = 500 * time.Millisecond

@@ -27,6 +27,7 @@ func leaseOf(t *testing.T, a answer) (string, time.Time) {
 // concurrency limit until DELETE /v1/leases/{id} (the tenant's own lease
 // only) or its expiry.
 func TestConcurrencyLeasesOverHTTP(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})
@@ -101,6 +102,7 @@ func TestConcurrencyLeasesOverHTTP(t *testing.T) {
 // An unreleased lease expires after LEASE_TTL (limiter.Options.LeaseTTL)
 // and frees its slot.
 func TestConcurrencyLeaseExpires(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	const ttl = 3 * time.Second

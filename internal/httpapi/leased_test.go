@@ -10,14 +10,15 @@ import (
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
-// With the limiter's leased mode (LIMITER_LOCAL_LEASES=true), POST
+// With the limiter's leased mode (LIMITER_PREFETCH=true), POST
 // /v1/check answers what exact mode would: the quota's RateLimit r counts
 // down one by one, every header parses, and past the quota a 429 carries
 // Retry-After no earlier than the quota's t and a problem body naming it.
-func TestCheckHeadersWithLocalLeases(t *testing.T) {
+func TestCheckHeadersWithPrefetch(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
-	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{opts: limiter.Options{LocalLeases: true}})
+	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{opts: limiter.Options{Prefetch: true}})
 	plan := in.newPlan(t, map[string]any{"per_second": 1000, "burst": 1000},
 		map[string]any{"requests": map[string]any{"limit": 40, "mode": "hard"}})
 	_, key := in.newTenant(t, plan)

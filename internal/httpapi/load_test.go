@@ -169,6 +169,8 @@ func twoInstances(t *testing.T, pool *pgxpool.Pool, addr, prefix string) []*limi
 // it (bounded to the test, and to one core of the shared machine), with
 // the default LIMITER_TIMEOUT.
 func TestExactWhileCPUStarved(t *testing.T) {
+	// Not parallel: it measures exactness under load, which other tests
+	// of the package would add to.
 	pool := pgtest.New(t)
 	srv := redistest.StartServer(t) // see TestExactWithRedisFarAway
 	ins := twoInstances(t, pool, srv.Addr, redistest.Prefix())
@@ -196,6 +198,8 @@ func TestExactWhileCPUStarved(t *testing.T) {
 // (b) Redis 20 ms away each way behind a proxy, with the default
 // LIMITER_TIMEOUT of 50 ms: every round trip takes 40 ms or more.
 func TestExactWithRedisFarAway(t *testing.T) {
+	// Not parallel: it measures exactness under load, which other tests
+	// of the package would add to.
 	pool := pgtest.New(t)
 	// A Redis of its own: the shared one's pauses (other packages' tests)
 	// must not pass for this test's latency.
@@ -210,6 +214,8 @@ func TestExactWithRedisFarAway(t *testing.T) {
 // durable usage, promptly: an exhausted one is refused, one with room is
 // held to what is left, never admitted unlimited.
 func TestUnseenTenantWithRedisRefusing(t *testing.T) {
+	// Not parallel: it measures exactness under load, which other tests
+	// of the package would add to.
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	admin := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{opts: limiter.Options{}})

@@ -39,6 +39,7 @@ func randToken(n int) string {
 // series: methods are known ones or "other", routes templates or
 // "unmatched".
 func TestMetricsLabelsAreBounded(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})
@@ -137,6 +138,7 @@ func counterValue(t *testing.T, reg prometheus.Gatherer, name string, labels map
 // set's series after its first use): one route and method answering three
 // statuses, and other routes and methods beside it.
 func TestMetricsCountEachRequestInItsSeries(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})

@@ -14,6 +14,7 @@ import (
 // the document: 0 errors and 0 warnings. .ci/run installs the CLI
 // (npm i -g @redocly/cli); locally a machine without it skips.
 func TestOpenAPIPassesRedoclyLint(t *testing.T) {
+	t.Parallel()
 	bin, err := exec.LookPath("redocly")
 	if err != nil {
 		testkit.Unavailable(t, "redocly (npm i -g @redocly/cli)", err)

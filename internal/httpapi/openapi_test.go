@@ -112,6 +112,7 @@ func registeredOperations(t *testing.T) []string {
 }
 
 func TestOpenAPIDocumentsEveryRouteAndOnlyServedOnes(t *testing.T) {
+	t.Parallel()
 	documented := documentedOperations(t, readOpenAPI(t))
 	registered := registeredOperations(t)
 	if len(registered) == 0 {
@@ -134,6 +135,7 @@ func TestOpenAPIDocumentsEveryRouteAndOnlyServedOnes(t *testing.T) {
 }
 
 func TestOpenAPIDocumentHoldsTogether(t *testing.T) {
+	t.Parallel()
 	doc := readOpenAPI(t)
 	if v, _ := doc["openapi"].(string); !strings.HasPrefix(v, "3.1.") {
 		t.Errorf("openapi version %q, want 3.1.x", v)
@@ -267,6 +269,7 @@ func resolveRef(doc map[string]any, ref string) (any, string) {
 
 // GET /openapi.yaml serves this very document, without credentials.
 func TestServesItsOwnOpenAPIDocument(t *testing.T) {
+	t.Parallel()
 	a := newTestAPI(t, testAPIOptions{})
 	r := a.do(t, "GET", "/openapi.yaml", "", nil)
 	want, err := os.ReadFile(openAPIPath)

@@ -93,6 +93,7 @@ func (c *tcpCut) up(t *testing.T) {
 // body (never 500); usage events refused meanwhile are accepted once it is
 // back, and none is lost or counted twice.
 func TestPostgresOutageIs503Everywhere(t *testing.T) {
+	t.Parallel()
 	pgtest.New(t)
 	u, err := url.Parse(pgtest.URL(t))
 	if err != nil {

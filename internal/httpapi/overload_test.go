@@ -20,6 +20,8 @@ import (
 // the next request is shed at once with 503 and Retry-After, never 429, and
 // counted in tollgate_http_overloaded_total.
 func TestMaxInFlightShedsWith503(t *testing.T) {
+	// Not parallel: it measures exactness under load, which other tests
+	// of the package would add to.
 	pool := pgtest.New(t)
 	srv := redistest.StartServer(t)
 	in := newLimitInstance(t, pool, srv.Addr, redistest.Prefix(), limitSetup{opts: limiter.Options{
@@ -69,6 +71,8 @@ func TestMaxInFlightShedsWith503(t *testing.T) {
 
 // MAX_IN_FLIGHT is read (and a bad value names the variable).
 func TestMaxInFlightConfig(t *testing.T) {
+	// Not parallel: it measures exactness under load, which other tests
+	// of the package would add to.
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	c, err := config.Load(env(map[string]string{"MAX_IN_FLIGHT": "500", "TRUSTED_PROXIES": "10.0.0.0/8, 192.0.2.1"}))
 	if err != nil || c.MaxInFlight != 500 || len(c.TrustedProxies) != 2 {

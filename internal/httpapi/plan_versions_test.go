@@ -14,6 +14,7 @@ import (
 // both are audited); a price may be pinned to a version. GET
 // /v1/entitlements, the tenant detail and explain name the version.
 func TestPlanVersionsGrandfatherMigrateAndPin(t *testing.T) {
+	t.Parallel()
 	const token = "tga_versions_audit_token_0123456789"
 	actor := uniqueName("vera")
 	a := auditAPI(t, actor, token)

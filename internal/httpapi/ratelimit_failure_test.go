@@ -22,6 +22,7 @@ import (
 // nothing answers 500; once Redis is back, decisions come from Redis again
 // without a restart.
 func TestRedisDownFailModes(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	const timeout = 50 * time.Millisecond
 	const slack = 200 * time.Millisecond

@@ -17,6 +17,7 @@ import (
 // another instance (its own limiter, Redis client and near-cache) within a
 // second.
 func TestPlanChangeEnforcedOnOtherInstanceWithinASecond(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	a := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})
@@ -50,6 +51,7 @@ func TestPlanChangeEnforcedOnOtherInstanceWithinASecond(t *testing.T) {
 // Every /v1 response carries the rate-limit headers from the same decision,
 // 200s as much as 400s and 429s.
 func TestEveryV1ResponseCarriesRateLimitHeaders(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})
@@ -101,6 +103,7 @@ func TestEveryV1ResponseCarriesRateLimitHeaders(t *testing.T) {
 // A 429 carries Retry-After no earlier than the refusing policy's t and a
 // problem body naming the plan and the policy.
 func TestCheckRefusalRetryAfterAndProblemBody(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})
@@ -150,6 +153,7 @@ func TestCheckRefusalRetryAfterAndProblemBody(t *testing.T) {
 // POST /v1/check validates its optional body: cost a whole number 1–1000,
 // meter [a-z0-9_.-]{1,64}; errors name the field.
 func TestCheckValidation(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})
@@ -235,6 +239,7 @@ func TestCheckValidation(t *testing.T) {
 // A hard quota used up through /v1/check refuses with policy "requests",
 // while reading entitlements and usage still works (they never take quota).
 func TestHardQuotaExhaustedStillReadsEntitlementsAndUsage(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})
@@ -274,6 +279,7 @@ func TestHardQuotaExhaustedStillReadsEntitlementsAndUsage(t *testing.T) {
 
 // The limiter's metrics reach /metrics.
 func TestLimiterMetricsExposed(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})
@@ -310,6 +316,7 @@ func grepLines(s, sub string) string {
 // within a second, on another instance: the debt run up at 0.01/s must not
 // keep the tenant refused for ~199 s at 50/s.
 func TestRateUpgradeLiftsRefusalWithinASecond(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	a := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})

@@ -15,6 +15,7 @@ import (
 // 404; a charge beyond the limit is recorded (later checks refused);
 // GET /v1/usage shows the settled figures; bad input names the field.
 func TestReserveSettleOverHTTP(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})
@@ -107,6 +108,7 @@ func TestReserveSettleOverHTTP(t *testing.T) {
 // TestReserveSettleConcurrentOverHTTP: concurrent reserve, settle and
 // cancel through the API keep the figure exact.
 func TestReserveSettleConcurrentOverHTTP(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	a := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})

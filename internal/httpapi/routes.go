@@ -34,64 +34,68 @@ func (s *Server) routes() {
 
 	// authFailures counts wrong tokens per client address (429 once out).
 	// idempotent: Idempotency-Key on POSTs (idempotency.go).
-	admin := e.Group("/admin/v1", middleware.BodyLimit(bodyLimitDefault), s.authFailures(AuthAdmin), s.requireAdmin, s.idempotent)
+	// audited: the routes audit.Routes declares record their action (audit.go).
+	admin := e.Group("/admin/v1", middleware.BodyLimit(bodyLimitDefault), s.authFailures(AuthAdmin), s.requireAdmin, s.idempotent, s.audited)
 	// --- admin: plans, tenants, plan changes, API keys (entitlements) ---
-	admin.POST("/plans", s.handleCreatePlan(), s.audited("plan.create"))
+	admin.POST("/plans", s.handleCreatePlan())
 	admin.GET("/plans", s.handleListPlans())
 	admin.GET("/plans/:key", s.handleGetPlan())
-	admin.PATCH("/plans/:key", s.handlePatchPlan(), s.audited("plan.edit"))
-	admin.POST("/plans/:key/migrate", s.handleMigratePlan(), s.audited("plan.migrate"))
+	admin.PATCH("/plans/:key", s.handlePatchPlan())
+	admin.POST("/plans/:key/migrate", s.handleMigratePlan())
 	admin.GET("/addons", s.handleListAddons())
 	admin.GET("/addons/:price_id", s.handleGetAddon())
-	admin.PUT("/addons/:price_id", s.handlePutAddon(), s.audited("addon.put"))
-	admin.DELETE("/addons/:price_id", s.handleDeleteAddon(), s.audited("addon.delete"))
-	admin.POST("/tenants", s.handleCreateTenant(), s.audited("tenant.create"))
+	admin.PUT("/addons/:price_id", s.handlePutAddon())
+	admin.DELETE("/addons/:price_id", s.handleDeleteAddon())
+	admin.POST("/tenants", s.handleCreateTenant())
 	admin.GET("/tenants", s.handleListTenants())
 	admin.GET("/tenants/:id", s.handleGetTenant())
-	admin.PATCH("/tenants/:id", s.handleUpdateTenant(), s.audited("tenant.edit"))
+	admin.PATCH("/tenants/:id", s.handleUpdateTenant())
 	admin.GET("/tenants/:id/explain", s.handleExplainTenant()) // "why this limit"
-	admin.PUT("/tenants/:id/plan", s.handleChangePlan(), s.audited("tenant.plan_change"))
-	admin.POST("/tenants/:id/api-keys", s.handleIssueKey(), s.audited("api_key.issue"))
+	admin.PUT("/tenants/:id/plan", s.handleChangePlan())
+	admin.POST("/tenants/:id/api-keys", s.handleIssueKey())
 	admin.GET("/tenants/:id/api-keys", s.handleListKeys())
-	admin.DELETE("/api-keys/:id", s.handleRevokeKey(), s.audited("api_key.revoke"))
+	admin.DELETE("/api-keys/:id", s.handleRevokeKey())
 	admin.RouteNotFound("/*", s.routeNotFound) // 405 for a known path, wrong method
 
 	// --- admin: overrides (metering) ---
-	admin.POST("/tenants/:id/overrides", s.handleCreateOverride(), s.audited("override.create"))
+	admin.POST("/tenants/:id/overrides", s.handleCreateOverride())
 	admin.GET("/tenants/:id/overrides", s.handleListOverrides())
-	admin.DELETE("/tenants/:id/overrides/:override_id", s.handleDeleteOverride(), s.audited("override.delete"))
+	admin.DELETE("/tenants/:id/overrides/:override_id", s.handleDeleteOverride())
 
 	// --- admin: Stripe events, replay, resync, drift (billing) ---
 	admin.GET("/stripe/events", s.handleListStripeEvents())
 	admin.GET("/stripe/events/:id", s.handleGetStripeEvent())
-	admin.POST("/stripe/events/:id/replay", s.handleReplayStripeEvent(), s.audited("stripe_event.replay"))
+	admin.POST("/stripe/events/:id/replay", s.handleReplayStripeEvent())
 	admin.GET("/stripe/drift", s.handleListDrift())
-	admin.POST("/tenants/:id/resync", s.handleResyncTenant(), s.audited("tenant.resync"))
+	admin.POST("/tenants/:id/resync", s.handleResyncTenant())
 
 	// --- admin: audit trail ---
 	admin.GET("/audit", s.handleListAudit())
 
 	// --- admin: service tokens (entitlements) ---
-	admin.POST("/service-tokens", s.handleIssueServiceToken(), s.audited("service_token.issue"))
+	admin.POST("/service-tokens", s.handleIssueServiceToken())
 	admin.GET("/service-tokens", s.handleListServiceTokens())
-	admin.DELETE("/service-tokens/:id", s.handleRevokeServiceToken(), s.audited("service_token.revoke"))
+	admin.DELETE("/service-tokens/:id", s.handleRevokeServiceToken())
 
 	// --- admin: webhook endpoints (notify) ---
-	admin.POST("/webhook-endpoints", s.handleCreateWebhookEndpoint(), s.audited("webhook_endpoint.create"))
+	admin.POST("/webhook-endpoints", s.handleCreateWebhookEndpoint())
 	admin.GET("/webhook-endpoints", s.handleListWebhookEndpoints())
 	admin.GET("/webhook-endpoints/:id", s.handleGetWebhookEndpoint())
-	admin.PATCH("/webhook-endpoints/:id", s.handlePatchWebhookEndpoint(), s.audited("webhook_endpoint.edit"))
-	admin.DELETE("/webhook-endpoints/:id", s.handleDeleteWebhookEndpoint(), s.audited("webhook_endpoint.delete"))
-	admin.POST("/webhook-endpoints/:id/rotate-secret", s.handleRotateWebhookSecret(), s.audited("webhook_endpoint.rotate_secret"))
+	admin.PATCH("/webhook-endpoints/:id", s.handlePatchWebhookEndpoint())
+	admin.DELETE("/webhook-endpoints/:id", s.handleDeleteWebhookEndpoint())
+	admin.POST("/webhook-endpoints/:id/rotate-secret", s.handleRotateWebhookSecret())
+	admin.GET("/webhook-endpoints/:id/deliveries", s.handleListWebhookDeliveries())
+	admin.POST("/webhook-endpoints/:id/deliveries/:delivery_id/retry", s.handleRetryWebhookDelivery())
+	admin.POST("/webhook-endpoints/:id/events/:event_id/replay", s.handleReplayWebhookEvent())
 
 	// --- admin: grants and top-ups (credits) ---
-	admin.POST("/tenants/:id/grants", s.handleCreateGrant(), s.audited("grant.create"))
+	admin.POST("/tenants/:id/grants", s.handleCreateGrant())
 	admin.GET("/tenants/:id/grants", s.handleListGrants())
-	admin.POST("/grants/:id/void", s.handleVoidGrant(), s.audited("grant.void"))
+	admin.POST("/grants/:id/void", s.handleVoidGrant())
 	admin.GET("/topups", s.handleListTopups())
 	admin.GET("/topups/:price_id", s.handleGetTopup())
-	admin.PUT("/topups/:price_id", s.handlePutTopup(), s.audited("topup.put"))
-	admin.DELETE("/topups/:price_id", s.handleDeleteTopup(), s.audited("topup.delete"))
+	admin.PUT("/topups/:price_id", s.handlePutTopup())
+	admin.DELETE("/topups/:price_id", s.handleDeleteTopup())
 
 	// --- service API /service/v1: the limiter's remote loaders ---
 	// A service token or ADMIN_TOKEN; read-only, no tenant rate limit (the
@@ -102,7 +106,7 @@ func (s *Server) routes() {
 	svc.RouteNotFound("/*", s.routeNotFound)
 
 	// --- admin: dashboard links (web) ---
-	admin.POST("/tenants/:id/dashboard-links", s.handleMintDashboardLink(), s.audited("dashboard_link.issue"))
+	admin.POST("/tenants/:id/dashboard-links", s.handleMintDashboardLink())
 
 	// --- tenant API /v1 (API key; every route passes the tenant's rate limit) ---
 	// v1 authenticates the API key; routes add their own body limits.

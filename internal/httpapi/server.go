@@ -23,6 +23,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/idempotency"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/notify"
+	"github.com/tollgatehq/tollgate/internal/serve"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -143,36 +144,5 @@ func (s *Server) Echo() *echo.Echo { return s.echo }
 // ListenAndServe serves on addr until ctx ends, then drains for at most
 // drain. ready, when not nil, receives the bound address.
 func ListenAndServe(ctx context.Context, h http.Handler, addr string, drain time.Duration, ready func(addr string)) error {
-	srv := &http.Server{
-		Addr:              addr,
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
-	}
-	ln, err := listen(ctx, addr)
-	if err != nil {
-		return err
-	}
-	if ready != nil {
-		ready(ln.Addr().String())
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drain)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return err
-	}
-	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return serve.ListenAndServe(ctx, h, addr, drain, ready)
 }

@@ -18,6 +18,7 @@ import (
 // snapshot is the limiter's JSON (and is written back to Redis); usage is
 // the durable figure; bad input is 4xx naming the field.
 func TestServiceRoutes(t *testing.T) {
+	t.Parallel()
 	prefix := redistest.Prefix()
 	a := newTestAPI(t, testAPIOptions{Prefix: prefix, Deps: func(d *Deps) {
 		d.Metering = metering.NewService(d.DB, limitstore.New(d.Redis, prefix), nil, metering.Options{})

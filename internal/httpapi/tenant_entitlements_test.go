@@ -7,6 +7,7 @@ import (
 )
 
 func TestEntitlementsFollowPlanChange(t *testing.T) {
+	t.Parallel()
 	a := newTestAPI(t, testAPIOptions{})
 	b := newTestAPI(t, testAPIOptions{Prefix: a.Prefix})
 	small := a.createPlan(t, map[string]any{"rate": map[string]any{"per_second": 5, "burst": 10},

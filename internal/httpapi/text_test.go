@@ -17,6 +17,7 @@ import (
 // NUL bytes and invalid UTF-8, in a body (raw or as \u0000), a path or a
 // query: 400 problem+json, never 500, nothing stored.
 func TestNULAndInvalidUTF8Are400(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})
@@ -62,6 +63,7 @@ func TestNULAndInvalidUTF8Are400(t *testing.T) {
 
 // /readyz names the dependency that is down, never its connection details.
 func TestReadyzHidesConnectionDetails(t *testing.T) {
+	t.Parallel()
 	cfg, err := pgxpool.ParseConfig("postgres://secretuser:secretpw@127.0.0.1:1/secretdb?sslmode=disable&connect_timeout=1")
 	if err != nil {
 		t.Fatal(err)

@@ -39,6 +39,7 @@ func meterOf(t *testing.T, a answer, name string) map[string]any {
 }
 
 func TestUsageEventsOverHTTP(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})

@@ -101,6 +101,7 @@ func whStored(t *testing.T, pool *pgxpool.Pool, id string) bool {
 }
 
 func TestWebhookRejectsBadSignaturesTimestampsAndBodies(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	ts := whServer(t, pool, billing.Options{WebhookSecret: whSecret})
 	now := time.Now()
@@ -151,6 +152,7 @@ func TestWebhookRejectsBadSignaturesTimestampsAndBodies(t *testing.T) {
 }
 
 func TestWebhookAcceptsThePreviousSecretDuringRotation(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	rotating := whServer(t, pool, billing.Options{WebhookSecret: whSecret, WebhookSecretPrevious: whPrevSecret})
 	settled := whServer(t, pool, billing.Options{WebhookSecret: whSecret})
@@ -175,6 +177,7 @@ func TestWebhookAcceptsThePreviousSecretDuringRotation(t *testing.T) {
 }
 
 func TestWebhookBodyOver512KiBIs413(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	ts := whServer(t, pool, billing.Options{WebhookSecret: whSecret})
 	id := whEventID()
@@ -197,6 +200,7 @@ func TestWebhookBodyOver512KiBIs413(t *testing.T) {
 }
 
 func TestWebhookWithoutSecretIs503SayingSo(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	ts := whServer(t, pool, billing.Options{})
 	body := whEvent(whEventID())
@@ -218,6 +222,7 @@ func TestWebhookWithoutSecretIs503SayingSo(t *testing.T) {
 
 // Postgres unreachable: 503 (Stripe retries), never 2xx for an unstored event.
 func TestWebhookWithDatabaseDownIs503(t *testing.T) {
+	t.Parallel()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -238,6 +243,7 @@ func TestWebhookWithDatabaseDownIs503(t *testing.T) {
 }
 
 func TestWebhookDuplicateIs2xxAndStoredOnce(t *testing.T) {
+	t.Parallel()
 	pool := pgtest.New(t)
 	ts := whServer(t, pool, billing.Options{WebhookSecret: whSecret})
 	id := whEventID()

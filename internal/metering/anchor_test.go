@@ -10,6 +10,7 @@ import (
 // closes the old window with its figure and the end it really had (the new
 // anchor), and leaves a window that a renewal ended as it was.
 func TestAMovedAnchorClosesTheOldWindowWithItsFigure(t *testing.T) {
+	// Not parallel: ClosePeriods closes every open period of the database.
 	b := setup(t)
 	b.svc.opts.CloseGrace = time.Millisecond
 	tenant := b.newTenant(t, time.Now().Add(-90*24*time.Hour))

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/tollgatehq/tollgate/limiter"
 )
 
 // Crossing is a tenant's usage of a meter passing a threshold of its quota
@@ -15,7 +17,8 @@ import (
 type Crossing struct {
 	Tenant      string
 	Meter       string
-	Percent     int   // the threshold, a percentage of Limit
+	Percent     int   // the threshold, a percentage of Limit, or
+	Units       int64 // the threshold in units (exactly one is set)
 	Used        int64 // durable usage after the flush
 	Limit       int64
 	WindowStart time.Time
@@ -26,7 +29,11 @@ type Crossing struct {
 // and limit: a second flusher, a replay or usage hovering at the line find
 // the same key; a new window re-arms it, and so does a changed limit.
 func (c Crossing) DedupeKey() string {
-	return fmt.Sprintf("quota.threshold/%s/%s/%d/%d%%/%d", strings.ToLower(c.Tenant), c.Meter, c.WindowStart.Unix(), c.Percent, c.Limit)
+	line := fmt.Sprintf("%d%%", c.Percent)
+	if c.Units > 0 {
+		line = fmt.Sprintf("%du", c.Units)
+	}
+	return fmt.Sprintf("quota.threshold/%s/%s/%d/%s/%d", strings.ToLower(c.Tenant), c.Meter, c.WindowStart.Unix(), line, c.Limit)
 }
 
 // CrossingsFunc takes crossings inside the flush's transaction tx.
@@ -69,10 +76,13 @@ func (s *Service) reportCrossings(ctx context.Context, tx pgx.Tx, counters map[c
 				continue // no quota, or a window that is not the current one
 			}
 			before := m.after - m.delta
-			for _, p := range s.opts.Thresholds {
-				line := (q.Limit*int64(p) + 99) / 100 // the first figure at or over p%
+			for _, t := range s.thresholdsOf(snap, k.meter) {
+				line := t.Units
+				if t.Percent > 0 {
+					line = (q.Limit*int64(t.Percent) + 99) / 100 // the first figure at or over p%
+				}
 				if before < line && m.after >= line {
-					out = append(out, Crossing{Tenant: tenant, Meter: k.meter, Percent: p, Used: m.after, Limit: q.Limit,
+					out = append(out, Crossing{Tenant: tenant, Meter: k.meter, Percent: t.Percent, Units: t.Units, Used: m.after, Limit: q.Limit,
 						WindowStart: m.start, WindowEnd: m.end})
 				}
 			}
@@ -86,4 +96,17 @@ func (s *Service) reportCrossings(ctx context.Context, tx pgx.Tx, counters map[c
 		return fmt.Errorf("metering: crossings: %w", err)
 	}
 	return nil
+}
+
+// thresholdsOf are the meter's thresholds: the plan's or override's
+// (Snapshot.Notify), else Options.Thresholds.
+func (s *Service) thresholdsOf(snap limiter.Snapshot, meter string) []limiter.QuotaThreshold {
+	if ts := snap.Notify[meter]; len(ts) > 0 {
+		return ts
+	}
+	out := make([]limiter.QuotaThreshold, len(s.opts.Thresholds))
+	for i, p := range s.opts.Thresholds {
+		out[i] = limiter.QuotaThreshold{Percent: p}
+	}
+	return out
 }

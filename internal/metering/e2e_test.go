@@ -104,6 +104,7 @@ func (p *apiProc) do(t *testing.T, method, path, token string, body any) (int, m
 // everything (FLUSHALL) and the api restarts (no in-process cache left);
 // the tenant is still refused, and GET /v1/usage shows the same total.
 func TestEndToEndHardQuotaSurvivesRedisLoss(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs cmd/api and cmd/worker")
 	}

@@ -27,6 +27,7 @@ func fields(err error) map[string]string {
 }
 
 func TestIngestDuplicatesCountedOnce(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tenant := b.newTenant(t, time.Now().Add(-24*time.Hour))
 	now := time.Now()
@@ -76,6 +77,7 @@ func period0(t testing.TB, b *bundle, tenant string) (p struct{ Start, End time.
 }
 
 func TestIngestOneInvalidStoresNothing(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tenant := b.newTenant(t, time.Now().Add(-24*time.Hour))
 	now := time.Now()
@@ -114,6 +116,7 @@ func TestIngestOneInvalidStoresNothing(t *testing.T) {
 }
 
 func TestParseEventsNamesFieldsByIndex(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	now := time.Now().UTC().Format(time.RFC3339)
 	raw := func(s string) json.RawMessage { return json.RawMessage(s) }
@@ -146,6 +149,7 @@ func TestParseEventsNamesFieldsByIndex(t *testing.T) {
 }
 
 func TestIngestBatchSize(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tenant := b.newTenant(t, time.Now().Add(-24*time.Hour))
 	now := time.Now()
@@ -172,6 +176,7 @@ func TestIngestBatchSize(t *testing.T) {
 // writers): the durable meter, the events and the Redis counter all end
 // exact.
 func TestIngestConcurrentWritersExact(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tenant := b.newTenant(t, time.Now().Add(-24*time.Hour))
 	snap := b.putSnapshot(t, tenant, 1, map[string]limiter.Quota{"exports": {Limit: 1 << 40, Mode: "soft"}})

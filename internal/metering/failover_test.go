@@ -105,6 +105,7 @@ func (r *failoverRig) flushUntilCaughtUp(t *testing.T, k limitstore.PendingKey, 
 // admitted (nothing was admitted in the gap that no flush saw: the master
 // was flushed before it died).
 func TestFailoverRollbackNeverFreesQuotaNorBillsTwice(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("private redis-servers")
 	}
@@ -263,6 +264,7 @@ func (r *failoverRig) rollback(t *testing.T, cut func(open, full limitstore.Pend
 // Postgres's figure, and a limiter that never saw the tenant (nothing in
 // its memory to compare with) admits only what is left.
 func TestFlushRebasesRolledBackCounter(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		// cut takes the copy, with part of the usage unflushed or claimed
@@ -333,6 +335,7 @@ func TestFlushRebasesRolledBackCounter(t *testing.T) {
 // limiter that decided the tenant knows its counter held 60 and finds 40,
 // checks Postgres and goes on from 60.
 func TestDecisionRebasesRolledBackCounter(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	k, lim := rollbackTenant(t, b, 100)
 	var admitted int64
@@ -426,6 +429,7 @@ func restoreState(t *testing.T, b *bundle, k limitstore.PendingKey, saved [2]str
 // master died, and that Postgres holds what was admitted less exactly
 // that.
 func TestSentinelFailoverUnderTraffic(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("private redis-servers and a Sentinel")
 	}
@@ -581,6 +585,7 @@ func TestSentinelFailoverUnderTraffic(t *testing.T) {
 // is below its floor) and must find no rollback: nothing is lost or
 // counted twice, and the floor is forgotten.
 func TestRefundBelowFloorIsNotARollback(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	k, a := rollbackTenant(t, b, 100)
 	other, err := limiter.New(b.rdb, limiter.Options{Prefix: b.prefix, Timeout: 5 * time.Second, DisableRefusalCache: true, UsageLoader: b.svc.LoadUsage})

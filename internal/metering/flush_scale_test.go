@@ -185,6 +185,7 @@ func (f *scaleFixture) durableSum(t testing.TB) int64 {
 // what Redis may lose is at most what was counted since the last pass,
 // whatever the keyspace's size.
 func TestFlushCostGrowsWithActivityNotKeyspace(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("a million keys: skipped in -short mode")
 	}

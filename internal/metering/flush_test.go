@@ -38,6 +38,7 @@ func admit(t testing.TB, b *bundle, lim *limiter.Limiter, tenant string, n int) 
 }
 
 func TestFlushMovesCountersExactlyOnce(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tenant := b.newTenant(t, time.Now().Add(-24*time.Hour))
 	snap := b.putSnapshot(t, tenant, 1, map[string]limiter.Quota{"requests": {Limit: 1000, Mode: "hard"}})
@@ -105,6 +106,7 @@ func TestFlushMovesCountersExactlyOnce(t *testing.T) {
 }
 
 func TestFlushDropsUnknownTenant(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ghost := "00000000-0000-4000-8000-" + randHex(6)
 	start := time.Now().Truncate(time.Hour).UTC()
@@ -137,6 +139,7 @@ func TestFlushDropsUnknownTenant(t *testing.T) {
 // server of the test's own); the counter is rebuilt from Postgres and the
 // tenant is still refused, the totals unchanged.
 func TestHardQuotaSurvivesFlushAll(t *testing.T) {
+	t.Parallel()
 	srv := redistest.StartServer(t)
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rdb.Close() })
@@ -185,6 +188,7 @@ func TestHardQuotaSurvivesFlushAll(t *testing.T) {
 }
 
 func TestFlushRefusalsIdempotent(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tenant := b.newTenant(t, time.Now().Add(-24*time.Hour))
 	b.putSnapshot(t, tenant, 1, map[string]limiter.Quota{"requests": {Limit: 2, Mode: "hard"}})

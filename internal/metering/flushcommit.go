@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/internal/period"
 	"github.com/tollgatehq/tollgate/internal/postgres"
@@ -347,7 +346,7 @@ SELECT t.id::text, t.period_anchor, s.current_period_start, s.current_period_end
 FROM unnest($1::uuid[]) u(id)
 JOIN tenants t ON t.id = u.id
 JOIN plans p ON p.key = t.plan_key
-LEFT JOIN LATERAL (`+entitlements.CurrentSubscriptionOf("t.id")+`) s ON true`, uniq)
+LEFT JOIN LATERAL (SELECT * FROM current_subscriptions c WHERE c.tenant_id = t.id LIMIT 1) s ON true`, uniq)
 	if err != nil {
 		return nil, fmt.Errorf("metering: tenant periods: %w", err)
 	}

@@ -92,6 +92,7 @@ func (b *bundle) periodOf(t testing.TB, tenant string, at time.Time) (start, end
 // commit), each claim lands in its own tenant's period, and a batch
 // committed again adds nothing.
 func TestCommitClaimsOneStatementPerBatchExactlyOnce(t *testing.T) {
+	t.Parallel()
 	b, sc, logs := countedBundle(t)
 	now := time.Now()
 	early := b.newTenants(t, 150, now.AddDate(0, 0, -20))
@@ -162,6 +163,7 @@ func TestCommitClaimsOneStatementPerBatchExactlyOnce(t *testing.T) {
 // Units given back (negative claims) and two claims of one counter in a
 // batch are summed per row; a period and an hour never go below zero.
 func TestCommitClaimsNegativeAndRepeatedCounters(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tns := b.newTenants(t, 2, time.Now().AddDate(0, 0, -5))
 	s0, _ := b.periodOf(t, tns[0], time.Now())
@@ -198,6 +200,7 @@ func TestCommitClaimsNegativeAndRepeatedCounters(t *testing.T) {
 // and logged; any other refused claim stays for the next pass and the
 // commit says so.
 func TestCommitRowsIsolatesBadRows(t *testing.T) {
+	t.Parallel()
 	b, _, logs := countedBundle(t)
 	tns := b.newTenants(t, 9, time.Now().AddDate(0, 0, -5))
 	start, end := b.periodOf(t, tns[0], time.Now())
@@ -243,6 +246,7 @@ func TestCommitRowsIsolatesBadRows(t *testing.T) {
 // A flush pass costs a constant number of Postgres statements, not one
 // per counter: the pass that went back to per-key commits fails here.
 func TestFlushPassStatementsDoNotGrowWithCounters(t *testing.T) {
+	t.Parallel()
 	b, sc, _ := countedBundle(t)
 	tenants := b.newTenants(t, 120, time.Now().AddDate(0, 0, -1))
 	lim := newLimiter(t, b)

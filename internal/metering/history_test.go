@@ -17,6 +17,7 @@ func (r hourlyRow) String() string {
 }
 
 func TestHourlyHistory(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tenant := b.newTenant(t, time.Now().Add(-10*24*time.Hour))
 	now := time.Now().UTC()
@@ -53,6 +54,7 @@ func TestHourlyHistory(t *testing.T) {
 // so a period's history never includes the previous period's last
 // minutes. Hourly still sums the hour.
 func TestHourlyRowsPerPeriod(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	h := time.Now().UTC().Truncate(time.Hour).Add(-2 * time.Hour)
 	tenant := b.newTenant(t, h.Add(37*time.Minute)) // the period starts at :37

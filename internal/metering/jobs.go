@@ -7,8 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-
-	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
 // ClosePeriodsArgs closes finished periods: a final flush, then closed_at
@@ -41,10 +39,13 @@ func (s *Service) ClosePeriods(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	now := s.opts.Now()
-	var closed, cut []ClosedPeriod
-	// One transaction: the OnPeriodsClosed hook (rollover grants) commits
-	// exactly with the close, so a period is handed to it once.
+	var closed []closedRow
+	var cutShort int64
+	// Both updates and the period.closed events share one transaction, so
+	// a window's event exists exactly when it was closed (once: a closed
+	// row is never closed again).
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		closed, cutShort = nil, 0
 		rows, err := tx.Query(ctx, `
 UPDATE usage_periods SET closed_at = $1, updated_at = $1
  WHERE closed_at IS NULL AND period_end <= $2
@@ -52,7 +53,8 @@ RETURNING tenant_id::text, meter, period_start, period_end, used`, now, now.Add(
 		if err != nil {
 			return fmt.Errorf("metering: close periods: %w", err)
 		}
-		if closed, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ClosedPeriod]); err != nil {
+		closed, err = pgx.CollectRows(rows, pgx.RowToStructByPos[closedRow])
+		if err != nil {
 			return fmt.Errorf("metering: close periods: %w", err)
 		}
 		// A window that a new billing cycle anchor cut short (since
@@ -63,7 +65,7 @@ RETURNING tenant_id::text, meter, period_start, period_end, used`, now, now.Add(
 		rows, err = tx.Query(ctx, `
 UPDATE usage_periods u SET closed_at = $1, updated_at = $1, period_end = s.current_period_start
   FROM tenants t
-  JOIN LATERAL (`+entitlements.CurrentSubscriptionOf("t.id")+`) s ON true
+  JOIN LATERAL (SELECT * FROM current_subscriptions c WHERE c.tenant_id = t.id LIMIT 1) s ON true
  WHERE u.tenant_id = t.id AND u.closed_at IS NULL AND s.current_period_start IS NOT NULL
    AND u.period_start < s.current_period_start AND u.period_end > s.current_period_start
    AND s.current_period_start <= $2
@@ -71,22 +73,26 @@ RETURNING u.tenant_id::text, u.meter, u.period_start, u.period_end, u.used`, now
 		if err != nil {
 			return fmt.Errorf("metering: close moved periods: %w", err)
 		}
-		if cut, err = pgx.CollectRows(rows, pgx.RowToStructByPos[ClosedPeriod]); err != nil {
+		moved, err := pgx.CollectRows(rows, pgx.RowToStructByPos[closedRow])
+		if err != nil {
 			return fmt.Errorf("metering: close moved periods: %w", err)
 		}
-		if s.opts.OnPeriodsClosed != nil && len(closed)+len(cut) > 0 {
-			if err := s.opts.OnPeriodsClosed(ctx, tx, append(closed, cut...)); err != nil {
-				return fmt.Errorf("metering: periods closed hook: %w", err)
-			}
+		cutShort = int64(len(moved))
+		closed = append(closed, moved...)
+		if s.opts.PeriodsClosed == nil || len(closed) == 0 {
+			return nil
+		}
+		if err := s.opts.PeriodsClosed(ctx, tx, closedWindows(closed)); err != nil {
+			return fmt.Errorf("metering: period closed: %w", err)
 		}
 		return nil
 	})
 	if err != nil {
 		return 0, err
 	}
-	n := int64(len(closed) + len(cut))
+	n := int64(len(closed))
 	if n > 0 {
-		s.log.InfoContext(ctx, "periods closed", "count", n, "cut_short", len(cut))
+		s.log.InfoContext(ctx, "periods closed", "count", n, "cut_short", cutShort)
 	}
 	// A flushing record lives 40 days in Redis (limiter's claim TTL); a
 	// batch id older than that can never be replayed.
@@ -95,20 +101,6 @@ RETURNING u.tenant_id::text, u.meter, u.period_start, u.period_end, u.used`, now
 	}
 	return n, nil
 }
-
-// ClosedPeriod is a usage window the close job closed, with its closing
-// figure.
-type ClosedPeriod struct {
-	TenantID string
-	Meter    string
-	Start    time.Time
-	End      time.Time
-	Used     int64
-}
-
-// PeriodsClosedFunc is told, inside the close's transaction, which windows
-// it closed (Options.OnPeriodsClosed).
-type PeriodsClosedFunc func(ctx context.Context, tx pgx.Tx, closed []ClosedPeriod) error
 
 // ClosePeriodsPeriodic schedules ClosePeriodsArgs every minute.
 func ClosePeriodsPeriodic() *river.PeriodicJob {

@@ -9,6 +9,7 @@ import (
 )
 
 func TestJobWorkers(t *testing.T) {
+	// Not parallel: the jobs run passes over the whole database.
 	b := setup(t)
 	b.svc.opts.CloseGrace = time.Millisecond
 	tenant := b.newTenant(t, time.Now().Add(-24*time.Hour))

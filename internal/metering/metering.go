@@ -18,7 +18,6 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
-	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/period"
 	"github.com/tollgatehq/tollgate/internal/postgres"
@@ -40,6 +39,16 @@ type Options struct {
 	// an event exists exactly when its figures were committed. Needs
 	// Limits (or Snapshot). Default nil: crossings are not looked for.
 	Crossings CrossingsFunc
+	// Exhausted, when set, is given the hard quotas that refused requests
+	// in their current window, found by the refusals flush (every 10
+	// flush intervals) in the transaction that stores the refusal counts
+	// (cmd wires notify's quota.exhausted). Needs Limits (or Snapshot).
+	// Default nil.
+	Exhausted ExhaustedFunc
+	// PeriodsClosed, when set, is given the windows ClosePeriods closed,
+	// with each meter's final figure, in the transaction that closes them
+	// (cmd wires notify's period.closed). Default nil.
+	PeriodsClosed PeriodsClosedFunc
 	// Limits gives the quotas crossings are measured against: the worker
 	// wires entitlements' Current (the snapshot the limiter enforces, one
 	// Redis read per flushed tenant, outside any lock but the flushed
@@ -48,10 +57,6 @@ type Options struct {
 	// Thresholds are the percentages of a quota whose crossing is
 	// reported; default [80, 100].
 	Thresholds []int
-	// OnPeriodsClosed, when set, is given the windows ClosePeriods closed,
-	// in its transaction (the worker wires credits' rollover); an error
-	// leaves them open for the next run.
-	OnPeriodsClosed PeriodsClosedFunc
 	// OnFlush, when set, is told the outcome of every pass of RunFlusher
 	// (the worker's flush-lag metrics).
 	OnFlush func(st FlushStats, err error)
@@ -177,7 +182,7 @@ func loadTenantPeriods(ctx context.Context, q postgres.Querier, tenantID string)
 SELECT t.period_anchor, s.current_period_start, s.current_period_end, p.quota_window
 FROM tenants t
 JOIN plans p ON p.key = t.plan_key
-LEFT JOIN LATERAL (`+entitlements.CurrentSubscriptionOf("t.id")+`) s ON true
+LEFT JOIN LATERAL (SELECT * FROM current_subscriptions c WHERE c.tenant_id = t.id LIMIT 1) s ON true
 WHERE t.id = $1`, tenantID).Scan(&tp.anchor, &start, &end, &tp.window)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return tp, apperr.New(apperr.NotFound, "tenant %s not found", tenantID)

@@ -15,6 +15,7 @@ import (
 // new period starts at zero, and the old period keeps its total and is
 // closed with it.
 func TestSubscriptionPeriodRollStartsAtZero(t *testing.T) {
+	// Not parallel: ClosePeriods closes every open period of the database.
 	b := setup(t)
 	b.svc.opts.CloseGrace = time.Millisecond
 	tenant := b.newTenant(t, time.Now().Add(-90*24*time.Hour))

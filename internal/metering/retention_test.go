@@ -10,6 +10,7 @@ import (
 // Usage events older than the cutoff go, in batches (more than one batch
 // here), and nothing newer does; the period's figure stays.
 func TestPruneUsageEventsDeletesOnlyOlderRows(t *testing.T) {
+	// Not parallel: retention prunes the whole database.
 	b := setup(t)
 	now := time.Now()
 	tenant := b.newTenant(t, now.Add(-24*time.Hour))

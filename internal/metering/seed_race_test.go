@@ -17,6 +17,7 @@ import (
 // each point where the old layout miscounted, and checks that Redis and
 // Postgres end with exactly what was admitted (issue 10 point 5).
 func TestSeedRacingFlush(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		// race runs between the claim and the end of the test's flush

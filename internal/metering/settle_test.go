@@ -12,6 +12,7 @@ import (
 // negative flush, so Postgres ends at the settled figure (the hour's
 // history never below zero).
 func TestFlushCarriesSettledRefunds(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	tenant := b.newTenant(t, time.Now().Add(-24*time.Hour))
 	snap := b.putSnapshot(t, tenant, 1, map[string]limiter.Quota{"tokens": {Limit: 1000, Mode: "hard"}})

@@ -161,6 +161,7 @@ func (b *bundle) reportRows(t *testing.T, tenant, meter string) (rows []struct {
 // as cumulative deltas; usage under the quota sends nothing; a quota with
 // stripe_report "total" sends all usage.
 func TestReportOverage(t *testing.T) {
+	// Not parallel: the Stripe report is one pass over every tenant's usage.
 	b := setup(t)
 	fake := newFakeStripe(t)
 	tenant, customer := b.meteredTenant(t, time.Now().Add(-24*time.Hour), map[string]quotaSpec{
@@ -210,6 +211,7 @@ func TestReportOverage(t *testing.T) {
 // its answer was lost) with 400 "An event already exists with identifier":
 // the report is sent, not failed and retried for a day.
 func TestReportDuplicateIdentifierCountsAsSent(t *testing.T) {
+	// Not parallel: the Stripe report is one pass over every tenant's usage.
 	b := setup(t)
 	fake := newFakeStripe(t)
 	tenant, _ := b.meteredTenant(t, time.Now().Add(-24*time.Hour), map[string]quotaSpec{"tokens": {0, "total"}})
@@ -243,6 +245,7 @@ func TestReportDuplicateIdentifierCountsAsSent(t *testing.T) {
 // Reporters at once (overlapping periodic jobs, several workers) send
 // each report exactly once.
 func TestConcurrentReportersSendEachReportOnce(t *testing.T) {
+	// Not parallel: the Stripe report is one pass over every tenant's usage.
 	b := setup(t)
 	fake := newFakeStripe(t)
 	fake.delay = 30 * time.Millisecond
@@ -298,6 +301,7 @@ func TestConcurrentReportersSendEachReportOnce(t *testing.T) {
 // lost, a future second sender) claim them FOR UPDATE SKIP LOCKED with a
 // lease: each report goes to Stripe once.
 func TestClaimsSendEachReportOnce(t *testing.T) {
+	// Not parallel: the Stripe report is one pass over every tenant's usage.
 	b := setup(t)
 	fake := newFakeStripe(t)
 	fake.delay = 30 * time.Millisecond
@@ -347,6 +351,7 @@ func TestClaimsSendEachReportOnce(t *testing.T) {
 // While another pass holds the pass lock (another worker), a pass does
 // nothing and says so; once it is released, the next pass reports.
 func TestReportPassIsOneAtATime(t *testing.T) {
+	// Not parallel: the Stripe report is one pass over every tenant's usage.
 	b := setup(t)
 	fake := newFakeStripe(t)
 	tenant, _ := b.meteredTenant(t, time.Now().Add(-24*time.Hour), map[string]quotaSpec{"tokens": {0, "total"}})
@@ -372,6 +377,7 @@ func TestReportPassIsOneAtATime(t *testing.T) {
 
 // Sends go out in parallel, yet never faster than ReportRate.
 func TestReportsSendInParallelWithinRate(t *testing.T) {
+	// Not parallel: the Stripe report is one pass over every tenant's usage.
 	b := setup(t)
 	fake := newFakeStripe(t)
 	fake.delay = 150 * time.Millisecond
@@ -415,6 +421,7 @@ func TestReportsSendInParallelWithinRate(t *testing.T) {
 // and marked late; usage of a period still inside the grace is timestamped
 // in its period.
 func TestLateUsageBilledInCurrentPeriod(t *testing.T) {
+	// Not parallel: the Stripe report is one pass over every tenant's usage.
 	b := setup(t)
 	fake := newFakeStripe(t)
 	now := time.Now()

@@ -58,6 +58,7 @@ func (b *bundle) reports(t *testing.T, tenant string) []reportRow {
 }
 
 func TestReportToStripeNeverDoubleBills(t *testing.T) {
+	// Not parallel: the Stripe report is one pass over every tenant's usage.
 	base := stripemock.Start(t)
 	b := setup(t)
 	plan := "p" + randHex(6)
@@ -169,6 +170,7 @@ func TestReportToStripeNeverDoubleBills(t *testing.T) {
 }
 
 func TestReportIDFitsStripe(t *testing.T) {
+	// Not parallel: the Stripe report is one pass over every tenant's usage.
 	tenant := "0b5e1f8e-4c1a-4d2b-9c3e-123456789abc"
 	start := time.Unix(1764460800, 0)
 	if got := reportID(tenant, "exports", start, 3); got != tenant+":exports:1764460800:3" {

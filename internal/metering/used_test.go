@@ -5,6 +5,7 @@ import "testing"
 // Used is the larger of the durable figure and the live counter, a tie
 // counting as the live one, and no counter means the durable figure.
 func TestUsedIsTheLargerOfRedisAndPostgres(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		durable, live int64
 		ok            bool

@@ -44,6 +44,7 @@ func yearlyEndingMonthAt(t *testing.T, e time.Time) (sub, month1, month2 period.
 // again. The snapshot, GET /v1/usage and the flush all use the month, not
 // the year, and a plan with quota_window billing_period keeps the year.
 func TestYearlySubscriptionQuotaResetsMonthly(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
 	ent := entitlements.NewService(b.db, b.store, testLog(t), entitlements.Options{})
 	tenant := b.newTenant(t, time.Now().Add(-400*24*time.Hour))

@@ -69,6 +69,8 @@ func (w *workerProc) kill() {
 // limiter keeps admitting requests. After the last restart the durable
 // totals equal the admitted decisions exactly.
 func TestWorkerSIGKILLDuringFlushKeepsTotalsExact(t *testing.T) {
+	// Not parallel: its worker process runs every periodic job (period
+	// close, Stripe report, retention) over the package's database.
 	if testing.Short() {
 		t.Skip("builds and runs cmd/worker")
 	}

@@ -129,40 +129,49 @@ func (w *DeliverWorker) Timeout(*river.Job[DeliverArgs]) time.Duration {
 // Work sends the delivery once and records what the receiver said.
 func (w *DeliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	var (
-		eventID, url, status, secret string
-		prev                         *string
-		prevUntil                    *time.Time
-		enabled                      bool
-		body                         []byte
+		eventID, endpointID, url, status, secret string
+		prev                                     *string
+		prevUntil                                *time.Time
+		enabled                                  bool
+		gen                                      int
+		body                                     []byte
 	)
-	err := w.svc.db.QueryRow(ctx, `SELECT d.event_id, d.status, e.url, e.enabled, e.secret, e.prev_secret, e.prev_until, ev.payload::text
+	err := w.svc.db.QueryRow(ctx, `SELECT d.event_id, e.id::text, d.status, e.url, e.enabled, e.secret, e.prev_secret, e.prev_until, ev.payload::text, d.gen
 FROM webhook_deliveries d JOIN webhook_endpoints e ON e.id = d.endpoint_id JOIN webhook_events ev ON ev.id = d.event_id
-WHERE d.id = $1`, job.Args.DeliveryID).Scan(&eventID, &status, &url, &enabled, &secret, &prev, &prevUntil, &body)
+WHERE d.id = $1`, job.Args.DeliveryID).Scan(&eventID, &endpointID, &status, &url, &enabled, &secret, &prev, &prevUntil, &body, &gen)
 	if err != nil {
 		if errors.Is(err, pgxErrNoRows) {
 			return nil // the endpoint was deleted: nothing to send
 		}
 		return fmt.Errorf("notify: load delivery %d: %w", job.Args.DeliveryID, err)
 	}
-	if status != "pending" {
-		return nil // a retry-now after it landed, or a replayed job
+	if status != "pending" || gen != job.Args.Gen {
+		return nil // delivered, or superseded by a retry-now or replay's job
 	}
 	if !enabled {
-		return w.finish(ctx, job, 0, "", errors.New("endpoint disabled"))
+		return w.finish(ctx, job, endpointID, 0, "", errors.New("endpoint disabled"))
 	}
-	secrets := []string{secret}
+	cur, err := w.svc.box.open(endpointID, secret)
+	if err != nil {
+		return w.finish(ctx, job, endpointID, 0, "", err)
+	}
+	secrets := []string{cur}
 	now := w.svc.opts.Now()
 	if prev != nil && prevUntil != nil && now.Before(*prevUntil) {
-		secrets = append(secrets, *prev)
+		old, err := w.svc.box.open(endpointID, *prev)
+		if err != nil {
+			return w.finish(ctx, job, endpointID, 0, "", err)
+		}
+		secrets = append(secrets, old)
 	}
 	ts := now.Unix()
 	sig, err := sign(secrets, eventID, ts, body)
 	if err != nil {
-		return w.finish(ctx, job, 0, "", err)
+		return w.finish(ctx, job, endpointID, 0, "", err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(body)))
 	if err != nil {
-		return w.finish(ctx, job, 0, "", err)
+		return w.finish(ctx, job, endpointID, 0, "", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "Tollgate-Webhooks/1")
@@ -171,19 +180,19 @@ WHERE d.id = $1`, job.Args.DeliveryID).Scan(&eventID, &status, &url, &enabled, &
 	req.Header.Set("webhook-signature", sig)
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return w.finish(ctx, job, 0, "", err)
+		return w.finish(ctx, job, endpointID, 0, "", err)
 	}
 	defer resp.Body.Close()
 	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		return w.finish(ctx, job, resp.StatusCode, string(snippet), nil)
+		return w.finish(ctx, job, endpointID, resp.StatusCode, string(snippet), nil)
 	}
-	return w.finish(ctx, job, resp.StatusCode, string(snippet), fmt.Errorf("receiver answered %d", resp.StatusCode))
+	return w.finish(ctx, job, endpointID, resp.StatusCode, string(snippet), fmt.Errorf("receiver answered %d", resp.StatusCode))
 }
 
 // finish records an attempt. A failure is returned to River for a retry,
 // or, on the last attempt, marks the delivery failed.
-func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs], code int, body string, sendErr error) error {
+func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs], endpointID string, code int, body string, sendErr error) error {
 	body = truncate(body, 512)
 	var codeArg *int
 	if code != 0 {
@@ -202,9 +211,12 @@ func (w *DeliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs],
 	_, err := w.svc.db.Exec(ctx, `UPDATE webhook_deliveries SET status = $2, attempts = attempts + 1, last_code = $3,
     last_body = $4, last_error = $5, last_attempt_at = now(),
     delivered_at = CASE WHEN $2 = 'delivered' THEN now() END
-WHERE id = $1`, job.Args.DeliveryID, status, codeArg, body, errText)
+WHERE id = $1 AND gen = $6`, job.Args.DeliveryID, status, codeArg, body, errText, job.Args.Gen)
 	if err != nil {
 		return fmt.Errorf("notify: record attempt: %w", err)
+	}
+	if err := w.svc.trackFailing(ctx, endpointID, sendErr); err != nil {
+		return err
 	}
 	if sendErr == nil {
 		return nil
@@ -214,6 +226,41 @@ WHERE id = $1`, job.Args.DeliveryID, status, codeArg, body, errText)
 		return river.JobCancel(fmt.Errorf("notify: delivery failed: %w", sendErr))
 	}
 	return fmt.Errorf("notify: delivery: %w", sendErr)
+}
+
+// disableAfter is how long an endpoint may fail without one delivered
+// attempt before the sender disables it.
+const disableAfter = 5 * 24 * time.Hour
+
+// trackFailing keeps the endpoint's failing streak: a delivered attempt
+// ends it, a failed one starts it, and a failed one 5 days or more into it
+// disables the endpoint, saying why (the clock is Options.Now, so tests
+// move it).
+func (s *Service) trackFailing(ctx context.Context, endpointID string, sendErr error) error {
+	if sendErr == nil {
+		if _, err := s.db.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = NULL WHERE id = $1 AND failing_since IS NOT NULL`, endpointID); err != nil {
+			return fmt.Errorf("notify: failing streak: %w", err)
+		}
+		return nil
+	}
+	now := s.opts.Now()
+	reason := truncate(fmt.Sprintf("failing for %s straight; last error: %v", "5 days", sendErr), 512)
+	var disabled bool
+	err := s.db.QueryRow(ctx, `UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, $2),
+    enabled = enabled AND NOT coalesce(failing_since <= $3, false),
+    disabled_at = CASE WHEN enabled AND failing_since <= $3 THEN $2 ELSE disabled_at END,
+    disabled_reason = CASE WHEN enabled AND failing_since <= $3 THEN $4 ELSE disabled_reason END
+WHERE id = $1 RETURNING disabled_at IS NOT DISTINCT FROM $2`, endpointID, now, now.Add(-disableAfter), reason).Scan(&disabled)
+	if errors.Is(err, pgxErrNoRows) {
+		return nil // deleted meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("notify: failing streak: %w", err)
+	}
+	if disabled {
+		s.log.WarnContext(ctx, "webhook endpoint disabled", "endpoint_id", endpointID, "reason", reason)
+	}
+	return nil
 }
 
 func truncate(s string, n int) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -29,14 +30,20 @@ const rotationOverlap = 24 * time.Hour
 // Endpoint is a receiver of webhooks. Secret is set only in the answers of
 // create and rotate-secret.
 type Endpoint struct {
-	ID          string    `json:"id"`
-	URL         string    `json:"url"`
-	Events      []string  `json:"events"`
-	Description string    `json:"description"`
-	Enabled     bool      `json:"enabled"`
-	Secret      string    `json:"secret,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	ID          string   `json:"id"`
+	URL         string   `json:"url"`
+	Events      []string `json:"events"`
+	Description string   `json:"description"`
+	Enabled     bool     `json:"enabled"`
+	Secret      string   `json:"secret,omitempty"`
+	// FailingSince is the first failed attempt since the last delivered
+	// one; DisabledAt and DisabledReason say when and why the sender
+	// disabled the endpoint (failing for 5 days straight).
+	FailingSince   *time.Time `json:"failing_since"`
+	DisabledAt     *time.Time `json:"disabled_at"`
+	DisabledReason *string    `json:"disabled_reason"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
 }
 
 // EndpointInput is POST /admin/v1/webhook-endpoints.
@@ -152,20 +159,35 @@ func (s *Service) Create(ctx context.Context, in EndpointInput) (Endpoint, error
 	if err != nil {
 		return Endpoint{}, err
 	}
-	e := Endpoint{URL: in.URL, Events: normEvents(in.Events), Description: in.Description, Enabled: true, Secret: secret}
-	err = s.db.QueryRow(ctx, `INSERT INTO webhook_endpoints (url, events, description, secret) VALUES ($1, $2, $3, $4)
-RETURNING id::text, created_at, updated_at`, e.URL, e.Events, e.Description, secret).Scan(&e.ID, &e.CreatedAt, &e.UpdatedAt)
+	// The id is made here: it is the sealed secret's additional data.
+	e := Endpoint{ID: newUUID(), URL: in.URL, Events: normEvents(in.Events), Description: in.Description, Enabled: true, Secret: secret}
+	sealed, err := s.box.seal(e.ID, secret)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	err = s.db.QueryRow(ctx, `INSERT INTO webhook_endpoints (id, url, events, description, secret) VALUES ($1, $2, $3, $4, $5)
+RETURNING created_at, updated_at`, e.ID, e.URL, e.Events, e.Description, sealed).Scan(&e.CreatedAt, &e.UpdatedAt)
 	if err != nil {
 		return Endpoint{}, fmt.Errorf("notify: create endpoint: %w", err)
 	}
 	return e, nil
 }
 
-const endpointCols = `id::text, url, events, description, enabled, created_at, updated_at`
+// newUUID is a random (version 4) UUID.
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+const endpointCols = `id::text, url, events, description, enabled, failing_since, disabled_at, disabled_reason, created_at, updated_at`
 
 func scanEndpoint(row pgx.Row) (Endpoint, error) {
 	var e Endpoint
-	err := row.Scan(&e.ID, &e.URL, &e.Events, &e.Description, &e.Enabled, &e.CreatedAt, &e.UpdatedAt)
+	err := row.Scan(&e.ID, &e.URL, &e.Events, &e.Description, &e.Enabled, &e.FailingSince, &e.DisabledAt, &e.DisabledReason, &e.CreatedAt, &e.UpdatedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Endpoint{}, ErrNotFound
 	}
@@ -227,7 +249,11 @@ func (s *Service) Patch(ctx context.Context, id string, p EndpointPatch) (Endpoi
 		return Endpoint{}, err
 	}
 	e, err := scanEndpoint(s.db.QueryRow(ctx, `UPDATE webhook_endpoints SET
-    url = coalesce($2, url), events = coalesce($3, events), enabled = coalesce($4, enabled), updated_at = now()
+    url = coalesce($2, url), events = coalesce($3, events), enabled = coalesce($4, enabled), updated_at = now(),
+    -- enabled again by an admin: the failing streak starts over
+    failing_since = CASE WHEN $4 THEN NULL ELSE failing_since END,
+    disabled_at = CASE WHEN $4 THEN NULL ELSE disabled_at END,
+    disabled_reason = CASE WHEN $4 THEN NULL ELSE disabled_reason END
 WHERE id = $1 RETURNING `+endpointCols, id, p.URL, events, p.Enabled))
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return Endpoint{}, fmt.Errorf("notify: patch endpoint: %w", err)
@@ -260,11 +286,13 @@ func (s *Service) RotateSecret(ctx context.Context, id string) (Endpoint, error)
 	if err != nil {
 		return Endpoint{}, err
 	}
-	var e Endpoint
-	err = s.db.QueryRow(ctx, `UPDATE webhook_endpoints SET prev_secret = secret, prev_until = $3, secret = $2, updated_at = now()
-WHERE id = $1 RETURNING `+endpointCols, id, secret, s.opts.Now().Add(rotationOverlap)).
-		Scan(&e.ID, &e.URL, &e.Events, &e.Description, &e.Enabled, &e.CreatedAt, &e.UpdatedAt)
-	if errors.Is(err, pgx.ErrNoRows) {
+	sealed, err := s.box.seal(strings.ToLower(id), secret)
+	if err != nil {
+		return Endpoint{}, err
+	}
+	e, err := scanEndpoint(s.db.QueryRow(ctx, `UPDATE webhook_endpoints SET prev_secret = secret, prev_until = $3, secret = $2, updated_at = now()
+WHERE id = $1 RETURNING `+endpointCols, id, sealed, s.opts.Now().Add(rotationOverlap)))
+	if errors.Is(err, ErrNotFound) {
 		return Endpoint{}, ErrNotFound
 	}
 	if err != nil {
@@ -272,4 +300,53 @@ WHERE id = $1 RETURNING `+endpointCols, id, secret, s.opts.Now().Add(rotationOve
 	}
 	e.Secret = secret
 	return e, nil
+}
+
+// SealStored seals the secrets of endpoints created before secrets were
+// encrypted at rest (the worker calls it at start). Without a key it does
+// nothing.
+func (s *Service) SealStored(ctx context.Context) (int, error) {
+	if s.box == nil {
+		return 0, nil
+	}
+	rows, err := s.db.Query(ctx, `SELECT id::text, secret, prev_secret FROM webhook_endpoints
+WHERE secret LIKE 'whsec\_%' OR prev_secret LIKE 'whsec\_%'`)
+	if err != nil {
+		return 0, fmt.Errorf("notify: seal stored secrets: %w", err)
+	}
+	type row struct {
+		ID, Secret string
+		Prev       *string
+	}
+	plain, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	if err != nil {
+		return 0, fmt.Errorf("notify: seal stored secrets: %w", err)
+	}
+	for _, r := range plain {
+		sec, err := s.sealIfPlain(r.ID, r.Secret)
+		if err != nil {
+			return 0, err
+		}
+		var prev *string
+		if r.Prev != nil {
+			p, err := s.sealIfPlain(r.ID, *r.Prev)
+			if err != nil {
+				return 0, err
+			}
+			prev = &p
+		}
+		// Only the row as read is rewritten: a rotation meanwhile wins.
+		if _, err := s.db.Exec(ctx, `UPDATE webhook_endpoints SET secret = $2, prev_secret = $3
+WHERE id = $1 AND secret = $4 AND prev_secret IS NOT DISTINCT FROM $5`, r.ID, sec, prev, r.Secret, r.Prev); err != nil {
+			return 0, fmt.Errorf("notify: seal stored secrets: %w", err)
+		}
+	}
+	return len(plain), nil
+}
+
+func (s *Service) sealIfPlain(id, stored string) (string, error) {
+	if !strings.HasPrefix(stored, "whsec_") {
+		return stored, nil
+	}
+	return s.box.seal(id, stored)
 }

@@ -1,6 +1,7 @@
 package notify
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -62,9 +63,31 @@ func (r *receiver) requests() []received {
 type bundle struct {
 	db  *pgxpool.Pool
 	svc *Service
+	log *logBuffer // everything the service and its worker logged
 }
 
-func setup(t *testing.T, opts Options) bundle {
+// testKey is the tests' WEBHOOK_SECRET_KEY.
+var testKey = bytes.Repeat([]byte{7}, 32)
+
+// logBuffer is a log capture safe for the worker's goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func setup(t testing.TB, opts Options) bundle {
 	t.Helper()
 	db := pgtest.New(t)
 	ctx := context.Background()
@@ -73,7 +96,11 @@ func setup(t *testing.T, opts Options) bundle {
 	if _, err := db.Exec(ctx, `TRUNCATE webhook_endpoints, webhook_events CASCADE`); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if opts.SecretKey == nil {
+		opts.SecretKey = testKey
+	}
+	logs := &logBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	svc, err := NewService(db, log, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +121,7 @@ func setup(t *testing.T, opts Options) bundle {
 		_ = client.Stop(sctx)
 		cancel()
 	})
-	return bundle{db: db, svc: svc}
+	return bundle{db: db, svc: svc, log: logs}
 }
 
 // emit writes events in a transaction of its own.

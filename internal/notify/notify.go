@@ -57,6 +57,11 @@ type Options struct {
 	Resolver *net.Resolver
 	// Insert enqueues the delivery jobs; default an insert-only client on db.
 	Insert *river.Client[pgx.Tx]
+	// SecretKey (WEBHOOK_SECRET_KEY) is the AES-256 key (32 bytes) that
+	// seals endpoint secrets at rest. Default nil: endpoints cannot be
+	// created or rotated (ErrNoSecretKey, a 503) and sealed secrets
+	// cannot sign.
+	SecretKey []byte
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -67,6 +72,7 @@ type Service struct {
 	log    *slog.Logger
 	opts   Options
 	insert *river.Client[pgx.Tx]
+	box    *box
 }
 
 // NewService returns the service on db.
@@ -83,7 +89,11 @@ func NewService(db *pgxpool.Pool, log *slog.Logger, opts Options) (*Service, err
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	s := &Service{db: db, log: log, opts: opts, insert: opts.Insert}
+	bx, err := newBox(opts.SecretKey)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{db: db, log: log, opts: opts, insert: opts.Insert, box: bx}
 	if s.insert == nil {
 		c, err := jobs.NewInsertClient(db, log)
 		if err != nil {

@@ -26,6 +26,9 @@ type Event struct {
 // DeliverArgs is the River job of one delivery (an event to an endpoint).
 type DeliverArgs struct {
 	DeliveryID int64 `json:"delivery_id"`
+	// Gen is the delivery's generation the job sends for; a retry-now or
+	// replay makes a new one, and a job of an older one sends nothing.
+	Gen int `json:"gen,omitempty"`
 }
 
 // Kind names the job in River's table.

@@ -20,10 +20,12 @@ import (
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
-// Decisions through two limiter instances, flushed by two concurrent
-// flushers, cross 80% and 100% of a quota: exactly one quota.threshold
-// event each, written with the flushed figures, delivered to the
-// endpoint; usage going on past the line adds none.
+// 1,000 concurrent decisions through two limiter instances (what two api
+// processes run, on one Redis), flushed by two concurrent flushers (two
+// workers), cross 80% and 100% of a quota: exactly one quota.threshold
+// event each, written with the flushed figures, and exactly one delivery
+// of each to a real receiver, counted by webhook-id; usage going on past
+// the line adds none.
 func TestQuotaThresholdsExactlyOnceAcrossTwoFlushers(t *testing.T) {
 	b := setup(t, Options{AllowHTTP: true, AllowPrivate: true, Backoff: shortBackoff})
 	ctx := context.Background()
@@ -31,7 +33,7 @@ func TestQuotaThresholdsExactlyOnceAcrossTwoFlushers(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := limitstore.New(rdb, prefix)
 	ents := entitlements.NewService(b.db, store, log, entitlements.Options{Prefix: prefix})
-	limit := int64(200)
+	limit := int64(500)
 	plan := fmt.Sprintf("wh%d", time.Now().UnixNano())
 	if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: plan,
 		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: &limit, Mode: "hard"}}}); err != nil {
@@ -79,11 +81,11 @@ func TestQuotaThresholdsExactlyOnceAcrossTwoFlushers(t *testing.T) {
 		}()
 	}
 	var dw sync.WaitGroup
-	for g := 0; g < 8; g++ {
+	for g := 0; g < 20; g++ {
 		dw.Add(1)
 		go func() {
 			defer dw.Done()
-			for i := 0; i < 40; i++ {
+			for i := 0; i < 50; i++ {
 				d, err := lims[g%2].Allow(ctx, tenant.ID, limiter.Request{Cost: 1})
 				if err != nil {
 					t.Error(err)
@@ -104,7 +106,7 @@ func TestQuotaThresholdsExactlyOnceAcrossTwoFlushers(t *testing.T) {
 		}
 	}
 	if got := allowed.Load(); got != limit {
-		t.Fatalf("%d allowed of 320, want the limit %d", got, limit)
+		t.Fatalf("%d allowed of 1000, want the limit %d", got, limit)
 	}
 	rows, err := b.db.Query(ctx, `SELECT payload FROM webhook_events WHERE type = 'quota.threshold' ORDER BY payload->'threshold'->>'percent'`)
 	if err != nil {
@@ -125,11 +127,11 @@ func TestQuotaThresholdsExactlyOnceAcrossTwoFlushers(t *testing.T) {
 	if len(got) != 2 || got[0].Threshold["percent"] != 100 && got[0].Threshold["percent"] != 80 {
 		t.Fatalf("events %+v, want one at 80%% and one at 100%%", got)
 	}
-	seen := map[int]bool{}
+	seen := map[int64]bool{}
 	for _, g := range got {
 		p := g.Threshold["percent"]
 		seen[p] = true
-		if g.TenantID != tenant.ID || g.Meter != "requests" || g.Limit != limit || g.Used < limit*int64(p)/100 || g.WindowEnd.Before(g.WindowStart) || g.WindowStart.IsZero() {
+		if g.TenantID != tenant.ID || g.Meter != "requests" || g.Limit != limit || g.Used < limit*p/100 || g.WindowEnd.Before(g.WindowStart) || g.WindowStart.IsZero() {
 			t.Errorf("event %+v", g)
 		}
 	}
@@ -137,6 +139,18 @@ func TestQuotaThresholdsExactlyOnceAcrossTwoFlushers(t *testing.T) {
 		t.Errorf("thresholds %v, want 80 and 100", seen)
 	}
 	waitFor(t, "two deliveries", func() bool { return len(r.requests()) == 2 })
+	waitFor(t, "nothing left to send", func() bool {
+		var pending int
+		_ = b.db.QueryRow(ctx, `SELECT count(*) FROM webhook_deliveries WHERE status <> 'delivered'`).Scan(&pending)
+		return pending == 0
+	})
+	ids := map[string]int{}
+	for _, g := range r.requests() {
+		ids[g.header.Get("webhook-id")]++
+	}
+	if len(r.requests()) != 2 || len(ids) != 2 {
+		t.Fatalf("receiver got %d requests with webhook-ids %v, want one each of 2", len(r.requests()), ids)
+	}
 
 	// The same crossing found again (a replay, a limit that teeters) adds
 	// nothing; the next window re-arms it.
