@@ -5,11 +5,13 @@ import (
 	"log/slog"
 	"sync"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/riverqueue/river"
 
 	"github.com/tollgatehq/tollgate/internal/config"
+	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
@@ -29,14 +31,16 @@ type meteringPart struct {
 	wg   sync.WaitGroup
 }
 
-func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlements.Service, cfg config.Config, log *slog.Logger, jm *jobMetrics, hooks *notify.Service) *meteringPart {
+func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlements.Service, cfg config.Config, log *slog.Logger, jm *jobMetrics, hooks *notify.Service, creds *credits.Service) *meteringPart {
 	store := limitstore.New(rdb, keyspace.DefaultPrefix)
 	// The snapshot (computed from Postgres) gives the Stripe report each
 	// tenant's included quota, overrides and all, for overage billing.
 	// The flush's quota crossings, the refusals flush's exhausted quotas and
-	// the closed windows go to the webhooks' outbox in their own transactions.
+	// the closed windows go to the webhooks' outbox in their own transactions;
+	// the closed windows also to credits' rollover, in the same one.
 	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush, Snapshot: ents.Snapshot,
-		Crossings: hooks.QuotaCrossings, Exhausted: hooks.QuotaExhaustions, PeriodsClosed: hooks.PeriodsClosed, Limits: ents.Current})
+		Crossings: hooks.QuotaCrossings, Exhausted: hooks.QuotaExhaustions, PeriodsClosed: periodsClosed(hooks.PeriodsClosed, rollover(creds)),
+		Limits: ents.Current})
 	return &meteringPart{svc: svc, ents: ents, rdb: rdb, cfg: cfg, jm: jm}
 }
 
@@ -62,3 +66,31 @@ func (m *meteringPart) Start(ctx context.Context) {
 
 // Wait returns once the flush loop has stopped.
 func (m *meteringPart) Wait() { m.wg.Wait() }
+
+// rollover hands the windows the close job closed to credits, in the
+// close's transaction: unused included units of quotas with a rollover
+// become grants, once per window.
+func rollover(creds *credits.Service) metering.PeriodsClosedFunc {
+	return func(ctx context.Context, tx pgx.Tx, ws []metering.ClosedWindow) error {
+		var in []credits.ClosedPeriod
+		for _, w := range ws {
+			for m, used := range w.Meters {
+				in = append(in, credits.ClosedPeriod{TenantID: w.Tenant, Meter: m, Start: w.WindowStart, End: w.WindowEnd, Used: used})
+			}
+		}
+		_, err := creds.RolloverTx(ctx, tx, in)
+		return err
+	}
+}
+
+// periodsClosed runs each hook in turn in the close's transaction.
+func periodsClosed(hooks ...metering.PeriodsClosedFunc) metering.PeriodsClosedFunc {
+	return func(ctx context.Context, tx pgx.Tx, ws []metering.ClosedWindow) error {
+		for _, h := range hooks {
+			if err := h(ctx, tx, ws); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}

@@ -135,7 +135,10 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	if err != nil {
 		return err
 	}
-	meter := newMetering(pool, rdb, ents, cfg, log, jm, hooks)
+	// Grants: expiries written every 10 s; rollover at each period close.
+	creds := wire.Credits(pool, ents, log)
+	periodic = append(periodic, creds.Register(workers)...)
+	meter := newMetering(pool, rdb, ents, cfg, log, jm, hooks, creds)
 	periodic = append(periodic, meter.Register(workers)...)
 	river.AddWorker(workers, &jobs.RetentionWorker{Log: log, Rules: retention(cfg, ents, bill, meter, idempotency.New(pool))})
 	periodic = append(periodic, jobs.RetentionPeriodic())

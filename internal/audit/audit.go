@@ -72,6 +72,10 @@ type Subject struct {
 	ServiceTokenID string
 	// Target names the object inside the subject (an override or key id).
 	Target string
+	// State, when set, reads the target's state as its owner shows it (a
+	// grant's, from credits), instead of the tenant's; nil when it does
+	// not exist.
+	State func(ctx context.Context, target string) json.RawMessage
 }
 
 // named says whether the subject names anything whose state can be read.
@@ -241,6 +245,9 @@ func (l *Log) resolve(ctx context.Context, sub *Subject) {
 // add-on's grant, else a service token's name and whether it is revoked.
 // nil when the subject does not exist (yet, or any more).
 func (l *Log) state(ctx context.Context, sub Subject) json.RawMessage {
+	if sub.State != nil {
+		return sub.State(ctx, sub.Target)
+	}
 	var q string
 	var arg any
 	switch {

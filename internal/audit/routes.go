@@ -14,6 +14,8 @@ const (
 	KindAddon
 	KindServiceToken
 	KindWebhookEndpoint
+	KindGrant // a credit grant named by its own id (the tenant is resolved by credits)
+	KindTopup // a top-up mapping named by its Stripe price
 )
 
 // Route declares one audited route, the only place that says what it
@@ -62,6 +64,10 @@ var Routes = map[string]Route{
 	"POST /admin/v1/webhook-endpoints/:id/deliveries/:delivery_id/retry": {Action: "webhook_delivery.retry", Kind: KindWebhookEndpoint, ID: "id"},
 	"POST /admin/v1/webhook-endpoints/:id/events/:event_id/replay":       {Action: "webhook_event.replay", Kind: KindWebhookEndpoint, ID: "id"},
 	"POST /admin/v1/tenants/:id/dashboard-links":                         {Action: "dashboard_link.issue", Kind: KindTenant, ID: "id"},
+	"POST /admin/v1/tenants/:id/grants":                                  {Action: "grant.create", Kind: KindTenant, ID: "id"},
+	"POST /admin/v1/grants/:id/void":                                     {Action: "grant.void", Kind: KindGrant, ID: "id"},
+	"PUT /admin/v1/topups/:price_id":                                     {Action: "topup.put", Kind: KindTopup, ID: "price_id"},
+	"DELETE /admin/v1/topups/:price_id":                                  {Action: "topup.delete", Kind: KindTopup, ID: "price_id"},
 	// Console.
 	"POST /admin/tenants":                             {Action: "tenant.create", Kind: KindTenant},
 	"POST /admin/tenants/:id/plan":                    {Action: "tenant.plan_change", Kind: KindTenant, ID: "id"},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stripe/stripe-go/v79"
 
+	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
@@ -33,6 +34,10 @@ type prefetched struct {
 	sub *subView
 	// fetchedAt is when sub was read.
 	fetchedAt time.Time
+	// lineItems are a payment-mode session's, read from Stripe when
+	// lineItemsRead (top-ups).
+	lineItems     []credits.PurchaseLine
+	lineItemsRead bool
 }
 
 // prefetch calls Stripe before the transaction (never inside one). With a
@@ -44,6 +49,11 @@ type prefetched struct {
 func (s *Service) prefetch(ctx context.Context, ev storedEvent) (prefetched, error) {
 	var pre prefetched
 	raw := ev.Object
+	if isCheckoutPaid(ev.Type) && s.opts.Credits != nil && s.stripe != nil {
+		if v, err := parseCheckout(raw); err == nil && v.Mode == "payment" {
+			return s.prefetchTopup(ctx, v)
+		}
+	}
 	switch {
 	case ev.Type == "entitlements.active_entitlement_summary.updated":
 		sum, err := parseSummary(raw)
@@ -134,10 +144,16 @@ func (s *Service) apply(ctx context.Context, w *entitlements.Writes, ev storedEv
 			in.view, in.fetchedAt = *pre.sub, &pre.fetchedAt
 		}
 		return s.applySubscription(ctx, w, in)
-	case ev.Type == "checkout.session.completed":
+	case isCheckoutPaid(ev.Type):
 		v, err := parseCheckout(raw)
 		if err != nil {
 			return ignored("", "%v", err), nil
+		}
+		if v.Mode == "payment" {
+			return s.applyTopupCheckout(ctx, w, ev, v, pre)
+		}
+		if ev.Type != "checkout.session.completed" {
+			return ignored("", "%s in mode %q changes nothing", ev.Type, v.Mode), nil
 		}
 		return s.applyCheckout(ctx, w, ev, v, pre)
 	case ev.Type == "invoice.paid" || ev.Type == "invoice.payment_failed" || ev.Type == "invoice.created":

@@ -69,6 +69,10 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
+	// Credits, when set, grants top-ups: what a paid payment-mode Checkout
+	// Session or a paid invoice bought of prices mapped to one. Nil: such
+	// payments are ignored.
+	Credits Credits
 	// BeforeApply, when set, runs inside the processing transaction just
 	// before an event is applied. Tests use it to stop a worker mid-event.
 	BeforeApply func(ctx context.Context, eventID string) error

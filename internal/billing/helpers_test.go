@@ -22,6 +22,7 @@ import (
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
 	"github.com/tollgatehq/tollgate/internal/jobs"
@@ -58,6 +59,7 @@ type envOpts struct {
 	noWorker    bool
 	noSecret    bool
 	proration   string
+	credits     bool // top-ups: billing grants them through a credits service (env.creds)
 }
 
 // env is one api instance (server, services) plus, unless noWorker, a
@@ -73,6 +75,7 @@ type env struct {
 	srv    *httptest.Server
 	worker *river.Client[pgx.Tx]
 	reg    *prometheus.Registry
+	creds  *credits.Service
 }
 
 func newEnv(t testing.TB, o envOpts) *env {
@@ -100,6 +103,11 @@ func newEnvOn(t testing.TB, pool *pgxpool.Pool, rdb *redis.Client, prefix string
 	if o.noSecret {
 		bo.WebhookSecret = ""
 	}
+	var creds *credits.Service
+	if o.credits {
+		creds = credits.NewService(pool, ents, nil, credits.Options{})
+		bo.Credits = creds
+	}
 	if o.stripeBase != "" {
 		bo.SecretKey, bo.APIBase, bo.StripeTimeout = "sk_test_123", o.stripeBase, 5*time.Second
 	}
@@ -120,7 +128,7 @@ func newEnvOn(t testing.TB, pool *pgxpool.Pool, rdb *redis.Client, prefix string
 	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	e := &env{t: t, pool: pool, rdb: rdb, prefix: prefix, ents: ents, svc: svc, srv: ts, reg: reg}
+	e := &env{t: t, pool: pool, rdb: rdb, prefix: prefix, ents: ents, svc: svc, srv: ts, reg: reg, creds: creds}
 	if !o.noWorker {
 		e.startWorker()
 	}

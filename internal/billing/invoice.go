@@ -16,6 +16,29 @@ import (
 // period forward. With a secret key the subscription itself was read from
 // Stripe and is applied first.
 func (s *Service) applyInvoice(ctx context.Context, w *entitlements.Writes, ev storedEvent, inv invoiceView, pre prefetched) (outcome, error) {
+	if ev.Type == "invoice.paid" && s.opts.Credits != nil {
+		// Top-up lines first; the subscription, if any, is then handled
+		// as any other paid invoice, and a grant makes the event processed.
+		top, purchase, err := s.applyTopupInvoice(ctx, w, ev, inv)
+		if err != nil {
+			return outcome{}, err
+		}
+		if purchase && inv.Subscription == "" {
+			return top, nil
+		}
+		if purchase && top.status == StatusProcessed {
+			r, err := s.applySubscriptionInvoice(ctx, w, ev, inv, pre)
+			if err != nil || r.status == StatusFailed {
+				return r, err
+			}
+			return outcome{status: StatusProcessed, tenantID: top.tenantID}, nil
+		}
+	}
+	return s.applySubscriptionInvoice(ctx, w, ev, inv, pre)
+}
+
+// applySubscriptionInvoice is applyInvoice for the invoice's subscription.
+func (s *Service) applySubscriptionInvoice(ctx context.Context, w *entitlements.Writes, ev storedEvent, inv invoiceView, pre prefetched) (outcome, error) {
 	if inv.Subscription == "" {
 		return ignored("", "invoice %s belongs to no subscription", inv.ID), nil
 	}

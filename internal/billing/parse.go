@@ -56,6 +56,18 @@ type invoiceView struct {
 	NextPaymentAttempt int64
 	// CyclePeriod is the period of its subscription line (renewal invoices).
 	CycleStart, CycleEnd int64
+	// PaymentIntents paid it (payment_intent to acacia, payments from
+	// basil on); Lines are its prices and quantities (top-ups).
+	PaymentIntents []string
+	Lines          []lineView
+}
+
+// lineView is one line of an invoice or a Checkout Session: its price
+// (price.id to acacia, pricing.price_details.price from basil on) and
+// quantity.
+type lineView struct {
+	Price    string
+	Quantity int64
 }
 
 // checkoutView is a Checkout Session as billing reads it.
@@ -66,6 +78,11 @@ type checkoutView struct {
 	ClientReferenceID string
 	Metadata          map[string]string
 	Subscription      string
+	// Payment mode (top-ups): whether it is paid, and the invoice and
+	// payment intent that are the same purchase.
+	PaymentStatus string
+	Invoice       string
+	PaymentIntent string
 }
 
 // summaryView is an entitlement summary.
@@ -276,10 +293,25 @@ func parseInvoice(raw json.RawMessage) (invoiceView, error) {
 				Subscription json.RawMessage `json:"subscription"`
 			} `json:"subscription_details"`
 		} `json:"parent"`
+		PaymentIntent json.RawMessage `json:"payment_intent"`
+		Payments      *struct {
+			Data []struct {
+				Payment *struct {
+					PaymentIntent json.RawMessage `json:"payment_intent"`
+				} `json:"payment"`
+			} `json:"data"`
+		} `json:"payments"`
 		Lines *struct {
 			Data []struct {
-				Type   string      `json:"type"`
-				Parent *lineParent `json:"parent"`
+				Type     string          `json:"type"`
+				Parent   *lineParent     `json:"parent"`
+				Quantity *flexInt        `json:"quantity"`
+				Price    json.RawMessage `json:"price"`
+				Pricing  *struct {
+					PriceDetails *struct {
+						Price json.RawMessage `json:"price"`
+					} `json:"price_details"`
+				} `json:"pricing"`
 				Period *struct {
 					Start flexInt `json:"start"`
 					End   flexInt `json:"end"`
@@ -298,7 +330,32 @@ func parseInvoice(raw json.RawMessage) (invoiceView, error) {
 	if v.Subscription == "" && o.Parent != nil && o.Parent.SubscriptionDetails != nil {
 		v.Subscription = expandable(o.Parent.SubscriptionDetails.Subscription)
 	}
+	if pi := expandable(o.PaymentIntent); pi != "" {
+		v.PaymentIntents = append(v.PaymentIntents, pi)
+	}
+	if o.Payments != nil {
+		for _, p := range o.Payments.Data {
+			if p.Payment != nil {
+				if pi := expandable(p.Payment.PaymentIntent); pi != "" {
+					v.PaymentIntents = append(v.PaymentIntents, pi)
+				}
+			}
+		}
+	}
 	if o.Lines != nil {
+		for _, l := range o.Lines.Data {
+			price := expandable(l.Price)
+			if price == "" && l.Pricing != nil && l.Pricing.PriceDetails != nil {
+				price = expandable(l.Pricing.PriceDetails.Price)
+			}
+			q := int64(1)
+			if l.Quantity != nil {
+				q = int64(*l.Quantity)
+			}
+			if price != "" {
+				v.Lines = append(v.Lines, lineView{Price: price, Quantity: q})
+			}
+		}
 		for _, l := range o.Lines.Data {
 			if l.Period == nil || l.Period.End <= l.Period.Start {
 				continue
@@ -325,6 +382,9 @@ func parseCheckout(raw json.RawMessage) (checkoutView, error) {
 		ClientReferenceID *string         `json:"client_reference_id"`
 		Metadata          json.RawMessage `json:"metadata"`
 		Subscription      json.RawMessage `json:"subscription"`
+		PaymentStatus     string          `json:"payment_status"`
+		Invoice           json.RawMessage `json:"invoice"`
+		PaymentIntent     json.RawMessage `json:"payment_intent"`
 	}
 	if err := json.Unmarshal(raw, &o); err != nil {
 		return checkoutView{}, fmt.Errorf("data.object is not a checkout session: %w", err)
@@ -333,7 +393,8 @@ func parseCheckout(raw json.RawMessage) (checkoutView, error) {
 		return checkoutView{}, fmt.Errorf("data.object is a %s, not a checkout session", o.Object)
 	}
 	v := checkoutView{ID: o.ID, Mode: o.Mode, Customer: expandable(o.Customer), Metadata: metadata(o.Metadata),
-		Subscription: expandable(o.Subscription)}
+		Subscription: expandable(o.Subscription), PaymentStatus: o.PaymentStatus, Invoice: expandable(o.Invoice),
+		PaymentIntent: expandable(o.PaymentIntent)}
 	if o.ClientReferenceID != nil {
 		v.ClientReferenceID = *o.ClientReferenceID
 	}

@@ -108,10 +108,32 @@ type Quota struct {
 	// PerSeat: Limit is per seat, multiplied by the quantity of the
 	// subscription's plan item.
 	PerSeat bool `json:"per_seat,omitempty"`
+	// Rollover, when set, turns units of the quota left unused at a
+	// period's close into a rollover grant (credits).
+	Rollover *Rollover `json:"rollover,omitempty"`
 	// Notify are the thresholds that send quota.threshold webhooks;
 	// empty = the default, 80% and 100%.
 	Notify []keyspace.QuotaThreshold `json:"notify,omitempty"`
 }
+
+// Rollover of a quota: at most Max unused units of a closed period become a
+// grant lasting ExpiresAfterPeriods periods.
+type Rollover struct {
+	Max                 int64 `json:"max"`
+	ExpiresAfterPeriods int   `json:"expires_after_periods"`
+}
+
+// RolloverInput is a quota's "rollover" in the admin API.
+type RolloverInput struct {
+	Max                 *int64 `json:"max"`
+	ExpiresAfterPeriods *int   `json:"expires_after_periods"` // default 1
+}
+
+// Rollover bounds.
+const (
+	MaxRolloverUnits   = 1_000_000_000_000
+	MaxRolloverPeriods = 12
+)
 
 // PlanWindow is a window limit of a plan: at most Limit units in Length.
 type PlanWindow struct {
@@ -219,6 +241,8 @@ type QuotaInput struct {
 	StripeMeterEvent string `json:"stripe_meter_event"`
 	StripeReport     string `json:"stripe_report"` // "" = overage
 	PerSeat          bool   `json:"per_seat"`      // limit × the plan item's quantity
+	// Rollover: unused units at a period's close become a grant; nil none.
+	Rollover *RolloverInput `json:"rollover"`
 	// Notify: thresholds of quota.threshold webhooks, each a percentage
 	// (80) or {"percent": 80} / {"units": 5000}; empty = 80% and 100%.
 	Notify []NotifyInput `json:"notify"`
@@ -293,6 +317,17 @@ func (in *PlanInput) Validate() error {
 		}
 		if q.StripeReport != "" && q.StripeReport != ReportOverage && q.StripeReport != ReportTotal {
 			v.Add(field+".stripe_report", `must be "overage" or "total"`)
+		}
+		if r := q.Rollover; r != nil {
+			switch {
+			case r.Max == nil:
+				v.Add(field+".rollover.max", "is required: the most unused units one period rolls over")
+			case *r.Max < 1 || *r.Max > MaxRolloverUnits:
+				v.Add(field+".rollover.max", "must be from 1 to %d", int64(MaxRolloverUnits))
+			}
+			if p := r.ExpiresAfterPeriods; p != nil && (*p < 1 || *p > MaxRolloverPeriods) {
+				v.Add(field+".rollover.expires_after_periods", "must be from 1 to %d", MaxRolloverPeriods)
+			}
 		}
 	}
 	validateWindows(&v, in.Windows, in.Quotas)
@@ -450,6 +485,10 @@ func (p Plan) Input() PlanInput {
 	for m, q := range p.Quotas {
 		l := q.Limit
 		in.Quotas[m] = &QuotaInput{Limit: &l, Mode: q.Mode, StripeMeterEvent: q.StripeMeterEvent, StripeReport: q.StripeReport, PerSeat: q.PerSeat, Notify: notifyInputs(q.Notify)}
+		if r := q.Rollover; r != nil {
+			mx, n := r.Max, r.ExpiresAfterPeriods
+			in.Quotas[m].Rollover = &RolloverInput{Max: &mx, ExpiresAfterPeriods: &n}
+		}
 	}
 	return in
 }
@@ -602,7 +641,7 @@ SELECT p.key, p.name, coalesce(p.stripe_price_id, ''),
        p.features, p.quota_window, p.public, p.created_at, p.updated_at, p.version,
        coalesce((SELECT jsonb_object_agg(q.meter, jsonb_build_object('limit', q.quota_limit, 'mode', q.mode,
                         'stripe_meter_event', coalesce(q.stripe_meter_event, ''), 'stripe_report', q.stripe_report,
-                        'per_seat', q.per_seat, 'notify', q.notify))
+                        'per_seat', q.per_seat, 'notify', q.notify) || coalesce(jsonb_build_object('rollover', q.rollover), '{}'::jsonb))
                    FROM plan_quotas q WHERE q.plan_key = p.key), '{}'::jsonb),
        p.windows
   FROM plans p`
@@ -701,8 +740,8 @@ func insertQuotas(ctx context.Context, tx pgx.Tx, in PlanInput) error {
 	for _, m := range sortedKeys(in.Quotas) {
 		q := in.Quotas[m]
 		_, err := tx.Exec(ctx, `
-INSERT INTO plan_quotas (plan_key, meter, quota_limit, mode, stripe_meter_event, stripe_report, per_seat, notify)
-VALUES ($1, $2, $3, $4, nullif($5, ''), $6, $7, $8)`, in.Key, m, *q.Limit, q.Mode, q.StripeMeterEvent, q.StripeReport, q.PerSeat, notifyJSON(thresholds(q.Notify)))
+INSERT INTO plan_quotas (plan_key, meter, quota_limit, mode, stripe_meter_event, stripe_report, per_seat, notify, rollover)
+VALUES ($1, $2, $3, $4, nullif($5, ''), $6, $7, $8, $9)`, in.Key, m, *q.Limit, q.Mode, q.StripeMeterEvent, q.StripeReport, q.PerSeat, notifyJSON(thresholds(q.Notify)), rolloverOf(q.Rollover))
 		if err != nil {
 			return pgError(err)
 		}
@@ -773,4 +812,16 @@ func cleanText(s string) bool {
 // token is cleanText without spaces: ids and names such as Stripe's.
 func token(s string) bool {
 	return cleanText(s) && !strings.ContainsFunc(s, unicode.IsSpace)
+}
+
+// rolloverOf is the stored form of a quota's rollover (nil: none).
+func rolloverOf(in *RolloverInput) *Rollover {
+	if in == nil || in.Max == nil {
+		return nil
+	}
+	r := &Rollover{Max: *in.Max, ExpiresAfterPeriods: 1}
+	if in.ExpiresAfterPeriods != nil {
+		r.ExpiresAfterPeriods = *in.ExpiresAfterPeriods
+	}
+	return r
 }

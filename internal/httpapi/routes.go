@@ -88,6 +88,15 @@ func (s *Server) routes() {
 	admin.POST("/webhook-endpoints/:id/deliveries/:delivery_id/retry", s.handleRetryWebhookDelivery())
 	admin.POST("/webhook-endpoints/:id/events/:event_id/replay", s.handleReplayWebhookEvent())
 
+	// --- admin: grants and top-ups (credits) ---
+	admin.POST("/tenants/:id/grants", s.handleCreateGrant())
+	admin.GET("/tenants/:id/grants", s.handleListGrants())
+	admin.POST("/grants/:id/void", s.handleVoidGrant())
+	admin.GET("/topups", s.handleListTopups())
+	admin.GET("/topups/:price_id", s.handleGetTopup())
+	admin.PUT("/topups/:price_id", s.handlePutTopup())
+	admin.DELETE("/topups/:price_id", s.handleDeleteTopup())
+
 	// --- service API /service/v1: the limiter's remote loaders ---
 	// A service token or ADMIN_TOKEN; read-only, no tenant rate limit (the
 	// calls are rare: a snapshot or counter missing from Redis).

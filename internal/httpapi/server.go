@@ -18,6 +18,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/idempotency"
 	"github.com/tollgatehq/tollgate/internal/metering"
@@ -57,6 +58,8 @@ type Deps struct {
 	Billing *billing.Service
 	// Notify manages the webhook endpoints; nil answers their routes 503.
 	Notify *notify.Service
+	// Credits keeps grants and top-ups; nil answers their routes 503.
+	Credits *credits.Service
 	// DashboardLinks mints the tenant dashboard's login links (web); nil
 	// answers POST /admin/v1/tenants/{id}/dashboard-links 503.
 	DashboardLinks DashboardLinks

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/config"
+	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/jobs"
 )
@@ -26,6 +27,8 @@ func Billing(pool *pgxpool.Pool, ents *entitlements.Service, cfg config.Config, 
 		return nil, err
 	}
 	return billing.New(pool, ents, ins, log, billing.Options{
+		// Top-ups bought through Stripe become grants (credits stores them).
+		Credits:               Credits(pool, ents, log),
 		WebhookSecret:         cfg.StripeWebhookSecret,
 		WebhookSecretPrevious: cfg.StripeWebhookSecretPrevious,
 		SecretKey:             cfg.StripeSecretKey,
@@ -34,4 +37,10 @@ func Billing(pool *pgxpool.Pool, ents *entitlements.Service, cfg config.Config, 
 		GracePeriod:           cfg.GracePeriod,
 		Registerer:            reg,
 	})
+}
+
+// Credits builds the credits service (grants, top-ups) on the process's
+// entitlements service.
+func Credits(pool *pgxpool.Pool, ents *entitlements.Service, log *slog.Logger) *credits.Service {
+	return credits.NewService(pool, ents, log, credits.Options{})
 }

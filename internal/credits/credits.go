@@ -1,0 +1,62 @@
+// Package credits keeps prepaid units of a meter beside a plan's included
+// quota: grants (issued by an admin, bought as a top-up, mirrored from a
+// Stripe credit grant, rolled over from a closed period), the durable ledger
+// of what each grant gave in each period, and the bookkeeping of voids and
+// expiries. It owns the credit_* tables; others call its functions.
+//
+// Grants are recorded here but not yet drawn by the limiter: a decision
+// still sees only the included quota (docs/credits.md says how the draw
+// will work and how Redis will be rebuilt from this ledger).
+package credits
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/limiter"
+)
+
+// Entitlements is what credits asks of the entitlements owner: whether a
+// tenant exists and whether a plan defines a meter. *entitlements.Service
+// is one.
+type Entitlements interface {
+	GetTenantRow(ctx context.Context, id string) (entitlements.Tenant, error)
+	MeterDefined(ctx context.Context, meter string) (bool, error)
+	// For rollover: the plans' rollover settings and the tenant's
+	// included quota and periods.
+	ListPlans(ctx context.Context) ([]entitlements.Plan, error)
+	Snapshot(ctx context.Context, tenantID string) (limiter.Snapshot, error)
+}
+
+// Options of the service. Zero values take the defaults noted.
+type Options struct {
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Service is the credits domain.
+type Service struct {
+	db   *pgxpool.Pool
+	ents Entitlements
+	log  *slog.Logger
+	opts Options
+}
+
+// NewService returns the service on db.
+func NewService(db *pgxpool.Pool, ents Entitlements, log *slog.Logger, opts Options) *Service {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Service{db: db, ents: ents, log: log, opts: opts}
+}
+
+// now is the clock truncated to microseconds, what Postgres keeps, so that
+// a grant read back equals the one answered.
+func (s *Service) now() time.Time { return s.opts.Now().UTC().Truncate(time.Microsecond) }

@@ -1,0 +1,40 @@
+package credits
+
+import (
+	"context"
+	"time"
+
+	"github.com/riverqueue/river"
+)
+
+// ExpireGrantsArgs writes the expiry of every grant whose expires_at has
+// passed. Until it runs, answers already show such a grant expired, and
+// the ledger books the expiry itself before it records a draw.
+type ExpireGrantsArgs struct{}
+
+// Kind names the job in River's table.
+func (ExpireGrantsArgs) Kind() string { return "credits_expire_grants" }
+
+// ExpireGrantsWorker runs ExpireGrantsArgs.
+type ExpireGrantsWorker struct {
+	river.WorkerDefaults[ExpireGrantsArgs]
+	Service *Service
+}
+
+// Work expires, then prunes flush records too old to be replayed.
+func (w *ExpireGrantsWorker) Work(ctx context.Context, _ *river.Job[ExpireGrantsArgs]) error {
+	if _, err := w.Service.ExpireDue(ctx); err != nil {
+		return err
+	}
+	_, err := w.Service.PruneFlushRecords(ctx)
+	return err
+}
+
+// Register adds the credits workers to workers and returns their periodic
+// jobs (the worker process).
+func (s *Service) Register(workers *river.Workers) []*river.PeriodicJob {
+	river.AddWorker(workers, &ExpireGrantsWorker{Service: s})
+	return []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(10*time.Second),
+		func() (river.JobArgs, *river.InsertOpts) { return ExpireGrantsArgs{}, nil },
+		&river.PeriodicJobOpts{RunOnStart: true, ID: "credits_expire_grants"})}
+}
