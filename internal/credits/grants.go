@@ -17,7 +17,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/internal/postgres"
-	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // Sources of a grant.
@@ -266,7 +266,7 @@ func (s *Service) Create(ctx context.Context, tenantID string, in GrantInput) (G
 // checkMeter refuses a meter no plan defines, as POST /v1/check does
 // ("requests", the limiter's default meter, is always known).
 func (s *Service) checkMeter(ctx context.Context, meter string) error {
-	if meter == limiter.DefaultMeter {
+	if meter == keyspace.DefaultMeter {
 		return nil
 	}
 	ok, err := s.ents.MeterDefined(ctx, meter)
