@@ -31,6 +31,8 @@ run: services build ## migrate, seed the demo, run api and worker, print the das
 .PHONY: test
 test: services ## run every test against real Postgres, Redis (and Cluster), stripe-mock and Chromium
 	$(GO) build -o bin/stripe-mock github.com/stripe/stripe-mock
+	@# The TypeScript webhook receiver example is run by a notify test; with npm here, install its locked packages once.
+	@if command -v npm >/dev/null && [ ! -d examples/webhook-receiver-ts/node_modules/standardwebhooks ]; then npm ci --silent --prefix examples/webhook-receiver-ts; fi
 	@echo "$(GO) test -race -count=1 -timeout 20m $(MODULES)"
 	@status=0; $(GO) test -race -count=1 -timeout 20m $(MODULES) || status=$$?; scripts/test-notes.sh; exit $$status
 
