@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // External ids (the backend's own id for a tenant). Tollgate's server
@@ -20,25 +21,6 @@ import (
 // drops its aliases, a lost subscription drops them all (and nothing is
 // cached until it is back), and an entry is read again after CacheTTL.
 
-// maxExternalIDLen is the longest external id Tollgate accepts.
-const maxExternalIDLen = 128
-
-// validExternalID is Tollgate's rule for external ids:
-// 1-128 of [A-Za-z0-9._:@-].
-func validExternalID(s string) bool {
-	if s == "" || len(s) > maxExternalIDLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			c == '.' || c == '_' || c == ':' || c == '@' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 // ExternalTenant returns the tenant id that externalID, the backend's own
 // id for a tenant, names, for Allow, Reserve and the other calls that take
 // a tenant id. The first call for an external id reads its alias from
@@ -50,7 +32,7 @@ func validExternalID(s string) bool {
 // ErrUnknownTenant, as an unknown tenant id is; Redis unreachable without
 // an ExternalLoader is ErrUnavailable.
 func (l *Limiter) ExternalTenant(ctx context.Context, externalID string) (string, error) {
-	if !validExternalID(externalID) {
+	if !keyspace.ValidExternalID(externalID) {
 		return "", fmt.Errorf("%w: no tenant has the external id %q", ErrUnknownTenant, externalID)
 	}
 	if l.closed.Load() {

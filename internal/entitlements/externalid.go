@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -14,6 +13,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // External ids (issue 23 point 8) are the backend's own id for a tenant, so
@@ -21,12 +21,10 @@ import (
 // charset is what is safe unescaped in a URL path segment, a Redis key and
 // a hash tag (no '{', '}', '/', '%' or space); migration 00065 checks the
 // same pattern. Case-sensitive: "Acme" and "acme" are two tenants.
-var externalIDRe = regexp.MustCompile(`^[A-Za-z0-9._:@-]{1,128}$`)
-
 const externalIDRule = "must be 1-128 characters of A-Z, a-z, 0-9, '.', '_', ':', '@' or '-'"
 
 // ValidExternalID reports whether s is acceptable as an external id.
-func ValidExternalID(s string) bool { return externalIDRe.MatchString(s) }
+func ValidExternalID(s string) bool { return keyspace.ValidExternalID(s) }
 
 // TenantPatch is the body of a tenant edit (PATCH /admin/v1/tenants/{id}):
 // absent fields stay as they are.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // ExternalTenant is a limiter.Options.ExternalLoader: the tenant id of an
@@ -13,7 +14,7 @@ import (
 // also writes the alias back to Redis. limiter.ErrUnknownTenant (wrapped)
 // when no tenant has it.
 func (r *Client) ExternalTenant(ctx context.Context, externalID string) (string, error) {
-	if !safeExternalID(externalID) {
+	if !keyspace.ValidExternalID(externalID) {
 		return "", fmt.Errorf("%w: no tenant has the external id %q", limiter.ErrUnknownTenant, externalID)
 	}
 	var snap limiter.Snapshot
@@ -24,20 +25,4 @@ func (r *Client) ExternalTenant(ctx context.Context, externalID string) (string,
 		return "", fmt.Errorf("remote: the snapshot of external id %q names no tenant", externalID)
 	}
 	return snap.TenantID, nil
-}
-
-// safeExternalID is Tollgate's rule for external ids (1-128 of
-// [A-Za-z0-9._:@-]), which also keeps the id one path segment.
-func safeExternalID(s string) bool {
-	if s == "" || len(s) > 128 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			c == '.' || c == '_' || c == ':' || c == '@' || c == '-') {
-			return false
-		}
-	}
-	return true
 }
