@@ -24,7 +24,11 @@ import (
 // noise (a loaded machine) moves ops/s a lot and these figures little.
 // Sub-benchmarks: redis_rate v10 Allow (the anchor), our full decision
 // (rate + monthly quota) from the near-cache and by reference (a near-cache
-// of one entry over 1,000 tenants), and explicit rate-only Limits.
+// of one entry over 1,000 tenants), explicit rate-only Limits, and the
+// full decision again for tenants whose snapshots carry notification
+// thresholds (issue 27: "-notify" against the same name without; the
+// thresholds ride in the snapshot for the flush and decisions never read
+// them, so the ratio should be 1.00).
 //
 //	go test -run '^$' -bench BenchmarkScriptCost -benchtime 20000x ./limiter/
 func BenchmarkScriptCost(b *testing.B) {
@@ -33,24 +37,35 @@ func BenchmarkScriptCost(b *testing.B) {
 	b.Cleanup(func() { rdb.Close() })
 	ctx := context.Background()
 	tenants := benchTenants(1000)
+	notified := benchTenants(len(tenants)) // as many more, with thresholds
 	now := time.Now().UTC()
 	start := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
-	for _, t := range tenants {
-		limitertest.PutSnapshot(b, rdb, "", limiter.Snapshot{
-			TenantID: t, Plan: "bench", Status: "active", Version: 1,
-			Rate:        &limiter.Rate{PerSecond: 1e6, Burst: 1e6},
-			Quotas:      map[string]limiter.Quota{keyspace.DefaultMeter: {Limit: 1 << 40, Mode: limiter.ModeHard}},
-			PeriodStart: start, PeriodEnd: start.AddDate(0, 1, 0), NextPeriodEnd: start.AddDate(0, 2, 0),
-		})
+	thresholds := map[string][]keyspace.QuotaThreshold{keyspace.DefaultMeter: {{Percent: 50}, {Percent: 80}, {Percent: 100}, {Units: 5000}}}
+	for i, t := range tenants {
+		for _, id := range []string{t, notified[i]} {
+			snap := limiter.Snapshot{
+				TenantID: id, Plan: "bench", Status: "active", Version: 1,
+				Rate:        &limiter.Rate{PerSecond: 1e6, Burst: 1e6},
+				Quotas:      map[string]limiter.Quota{keyspace.DefaultMeter: {Limit: 1 << 40, Mode: limiter.ModeHard}},
+				PeriodStart: start, PeriodEnd: start.AddDate(0, 1, 0), NextPeriodEnd: start.AddDate(0, 2, 0),
+			}
+			if id == notified[i] {
+				snap.Notify = thresholds
+			}
+			limitertest.PutSnapshot(b, rdb, "", snap)
+		}
 	}
-	ours := func(cacheSize int, req limiter.Request) func(int) error {
+	ours := func(cacheSize int, req limiter.Request, ids ...string) func(int) error {
+		if len(ids) == 0 {
+			ids = tenants
+		}
 		l, err := limiter.New(rdb, limiter.Options{Timeout: time.Second, CacheSize: cacheSize})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { l.Close() })
 		return func(i int) error {
-			_, err := l.Allow(ctx, tenants[i%len(tenants)], req)
+			_, err := l.Allow(ctx, ids[i%len(ids)], req)
 			return err
 		}
 	}
@@ -66,6 +81,8 @@ func BenchmarkScriptCost(b *testing.B) {
 		{"tollgate", ours(0, limiter.Request{Cost: 1})},
 		{"tollgate-byref", ours(1, limiter.Request{Cost: 1})},
 		{"tollgate-rate", ours(0, limiter.Request{Cost: 1, Limits: &limiter.Limits{Rate: &limiter.Rate{PerSecond: 1e6, Burst: 1e6}}})},
+		{"tollgate-notify", ours(0, limiter.Request{Cost: 1}, notified...)},
+		{"tollgate-byref-notify", ours(1, limiter.Request{Cost: 1}, notified...)},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for i := 0; i < 2*len(tenants); i++ { // every key and cache entry exists
