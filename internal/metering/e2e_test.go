@@ -1,16 +1,8 @@
 package metering
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"net/http"
-	"os"
-	"os/exec"
-	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,83 +12,6 @@ import (
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/internal/testkit"
 )
-
-// apiProc is cmd/api running as a process of the test.
-type apiProc struct {
-	cmd    *exec.Cmd
-	base   string
-	exited chan struct{}
-}
-
-func startAPI(t *testing.T, bin string, env []string) *apiProc {
-	t.Helper()
-	cmd := exec.Command(bin, "serve")
-	cmd.Env = append(os.Environ(), env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &apiProc{cmd: cmd, exited: make(chan struct{})}
-	addrc := make(chan string, 1)
-	var logs strings.Builder
-	var mu sync.Mutex
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			mu.Lock()
-			logs.WriteString(sc.Text() + "\n")
-			mu.Unlock()
-			var rec struct{ Msg, Addr string }
-			if json.Unmarshal(sc.Bytes(), &rec) == nil && rec.Msg == "api listening" {
-				addrc <- rec.Addr
-			}
-		}
-		_ = cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(p.kill)
-	select {
-	case addr := <-addrc:
-		p.base = "http://" + addr
-	case <-p.exited:
-		mu.Lock()
-		defer mu.Unlock()
-		t.Fatalf("api exited before listening:\n%s", logs.String())
-	case <-time.After(60 * time.Second):
-		t.Fatal("api not listening within 60s")
-	}
-	return p
-}
-
-func (p *apiProc) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.exited
-}
-
-func (p *apiProc) do(t *testing.T, method, path, token string, body any) (int, map[string]any) {
-	t.Helper()
-	var rd *bytes.Reader
-	if body != nil {
-		raw, _ := json.Marshal(body)
-		rd = bytes.NewReader(raw)
-	} else {
-		rd = bytes.NewReader(nil)
-	}
-	req, _ := http.NewRequest(method, p.base+path, rd)
-	req.Header.Set("Authorization", "Bearer "+token)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	var out map[string]any
-	_ = json.NewDecoder(resp.Body).Decode(&out)
-	return resp.StatusCode, out
-}
 
 // The whole product as an operator runs it: api and worker processes on
 // the package database and a Redis of the test's own. A tenant exhausts its
@@ -120,28 +35,28 @@ func TestEndToEndHardQuotaSurvivesRedisLoss(t *testing.T) {
 	env := []string{"DATABASE_URL=" + pgtest.URL(t), "REDIS_URL=redis://" + srv.Addr + "/0", "MIGRATE_ON_START=false",
 		"HTTP_ADDR=127.0.0.1:0", "ADMIN_TOKEN=" + admin, "FLUSH_INTERVAL=100ms", "LOG_LEVEL=info",
 		"STRIPE_SECRET_KEY=", "STRIPE_WEBHOOK_SECRET=", "REDIS_CLUSTER_URL="}
-	api := startAPI(t, bins["api"], env)
-	worker := startWorker(t, bins["worker"], env)
-	defer worker.kill()
+	api := testkit.StartAPI(t, bins["api"], env)
+	worker := testkit.StartWorker(t, bins["worker"], env)
+	defer worker.Kill()
 
 	plan := "e2e" + randHex(4)
-	if st, body := api.do(t, http.MethodPost, "/admin/v1/plans", admin, map[string]any{"key": plan, "name": plan,
+	if st, body := api.Do(t, http.MethodPost, "/admin/v1/plans", admin, map[string]any{"key": plan, "name": plan,
 		"quotas": map[string]any{"requests": map[string]any{"limit": 7, "mode": "hard"}}}); st != http.StatusCreated {
 		t.Fatalf("create plan: %d %v", st, body)
 	}
-	st, tn := api.do(t, http.MethodPost, "/admin/v1/tenants", admin, map[string]any{"name": "E2E", "plan": plan})
+	st, tn := api.Do(t, http.MethodPost, "/admin/v1/tenants", admin, map[string]any{"name": "E2E", "plan": plan})
 	if st != http.StatusCreated {
 		t.Fatalf("create tenant: %d %v", st, tn)
 	}
 	id, _ := tn["id"].(string)
-	st, k := api.do(t, http.MethodPost, "/admin/v1/tenants/"+id+"/api-keys", admin, map[string]any{"name": "e2e"})
+	st, k := api.Do(t, http.MethodPost, "/admin/v1/tenants/"+id+"/api-keys", admin, map[string]any{"name": "e2e"})
 	key, _ := k["key"].(string)
 	if st != http.StatusCreated || key == "" {
 		t.Fatalf("issue key: %d %v", st, k)
 	}
 	allowed := 0
 	for i := 0; i < 10; i++ {
-		st, _ := api.do(t, http.MethodPost, "/v1/check", key, map[string]any{"cost": 1})
+		st, _ := api.Do(t, http.MethodPost, "/v1/check", key, map[string]any{"cost": 1})
 		if st == http.StatusOK {
 			allowed++
 		} else if st != http.StatusTooManyRequests {
@@ -156,17 +71,17 @@ func TestEndToEndHardQuotaSurvivesRedisLoss(t *testing.T) {
 		return b.count(t, `SELECT coalesce(sum(used), 0) FROM usage_periods WHERE tenant_id = $1 AND meter = 'requests'`, id) == 7
 	})
 
-	api.kill()
+	api.Kill()
 	if err := rdb.FlushAll(context.Background()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	api = startAPI(t, bins["api"], env)
+	api = testkit.StartAPI(t, bins["api"], env)
 	for i := 0; i < 3; i++ {
-		if st, body := api.do(t, http.MethodPost, "/v1/check", key, map[string]any{"cost": 1}); st != http.StatusTooManyRequests {
+		if st, body := api.Do(t, http.MethodPost, "/v1/check", key, map[string]any{"cost": 1}); st != http.StatusTooManyRequests {
 			t.Fatalf("check after FLUSHALL and restart: %d %v, want 429", st, body)
 		}
 	}
-	st, u := api.do(t, http.MethodGet, "/v1/usage", key, nil)
+	st, u := api.Do(t, http.MethodGet, "/v1/usage", key, nil)
 	ms, _ := u["meters"].([]any)
 	if st != http.StatusOK || len(ms) != 1 || ms[0].(map[string]any)["used"] != 7.0 {
 		t.Fatalf("usage after FLUSHALL: %d %v", st, u)

@@ -1,14 +1,10 @@
 package metering
 
 import (
-	"bufio"
 	"context"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -25,42 +21,6 @@ import (
 func buildWorker(t *testing.T) string {
 	t.Helper()
 	return testkit.Binary(t, "github.com/tollgatehq/tollgate/cmd/worker")
-}
-
-type workerProc struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
-}
-
-func startWorker(t *testing.T, bin string, env []string) *workerProc {
-	t.Helper()
-	cmd := exec.Command(bin)
-	cmd.Env = append(os.Environ(), env...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w := &workerProc{cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			if os.Getenv("TEST_LOG") != "" || strings.Contains(sc.Text(), "ERROR") {
-				t.Logf("worker: %s", sc.Text())
-			}
-		}
-		_ = cmd.Wait()
-		close(w.exited)
-	}()
-	t.Cleanup(func() { w.kill() })
-	return w
-}
-
-func (w *workerProc) kill() {
-	_ = w.cmd.Process.Signal(syscall.SIGKILL)
-	<-w.exited
 }
 
 // The worker runs as a real process against the package database and a
@@ -135,7 +95,7 @@ func TestWorkerSIGKILLDuringFlushKeepsTotalsExact(t *testing.T) {
 	}
 	killedDuringFlush := 0
 	for round := 0; round < 3; round++ {
-		w := startWorker(t, bin, env)
+		w := testkit.StartWorker(t, bin, env)
 		before := durableTotal()
 		testkit.Eventually(t, 30*time.Second, "the worker to flush", func() bool { return durableTotal() > before })
 		// Kill it at a moment when a claim is outstanding.
@@ -145,7 +105,7 @@ func TestWorkerSIGKILLDuringFlushKeepsTotalsExact(t *testing.T) {
 		if flushing() {
 			killedDuringFlush++
 		}
-		w.kill()
+		w.Kill()
 	}
 	stop()
 	wg.Wait()
@@ -154,13 +114,13 @@ func TestWorkerSIGKILLDuringFlushKeepsTotalsExact(t *testing.T) {
 	}
 	t.Logf("killed during a flush %d of 3 times", killedDuringFlush)
 
-	w := startWorker(t, bin, env)
+	w := testkit.StartWorker(t, bin, env)
 	var want int64
 	for i := range ids {
 		want += admitted[i][0].Load() + admitted[i][1].Load()
 	}
 	testkit.Eventually(t, 30*time.Second, "every admitted unit flushed", func() bool { return durableTotal() >= want })
-	w.kill()
+	w.Kill()
 	for i, id := range ids {
 		for mi, m := range meters {
 			if got, want := b.durable(t, id, m, starts[i]), admitted[i][mi].Load(); got != want {
