@@ -43,14 +43,20 @@ type planForm struct {
 
 // quotaRow is one row of the quota editor: a meter's limit and mode. Its
 // fields are posted as quotas[i].meter, quotas[i].limit, quotas[i].mode,
-// quotas[i].per_seat and quotas[i].remove, so that an error names its row.
+// quotas[i].per_seat, quotas[i].notify and quotas[i].remove, so that an
+// error names its row.
 type quotaRow struct {
 	Meter   string
 	Limit   string
 	Mode    string
 	PerSeat bool
-	Remove  bool
-	Errors  []string // what is wrong with the row, shown next to it
+	// Notify are the webhook thresholds as typed ("50%, 80%, 5000 units");
+	// empty = the defaults. notifyPosted is false for a form without the
+	// field (an older page, a script): an edit then keeps the plan's.
+	Notify       string
+	notifyPosted bool
+	Remove       bool
+	Errors       []string // what is wrong with the row, shown next to it
 }
 
 // blank reports whether the row was left empty (the spare rows).
@@ -81,7 +87,8 @@ func planFormOf(p PlanRow) planForm {
 		f.Concurrency = strconv.FormatInt(*p.Concurrency, 10)
 	}
 	for _, q := range p.Quotas {
-		f.Rows = append(f.Rows, quotaRow{Meter: q.Meter, Limit: strconv.FormatInt(q.Limit, 10), Mode: q.Mode, PerSeat: q.PerSeat})
+		f.Rows = append(f.Rows, quotaRow{Meter: q.Meter, Limit: strconv.FormatInt(q.Limit, 10), Mode: q.Mode, PerSeat: q.PerSeat,
+			Notify: formatThresholds(q.Notify), notifyPosted: true})
 	}
 	f.Windows = windowRowsOf(p.Windows)
 	return f.withSpareRows(spareRows)
@@ -123,7 +130,9 @@ func readPlanForm(c echo.Context) planForm {
 			Mode:    strings.TrimSpace(c.FormValue(name("mode"))),
 			PerSeat: c.FormValue(name("per_seat")) != "",
 			Remove:  c.FormValue(name("remove")) != "",
+			Notify:  strings.TrimSpace(c.FormValue(name("notify"))),
 		})
+		_, f.Rows[len(f.Rows)-1].notifyPosted = c.Request().Form[name("notify")]
 	}
 	f.Windows, f.windowsPosted = readWindowRows(c)
 	return f
@@ -200,8 +209,12 @@ func (f *planForm) input() (entitlements.PlanInput, error) {
 		if r.Mode != "hard" && r.Mode != "soft" {
 			bad("mode", "the mode must be hard or soft")
 		}
+		notify, err := parseThresholds(r.Notify)
+		if err != nil {
+			bad("notify", "%s", err.Error())
+		}
 		if len(r.Errors) == 0 {
-			in.Quotas[r.Meter] = &entitlements.QuotaInput{Limit: &n, Mode: r.Mode, PerSeat: r.PerSeat}
+			in.Quotas[r.Meter] = &entitlements.QuotaInput{Limit: &n, Mode: r.Mode, PerSeat: r.PerSeat, Notify: notify}
 		}
 	}
 	in.Windows = f.windowInputs(&v)
@@ -348,6 +361,10 @@ func (w *Web) handleAdminEditPlan() echo.HandlerFunc {
 			return w.renderPlan(c, http.StatusOK, key, &more, nil)
 		}
 		in, err := f.input()
+		notifyPosted := map[string]bool{}
+		for _, r := range f.Rows {
+			notifyPosted[r.Meter] = r.notifyPosted
+		}
 		patch := func(cur *entitlements.PlanInput) error {
 			quotas := maps.Clone(in.Quotas)
 			for m := range cur.Quotas {
@@ -357,10 +374,14 @@ func (w *Web) handleAdminEditPlan() echo.HandlerFunc {
 			}
 			for m, q := range quotas {
 				// Keep what the form does not show (the Stripe meter event,
-				// what it is sent, the webhook thresholds).
+				// what it is sent, the rollover), and the webhook thresholds
+				// when the form had no field for them.
 				if old, ok := cur.Quotas[m]; ok && old != nil && q != nil {
 					qq := *q
-					qq.StripeMeterEvent, qq.StripeReport, qq.Notify = old.StripeMeterEvent, old.StripeReport, old.Notify
+					qq.StripeMeterEvent, qq.StripeReport, qq.Rollover = old.StripeMeterEvent, old.StripeReport, old.Rollover
+					if !notifyPosted[m] {
+						qq.Notify = old.Notify
+					}
 					quotas[m] = &qq
 				}
 			}

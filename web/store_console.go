@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // PlanRow is a plan with its quotas.
@@ -41,6 +42,9 @@ type QuotaRow struct {
 	Limit   int64
 	Mode    string
 	PerSeat bool // Limit × the plan item's quantity
+	// Notify are the quota.threshold webhook thresholds set on the quota;
+	// empty = the defaults (80% and 100%).
+	Notify []keyspace.QuotaThreshold
 }
 
 func (s *store) plans(ctx context.Context) ([]PlanRow, error) {
@@ -67,7 +71,7 @@ func (s *store) plans(ctx context.Context) ([]PlanRow, error) {
 		sort.Strings(meters)
 		for _, m := range meters {
 			q := p.Quotas[m]
-			r.Quotas = append(r.Quotas, QuotaRow{Meter: m, Limit: q.Limit, Mode: q.Mode, PerSeat: q.PerSeat})
+			r.Quotas = append(r.Quotas, QuotaRow{Meter: m, Limit: q.Limit, Mode: q.Mode, PerSeat: q.PerSeat, Notify: q.Notify})
 		}
 		out = append(out, r)
 	}
