@@ -21,6 +21,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/buildinfo"
 	"github.com/tollgatehq/tollgate/internal/config"
+	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
@@ -183,7 +184,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	}
 	srv, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, Registry: reg, AdminToken: cfg.AdminToken,
 		AdminTokens: cfg.AdminTokens, Audit: trail, Entitlements: ents, PlanChanger: planChanger(cfg, ents, bill), Billing: bill, Metering: meter, Limiter: lim,
-		AuthLimiter: authLim, DashboardLinks: pages, Notify: hooks, Credits: wire.Credits(pool, ents, log), RequestTimeout: cfg.DatabaseTimeout, OutboundTimeout: billing.DefaultStripeTimeout,
+		AuthLimiter: authLim, DashboardLinks: pages, Notify: hooks, Credits: wire.Credits(pool, ents, log, credits.Options{}), RequestTimeout: cfg.DatabaseTimeout, OutboundTimeout: billing.DefaultStripeTimeout,
 		TrustedProxies: cfg.TrustedProxies, MetricsToken: cfg.MetricsToken, MetricsElsewhere: cfg.MetricsAddr != ""})
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"github.com/tollgatehq/tollgate/cmd/internal/wire"
 	"github.com/tollgatehq/tollgate/internal/buildinfo"
 	"github.com/tollgatehq/tollgate/internal/config"
+	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/idempotency"
 	"github.com/tollgatehq/tollgate/internal/jobs"
@@ -135,8 +136,9 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	if err != nil {
 		return err
 	}
-	// Grants: expiries written every 10 s; rollover at each period close.
-	creds := wire.Credits(pool, ents, log)
+	// Grants: expiries written every 10 s; rollover at each period close;
+	// the grant.* webhooks from the draws the flush records and expiries.
+	creds := wire.Credits(pool, ents, log, credits.Options{Events: hooks.GrantEvents})
 	periodic = append(periodic, creds.Register(workers)...)
 	meter := newMetering(pool, rdb, ents, cfg, log, jm, hooks, creds)
 	periodic = append(periodic, meter.Register(workers)...)

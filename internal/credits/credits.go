@@ -36,6 +36,13 @@ type Entitlements interface {
 type Options struct {
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// Events, when set, is told of grants running low, depleted and
+	// expired, in the transaction that did it (cmd/worker hands notify's
+	// grant.* webhooks).
+	Events EventsFunc
+	// LowPercent: a grant is low once its remaining is under this share of
+	// its amount; default DefaultLowPercent (20).
+	LowPercent int
 }
 
 // Service is the credits domain.
@@ -53,6 +60,9 @@ func NewService(db *pgxpool.Pool, ents Entitlements, log *slog.Logger, opts Opti
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.LowPercent <= 0 || opts.LowPercent > 100 {
+		opts.LowPercent = DefaultLowPercent
 	}
 	return &Service{db: db, ents: ents, log: log, opts: opts}
 }

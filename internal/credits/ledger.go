@@ -89,21 +89,26 @@ func (s *Service) RecordDrawsTx(ctx context.Context, tx pgx.Tx, draws []Draw) ([
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(draws[a].GrantID, draws[b].GrantID) })
 	now := s.now()
+	var pending []pendingEvent
 	for _, i := range order {
-		r, err := recordDraw(ctx, tx, now, draws[i])
+		r, evs, err := s.recordDraw(ctx, tx, now, draws[i])
 		if err != nil {
 			return nil, err
 		}
 		out[i] = r
+		pending = append(pending, evs...)
+	}
+	if err := s.announce(ctx, tx, pending); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
-func recordDraw(ctx context.Context, tx pgx.Tx, now time.Time, d Draw) (Recorded, error) {
+func (s *Service) recordDraw(ctx context.Context, tx pgx.Tx, now time.Time, d Draw) (Recorded, []pendingEvent, error) {
 	// The grant's row lock first: two flushes of one grant take turns, and
 	// the second sees the first's flush row once the first commits.
 	var (
-		remaining, expired, voided, periodConsumed int64
+		amount, remaining, expired, voided, periodConsumed int64
 		closedVoid, closedExpiry                   bool
 	)
 	// The lock is a statement of its own: a statement that waited for it
@@ -111,21 +116,24 @@ func recordDraw(ctx context.Context, tx pgx.Tx, now time.Time, d Draw) (Recorded
 	var one int
 	err := tx.QueryRow(ctx, `SELECT 1 FROM credit_grants WHERE id = $1 FOR UPDATE`, d.GrantID).Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Recorded{}, fmt.Errorf("credits: record draw of grant %s: %w", d.GrantID, ErrNotFound)
+		return Recorded{}, nil, fmt.Errorf("credits: record draw of grant %s: %w", d.GrantID, ErrNotFound)
 	}
 	if err != nil {
-		return Recorded{}, fmt.Errorf("credits: record draw: %w", err)
+		return Recorded{}, nil, fmt.Errorf("credits: record draw: %w", err)
 	}
-	if err := expireTx(ctx, tx, now, d.GrantID); err != nil {
-		return Recorded{}, err
+	var evs []pendingEvent
+	if units, err := expireTx(ctx, tx, now, d.GrantID); err != nil {
+		return Recorded{}, nil, err
+	} else if units > 0 {
+		evs = append(evs, pendingEvent{grantID: d.GrantID, kind: EventExpired, units: units})
 	}
 	err = tx.QueryRow(ctx, `
-SELECT g.remaining, g.expired, g.voided, g.voided_at IS NOT NULL, g.expired_at IS NOT NULL,
+SELECT g.amount, g.remaining, g.expired, g.voided, g.voided_at IS NOT NULL, g.expired_at IS NOT NULL,
        COALESCE((SELECT c.consumed FROM credit_consumption c WHERE c.grant_id = g.id AND c.period_start = $2), 0)
   FROM credit_grants g WHERE g.id = $1`, d.GrantID, d.PeriodStart).
-		Scan(&remaining, &expired, &voided, &closedVoid, &closedExpiry, &periodConsumed)
+		Scan(&amount, &remaining, &expired, &voided, &closedVoid, &closedExpiry, &periodConsumed)
 	if err != nil {
-		return Recorded{}, fmt.Errorf("credits: record draw: %w", err)
+		return Recorded{}, nil, fmt.Errorf("credits: record draw: %w", err)
 	}
 	var prev *int64 // NULL: this flush is new for the grant
 	err = tx.QueryRow(ctx, `
@@ -136,10 +144,10 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM ins) THEN NULL
             ELSE (SELECT attributed FROM credit_flushes WHERE flush_id = $1 AND grant_id = $2) END`,
 		d.FlushID, d.GrantID, d.PeriodStart, d.Units, now).Scan(&prev)
 	if err != nil {
-		return Recorded{}, fmt.Errorf("credits: record draw: %w", err)
+		return Recorded{}, nil, fmt.Errorf("credits: record draw: %w", err)
 	}
 	if prev != nil {
-		return Recorded{Attributed: *prev, Duplicate: true}, nil
+		return Recorded{Attributed: *prev, Duplicate: true}, evs, nil
 	}
 	// The bucket units come from (or go back to): remaining while open,
 	// else the bucket the close filled.
@@ -161,7 +169,7 @@ SELECT CASE WHEN EXISTS (SELECT 1 FROM ins) THEN NULL
 		_, err = tx.Exec(ctx, `UPDATE credit_grants SET consumed = consumed + $2, `+bucket+` = `+bucket+` - $2, updated_at = $3 WHERE id = $1`,
 			d.GrantID, a, now)
 		if err != nil {
-			return Recorded{}, fmt.Errorf("credits: record draw: %w", err)
+			return Recorded{}, nil, fmt.Errorf("credits: record draw: %w", err)
 		}
 		// A refund (a < 0) only ever lowers a row that exists: it gives back
 		// at most what the period consumed.
@@ -173,42 +181,82 @@ ON CONFLICT (grant_id, period_start) DO UPDATE SET consumed = credit_consumption
 		}
 		_, err = tx.Exec(ctx, sql, d.GrantID, d.PeriodStart, a, now)
 		if err != nil {
-			return Recorded{}, fmt.Errorf("credits: record draw: %w", err)
+			return Recorded{}, nil, fmt.Errorf("credits: record draw: %w", err)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE credit_flushes SET attributed = $3 WHERE flush_id = $1 AND grant_id = $2`, d.FlushID, d.GrantID, a); err != nil {
-			return Recorded{}, fmt.Errorf("credits: record draw: %w", err)
+			return Recorded{}, nil, fmt.Errorf("credits: record draw: %w", err)
 		}
 	}
-	return Recorded{Attributed: a}, nil
+	if bucket == "remaining" {
+		for _, k := range drawEvents(s.opts.LowPercent, amount, remaining, remaining-a) {
+			evs = append(evs, pendingEvent{grantID: d.GrantID, kind: k, units: a})
+		}
+	}
+	return Recorded{Attributed: a}, evs, nil
 }
 
 // expireTx writes the expiry of grant id if it is due: what remains moves
-// to expired, at expires_at.
-func expireTx(ctx context.Context, tx pgx.Tx, now time.Time, id string) error {
-	_, err := tx.Exec(ctx, `
-UPDATE credit_grants SET expired = expired + remaining, remaining = 0, expired_at = expires_at, updated_at = $2
- WHERE id = $1 AND voided_at IS NULL AND expired_at IS NULL AND expires_at <= $2`, id, now)
-	if err != nil {
-		return fmt.Errorf("credits: expire grant: %w", err)
+// to expired, at expires_at. It returns the units that expired (0 when it
+// was not due, or had nothing left).
+func expireTx(ctx context.Context, tx pgx.Tx, now time.Time, id string) (int64, error) {
+	var units int64
+	err := tx.QueryRow(ctx, `
+WITH due AS (SELECT id, remaining FROM credit_grants
+              WHERE id = $1 AND voided_at IS NULL AND expired_at IS NULL AND expires_at <= $2)
+UPDATE credit_grants g SET expired = g.expired + g.remaining, remaining = 0, expired_at = g.expires_at, updated_at = $2
+  FROM due WHERE g.id = due.id RETURNING due.remaining`, id, now).Scan(&units)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
 	}
-	return nil
+	if err != nil {
+		return 0, fmt.Errorf("credits: expire grant: %w", err)
+	}
+	return units, nil
 }
 
 // ExpireDue writes the expiry of every grant whose expires_at has passed
 // (the worker's credits_expire_grants job): what remained moves to
-// expired, and expired_at is set to expires_at. It returns how many.
+// expired, and expired_at is set to expires_at. A grant that expires with
+// units left is announced (Options.Events) in the same transaction. It
+// returns how many expired.
 func (s *Service) ExpireDue(ctx context.Context) (int64, error) {
 	now := s.now()
-	tag, err := s.db.Exec(ctx, `
-UPDATE credit_grants SET expired = expired + remaining, remaining = 0, expired_at = expires_at, updated_at = $1
- WHERE voided_at IS NULL AND expired_at IS NULL AND expires_at IS NOT NULL AND expires_at <= $1`, now)
+	var n int64
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+WITH due AS (SELECT id, remaining FROM credit_grants
+              WHERE voided_at IS NULL AND expired_at IS NULL AND expires_at IS NOT NULL AND expires_at <= $1
+              ORDER BY id FOR UPDATE)
+UPDATE credit_grants g SET expired = g.expired + g.remaining, remaining = 0, expired_at = g.expires_at, updated_at = $1
+  FROM due WHERE g.id = due.id RETURNING g.id::text, due.remaining`, now)
+		if err != nil {
+			return err
+		}
+		var pending []pendingEvent
+		for rows.Next() {
+			var p pendingEvent
+			if err := rows.Scan(&p.grantID, &p.units); err != nil {
+				rows.Close()
+				return err
+			}
+			n++
+			if p.units > 0 {
+				p.kind = EventExpired
+				pending = append(pending, p)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return s.announce(ctx, tx, pending)
+	})
 	if err != nil {
 		return 0, fmt.Errorf("credits: expire grants: %w", err)
 	}
-	if n := tag.RowsAffected(); n > 0 {
+	if n > 0 {
 		s.log.InfoContext(ctx, "grants expired", "count", n)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // flushRecordTTL is how long a flush record is kept: longer than a claim

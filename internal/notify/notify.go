@@ -17,8 +17,8 @@ import (
 	"github.com/tollgatehq/tollgate/internal/jobs"
 )
 
-// Event types a endpoint may subscribe to. The reserved ones are documented
-// in api/openapi.yaml; nothing emits them yet.
+// Event types an endpoint may subscribe to, each documented in
+// api/openapi.yaml's webhooks.
 const (
 	TypeQuotaThreshold      = "quota.threshold"
 	TypeQuotaExhausted      = "quota.exhausted"

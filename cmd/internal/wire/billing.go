@@ -28,7 +28,7 @@ func Billing(pool *pgxpool.Pool, ents *entitlements.Service, cfg config.Config, 
 	}
 	return billing.New(pool, ents, ins, log, billing.Options{
 		// Top-ups bought through Stripe become grants (credits stores them).
-		Credits:               Credits(pool, ents, log),
+		Credits:               Credits(pool, ents, log, credits.Options{}),
 		WebhookSecret:         cfg.StripeWebhookSecret,
 		WebhookSecretPrevious: cfg.StripeWebhookSecretPrevious,
 		SecretKey:             cfg.StripeSecretKey,
@@ -40,7 +40,8 @@ func Billing(pool *pgxpool.Pool, ents *entitlements.Service, cfg config.Config, 
 }
 
 // Credits builds the credits service (grants, top-ups) on the process's
-// entitlements service.
-func Credits(pool *pgxpool.Pool, ents *entitlements.Service, log *slog.Logger) *credits.Service {
-	return credits.NewService(pool, ents, log, credits.Options{})
+// entitlements service; opts.Events is set where grant changes are
+// announced (the worker, whose flush and expiry job make them).
+func Credits(pool *pgxpool.Pool, ents *entitlements.Service, log *slog.Logger, opts credits.Options) *credits.Service {
+	return credits.NewService(pool, ents, log, opts)
 }
