@@ -109,7 +109,7 @@ func (s *Service) recordDraw(ctx context.Context, tx pgx.Tx, now time.Time, d Dr
 	// the second sees the first's flush row once the first commits.
 	var (
 		amount, remaining, expired, voided, periodConsumed int64
-		closedVoid, closedExpiry                   bool
+		closedVoid, closedExpiry                           bool
 	)
 	// The lock is a statement of its own: a statement that waited for it
 	// would read the other tables as they were before the wait.
