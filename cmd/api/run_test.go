@@ -233,6 +233,9 @@ func TestRunMigrateUnreachableDatabaseExits1(t *testing.T) {
 func TestRunServeAnswersThenExits0OnCancel(t *testing.T) {
 	t.Parallel()
 	e := serveEnv(t)
+	// A port no other process can be handed once ours is let go: the test
+	// ends by checking that nothing answers there.
+	e["HTTP_ADDR"] = freeAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var stdout testkit.Buffer

@@ -2,15 +2,11 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -45,7 +41,7 @@ func TestMakeRunCleanRunWithoutServices(t *testing.T) {
 	testkit.Binary(t, "github.com/tollgatehq/tollgate/cmd/worker")
 	binDir := filepath.Dir(testkit.Binary(t, "github.com/tollgatehq/tollgate/cmd/api"))
 	dataDir := filepath.Join(t.TempDir(), "data")
-	pgAddr, rdAddr, apiAddr := quietAddr(t), quietAddr(t), quietAddr(t)
+	pgAddr, rdAddr, apiAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	env := []string{}
 	for _, kv := range os.Environ() {
 		switch strings.SplitN(kv, "=", 2)[0] {
@@ -174,49 +170,3 @@ func TestMakeRunCleanRunWithoutServices(t *testing.T) {
 	runOnce(2, syscall.SIGTERM)
 	services("clean")
 }
-
-// quietAddr returns a free loopback address below the kernel's ephemeral
-// port range. The test asserts that nothing answers on its ports after a
-// stop; a port from 127.0.0.1:0 is in the ephemeral range, and once our
-// server let it go the kernel may hand it to any other test process's
-// listener (go test runs packages side by side), which then "still answers".
-// Ports below the range are never handed out by the kernel, and the map
-// keeps this package's own tests apart.
-func quietAddr(t *testing.T) string {
-	t.Helper()
-	low := 32768
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if n, err := strconv.Atoi(f[0]); err == nil {
-				low = n
-			}
-		}
-	}
-	const first = 10000
-	if low <= first+100 {
-		return freeAddr(t) // an unusual range: no quiet ports to take
-	}
-	quietMu.Lock()
-	defer quietMu.Unlock()
-	for range 200 {
-		port := first + rand.IntN(low-first)
-		if quietTaken[port] {
-			continue
-		}
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		ln.Close()
-		quietTaken[port] = true
-		return addr
-	}
-	t.Fatal("no free loopback port below the ephemeral range")
-	return ""
-}
-
-var (
-	quietMu    sync.Mutex
-	quietTaken = map[int]bool{}
-)

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -199,14 +200,15 @@ func waitForLine(t *testing.T, output func() string, re string, exited <-chan er
 	return ""
 }
 
-// freeAddr returns a loopback address nobody listens on right now.
+// freeAddr returns a loopback address nobody listens on right now, below
+// the kernel's ephemeral range (redistest.FreePort says why): tests here
+// check that nothing answers on a port after run.sh stopped, and a port
+// the kernel could hand to another process would make that a coin toss.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := redistest.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return "127.0.0.1:" + strconv.Itoa(port)
 }

@@ -50,7 +50,7 @@ func StartCluster() (*Cluster, error) {
 		}
 	}()
 	for i := 0; i < 3; i++ {
-		port, err := FreePort()
+		port, err := freePort(clusterBusOffset) // the node's bus listens on port+10000
 		if err != nil {
 			return nil, err
 		}
@@ -120,3 +120,7 @@ func (c *Cluster) Close() {
 	c.procs = nil
 	_ = os.RemoveAll(c.dir)
 }
+
+// clusterBusOffset is where Redis puts a cluster node's bus: its port +
+// 10000 (by default; serverArgs sets no cluster-port).
+const clusterBusOffset = 10000

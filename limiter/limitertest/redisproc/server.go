@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -47,27 +48,77 @@ func StartServer(t testing.TB, extra ...string) *Server {
 	return s
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago, and
-// never the same port twice in one process: the kernel may hand a just
-// closed port out again, and two servers a test starts on "free" ports
-// would then share one (a backend that failed to bind while its probe
-// reached the api on the same port was seen in CI).
-func FreePort() (int, error) {
+// FreePort returns a loopback TCP port that was free a moment ago, below
+// the kernel's ephemeral range, and never the same port twice in one
+// process. Below the range because a port from 127.0.0.1:0 is in it: once
+// the probe closes it, the kernel may hand that port to any other
+// process's listener or outgoing connection (go test runs packages side by
+// side) before our server binds it, or after our server stopped, where a
+// check that "nothing answers" then finds a stranger (both seen in CI).
+// The kernel never hands out ports below the range for :0, and the map
+// keeps one process's servers apart; another process picking the same
+// port at the same moment is left to chance (one in ~20,000 per pick).
+func FreePort() (int, error) { return freePort(0) }
+
+// freePort is FreePort for a server that also binds port+offset (a
+// cluster node's bus, offset 10000): both free and below the range.
+func freePort(offset int) (int, error) {
+	low := ephemeralLow() - offset
 	handedMu.Lock()
 	defer handedMu.Unlock()
-	for range 100 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
+	if low <= quietFirst+100 { // an unusual range: take the kernel's
+		for range 100 {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return 0, err
+			}
+			port := ln.Addr().(*net.TCPAddr).Port
+			ln.Close()
+			if !handed[port] {
+				handed[port] = true
+				return port, nil
+			}
 		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
-		if !handed[port] {
-			handed[port] = true
-			return port, nil
+		return 0, errors.New("redisproc: no loopback port that was not handed out already")
+	}
+	for range 500 {
+		port := quietFirst + rand.IntN(low-quietFirst)
+		if handed[port] {
+			continue
+		}
+		if !portFree(port) || (offset > 0 && !portFree(port+offset)) {
+			continue // taken
+		}
+		handed[port] = true
+		return port, nil
+	}
+	return 0, fmt.Errorf("redisproc: no free loopback port in %d-%d", quietFirst, low-1)
+}
+
+func portFree(port int) bool {
+	ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return false
+	}
+	ln.Close()
+	return true
+}
+
+// quietFirst is the lowest port FreePort takes: above the well-known and
+// the usual registered service ports (Postgres, Redis, the api's 8080).
+const quietFirst = 10000
+
+// ephemeralLow is the first port of the kernel's ephemeral range (Linux's
+// default 32768 when it cannot be read).
+func ephemeralLow() int {
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				return n
+			}
 		}
 	}
-	return 0, errors.New("redisproc: no loopback port that was not handed out already")
+	return 32768
 }
 
 var (
