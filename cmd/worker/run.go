@@ -23,6 +23,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/postgres"
 	"github.com/tollgatehq/tollgate/internal/tracing"
 	"github.com/tollgatehq/tollgate/limiter/keyspace"
+	"github.com/tollgatehq/tollgate/web"
 )
 
 const usage = `usage: worker [version]
@@ -100,8 +101,8 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	defer rdb.Close()
 
 	workers := river.NewWorkers()
-	river.AddWorker(workers, &jobs.PruneWorker{DB: pool})
-	periodic := []*river.PeriodicJob{jobs.PrunePeriodic()}
+	river.AddWorker(workers, &jobs.PruneWorker{}) // jobs queued before retention took its place
+	var periodic []*river.PeriodicJob
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildinfo.Collector())
 	// One entitlements service for every job that changes what a tenant may
@@ -142,7 +143,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	periodic = append(periodic, creds.Register(workers)...)
 	meter := newMetering(pool, rdb, ents, cfg, log, jm, hooks, creds)
 	periodic = append(periodic, meter.Register(workers)...)
-	river.AddWorker(workers, &jobs.RetentionWorker{Log: log, Rules: retention(cfg, ents, bill, meter, idempotency.New(pool))})
+	river.AddWorker(workers, &jobs.RetentionWorker{Log: log, Rules: retention(cfg, ents, bill, meter, idempotency.New(pool), web.NewExpired(pool))})
 	periodic = append(periodic, jobs.RetentionPeriodic())
 
 	client, err := jobs.NewWorkerClient(pool, log, jobs.Config{Workers: workers, Periodic: periodic})

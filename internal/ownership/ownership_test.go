@@ -35,10 +35,6 @@ var debts = map[string]map[string]string{
 		"subscriptions":        "billing still stores subscriptions itself (substore.go); they belong behind entitlements' writer",
 		"subscription_items":   "as subscriptions",
 	},
-	"internal/jobs": {
-		"dashboard_links": "the hourly prune deletes expired links (jobs cannot import web)",
-		"web_sessions":    "the hourly prune deletes expired sessions",
-	},
 	"internal/metering": {
 		"tenants":     "period starts join the tenant's anchor and current subscription in the flush's hot query",
 		"plans":       "the quota window of the tenant's plan, in the same query",
