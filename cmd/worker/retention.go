@@ -8,12 +8,12 @@ import (
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/idempotency"
 	"github.com/tollgatehq/tollgate/internal/jobs"
-	"github.com/tollgatehq/tollgate/web"
+	"github.com/tollgatehq/tollgate/web/expired"
 )
 
 // retention is the worker's retention rules: each table pruned by its
 // owner, kept as long as the configuration says (docs/configuration.md).
-func retention(cfg config.Config, ents *entitlements.Service, bill *billing.Service, meter *meteringPart, idem *idempotency.Store, expired web.Expired) []jobs.Retention {
+func retention(cfg config.Config, ents *entitlements.Service, bill *billing.Service, meter *meteringPart, idem *idempotency.Store, pruner expired.Pruner) []jobs.Retention {
 	return []jobs.Retention{
 		{Name: "usage_events", Keep: cfg.UsageEventsRetention, Prune: meter.svc.PruneUsageEvents},
 		{Name: "stripe_events", Keep: cfg.StripeEventsRetention, Prune: bill.PruneEvents},
@@ -22,7 +22,7 @@ func retention(cfg config.Config, ents *entitlements.Service, bill *billing.Serv
 		{Name: "idempotency_keys", Keep: idempotency.TTL, Prune: idem.Prune},
 		// Expired links and sessions go a day after they expired: a link
 		// just expired still explains itself ("expired", not "unknown").
-		{Name: "dashboard_links (expired)", Keep: 24 * time.Hour, Prune: expired.PruneLinks},
-		{Name: "web_sessions (expired)", Keep: 24 * time.Hour, Prune: expired.PruneSessions},
+		{Name: "dashboard_links (expired)", Keep: 24 * time.Hour, Prune: pruner.PruneLinks},
+		{Name: "web_sessions (expired)", Keep: 24 * time.Hour, Prune: pruner.PruneSessions},
 	}
 }

@@ -23,7 +23,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/postgres"
 	"github.com/tollgatehq/tollgate/internal/tracing"
 	"github.com/tollgatehq/tollgate/limiter/keyspace"
-	"github.com/tollgatehq/tollgate/web"
+	"github.com/tollgatehq/tollgate/web/expired"
 )
 
 const usage = `usage: worker [version]
@@ -143,7 +143,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	periodic = append(periodic, creds.Register(workers)...)
 	meter := newMetering(pool, rdb, ents, cfg, log, jm, hooks, creds)
 	periodic = append(periodic, meter.Register(workers)...)
-	river.AddWorker(workers, &jobs.RetentionWorker{Log: log, Rules: retention(cfg, ents, bill, meter, idempotency.New(pool), web.NewExpired(pool))})
+	river.AddWorker(workers, &jobs.RetentionWorker{Log: log, Rules: retention(cfg, ents, bill, meter, idempotency.New(pool), expired.New(pool))})
 	periodic = append(periodic, jobs.RetentionPeriodic())
 
 	client, err := jobs.NewWorkerClient(pool, log, jobs.Config{Workers: workers, Periodic: periodic})
