@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/audit"
+	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/internal/numfmt"
 )
@@ -163,6 +164,12 @@ type tenantPage struct {
 	CanResync bool
 	OverForm  overrideForm
 	OverErrs  []apperr.FieldError
+	// Grants are the tenant's credit grants, active and past (nil
+	// without a GrantManager).
+	Grants    []credits.Grant
+	CanGrant  bool
+	GrantForm grantForm
+	GrantErrs []apperr.FieldError
 	CanEdit   bool   // the external id form
 	ExtForm   string // the external id as typed, after a refusal
 	ExtErr    string // why it was refused
@@ -183,12 +190,17 @@ func (w *Web) adminTenant(c echo.Context) (page, tenantPage, error) {
 	if err != nil {
 		return page{}, tenantPage{}, err
 	}
-	d := tenantPage{UsageView: u, CanPlan: w.Plans != nil, CanKeys: w.Keys != nil, CanOver: w.Overrides != nil, CanResync: w.Resyncer != nil, CanEdit: w.Tenants != nil}
+	d := tenantPage{UsageView: u, CanPlan: w.Plans != nil, CanKeys: w.Keys != nil, CanOver: w.Overrides != nil, CanResync: w.Resyncer != nil, CanEdit: w.Tenants != nil, CanGrant: w.Grants != nil}
 	if d.Keys, err = w.store.keys(ctx, id); err != nil {
 		return page{}, d, err
 	}
 	if d.Overrides, err = w.store.overrides(ctx, id); err != nil {
 		return page{}, d, err
+	}
+	if w.Grants != nil {
+		if d.Grants, err = w.Grants.List(ctx, id); err != nil {
+			return page{}, d, err
+		}
 	}
 	if d.Plans, err = w.store.plans(ctx); err != nil {
 		return page{}, d, err
@@ -224,6 +236,8 @@ var adminNotices = map[string]string{
 	"revoked":  "API key revoked.",
 	"override": "Override saved; it applies through a new entitlement version.",
 	"deleted":  "Override removed.",
+	"granted":  "Grant issued.",
+	"voided":   "Grant voided: nothing more is drawn from it.",
 	"replayed": "Event queued for replay.",
 	"created":  "Plan created.",
 	"edited":   "Plan saved; every tenant on it has the new limits.",

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
 	"github.com/tollgatehq/tollgate/internal/jobs"
@@ -50,6 +51,7 @@ type bundle struct {
 	admin  string // admin token (ADMIN_TOKEN: actor "admin")
 	alice  string // a named admin credential (ADMIN_TOKENS: actor "alice")
 	trail  *audit.Log
+	creds  *credits.Service
 	free   string // this test's default plan
 	pro    string // a bigger plan
 	// fallbacks counts the limiter's fail-mode decisions (Redis slower
@@ -129,13 +131,15 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	if o.stripeBase != "" {
 		plans, upgrades = bill, bill
 	}
+	b.creds = credits.NewService(pool, b.ents, log, credits.Options{})
 	b.trail = audit.New(pool, log)
+	b.trail.Read(audit.KindGrant, audit.Reader{State: b.creds.State, TenantOf: b.creds.TenantOf})
 	named := map[string]string{"alice": b.alice}
 	w, err := New(Deps{Log: log, DB: pool, Limits: b.store, Snapshots: b.ents, Usage: b.meter, AdminToken: b.admin, DefaultPlan: b.free,
 		Entitlements: b.ents, Billing: bill, Metering: b.meter,
 		AdminTokens: named, Audit: b.trail, Upgrades: upgrades, Attempts: lim, BillingContact: o.contact, PublicURL: o.publicURL,
 		Plans: plans, PlanAdmin: b.ents, Addons: b.ents, Keys: b.ents, Overrides: b.ents, Explainer: b.ents, Replayer: bill, Resyncer: bill, Guard: guard,
-		Tenants: b.ents, Previews: b.ents})
+		Tenants: b.ents, Previews: b.ents, Grants: b.creds})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,6 +82,9 @@ type Deps struct {
 	Addons    AddonAdmin
 	Keys      KeyManager
 	Overrides OverrideManager
+	// Grants issues and voids credit grants (the tenant page's panel);
+	// nil shows no panel.
+	Grants GrantManager
 	// Webhooks manages outbound webhook endpoints (admin_webhooks.go); nil
 	// hides the webhooks pages.
 	Webhooks *notify.Service
@@ -232,6 +235,8 @@ func (w *Web) Register(e *echo.Echo) {
 	e.POST("/admin/tenants/:id/keys/:key/revoke", w.handleAdminRevokeKey(), admin...)
 	e.POST("/admin/tenants/:id/overrides", w.handleAdminAddOverride(), admin...)
 	e.POST("/admin/tenants/:id/overrides/:oid/delete", w.handleAdminDeleteOverride(), admin...)
+	e.POST("/admin/tenants/:id/grants", w.handleAdminAddGrant(), admin...)
+	e.POST("/admin/tenants/:id/grants/:gid/void", w.handleAdminVoidGrant(), admin...)
 	e.POST("/admin/tenants/:id/dashboard-link", w.handleAdminMintLink(), admin...)
 	e.POST("/admin/tenants/:id/resync", w.handleAdminResync(), admin...)
 	e.GET("/admin/plans", w.handleAdminPlans(), admin...)

@@ -17,7 +17,6 @@ import (
 
 	"github.com/tollgatehq/tollgate/cmd/internal/wire"
 	"github.com/tollgatehq/tollgate/internal/apperr"
-	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/buildinfo"
 	"github.com/tollgatehq/tollgate/internal/config"
@@ -171,20 +170,21 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	if cfg.StripeSecretKey != "" {
 		resync, upgrades = bill, bill
 	}
-	trail := audit.New(pool, log) // who changed what, through the API or the console
+	creds := wire.Credits(pool, ents, log, credits.Options{})
+	trail := wire.Audit(pool, log, creds) // who changed what, through the API or the console
 	pages, err := web.New(web.Deps{Log: log, DB: pool, Limits: limitstore.New(rdb, keyspace.DefaultPrefix),
 		Snapshots: ents, Usage: meter, Entitlements: ents, Billing: bill, Metering: meter,
 		AdminToken: cfg.AdminToken, AdminTokens: cfg.AdminTokens, Audit: trail,
 		DefaultPlan: cfg.DefaultPlan, PublicURL: cfg.PublicURL, RedisTimeout: cfg.RedisTimeout,
 		BillingContact: cfg.BillingContact, Upgrades: upgrades, Attempts: lim,
 		Plans: planChanger(cfg, ents, bill), PlanAdmin: ents, Addons: ents, Keys: ents, Overrides: ents, Explainer: ents, Replayer: bill, Resyncer: resync, Guard: authLim,
-		Tenants: ents, Previews: ents, Webhooks: hooks})
+		Tenants: ents, Previews: ents, Webhooks: hooks, Grants: creds})
 	if err != nil {
 		return err
 	}
 	srv, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, Registry: reg, AdminToken: cfg.AdminToken,
 		AdminTokens: cfg.AdminTokens, Audit: trail, Entitlements: ents, PlanChanger: planChanger(cfg, ents, bill), Billing: bill, Metering: meter, Limiter: lim,
-		AuthLimiter: authLim, DashboardLinks: pages, Notify: hooks, Credits: wire.Credits(pool, ents, log, credits.Options{}), RequestTimeout: cfg.DatabaseTimeout, OutboundTimeout: billing.DefaultStripeTimeout,
+		AuthLimiter: authLim, DashboardLinks: pages, Notify: hooks, Credits: creds, RequestTimeout: cfg.DatabaseTimeout, OutboundTimeout: billing.DefaultStripeTimeout,
 		TrustedProxies: cfg.TrustedProxies, MetricsToken: cfg.MetricsToken, MetricsElsewhere: cfg.MetricsAddr != ""})
 	if err != nil {
 		return err

@@ -72,10 +72,24 @@ type Subject struct {
 	ServiceTokenID string
 	// Target names the object inside the subject (an override or key id).
 	Target string
-	// State, when set, reads the target's state as its owner shows it (a
-	// grant's, from credits), instead of the tenant's; nil when it does
-	// not exist.
+	// State, when set, reads the target's state as its owner shows it,
+	// instead of the tenant's; nil when it does not exist. Unset, the
+	// reader registered for the route's kind (Log.Read) is used.
 	State func(ctx context.Context, target string) json.RawMessage
+
+	kind, stateOf Kind // of the route (Route.Subject)
+}
+
+// Reader reads, for the audit trail, the subjects of one kind that another
+// package owns (credits' grants and top-ups), so that neither the API nor
+// the console knows whose tables they are in.
+type Reader struct {
+	// State is the object's state as its owner shows it; nil when it
+	// does not exist.
+	State func(ctx context.Context, id string) json.RawMessage
+	// TenantOf is the tenant the object belongs to; "" when none. Nil for
+	// a kind that belongs to no tenant.
+	TenantOf func(ctx context.Context, id string) string
 }
 
 // named says whether the subject names anything whose state can be read.
@@ -85,8 +99,18 @@ func (s Subject) named() bool {
 
 // Log records and lists entries.
 type Log struct {
-	db  *pgxpool.Pool
-	log *slog.Logger
+	db      *pgxpool.Pool
+	log     *slog.Logger
+	readers map[Kind]Reader
+}
+
+// Read registers how subjects of kind k are read. Call it while wiring,
+// before the log is used.
+func (l *Log) Read(k Kind, r Reader) {
+	if l.readers == nil {
+		l.readers = map[Kind]Reader{}
+	}
+	l.readers[k] = r
 }
 
 // New returns the audit log on db.
@@ -214,9 +238,17 @@ func (l *Log) List(ctx context.Context, f Filter) ([]Entry, error) {
 	return out, nil
 }
 
-// resolve finds the tenant of an API key or a Stripe event.
+// resolve finds the tenant of an API key, a Stripe event or an object of
+// a registered kind, and that kind's state reader.
 func (l *Log) resolve(ctx context.Context, sub *Subject) {
+	if r, ok := l.readers[sub.stateOf]; ok && sub.State == nil {
+		sub.State = r.State
+	}
 	if sub.TenantID != "" {
+		return
+	}
+	if r, ok := l.readers[sub.kind]; ok && r.TenantOf != nil && sub.Target != "" {
+		sub.TenantID = r.TenantOf(ctx, sub.Target)
 		return
 	}
 	var tid *string

@@ -35,6 +35,10 @@ type Route struct {
 	// Target is the route parameter naming the object inside the subject
 	// (an override or API key id); "" = the created object's id, if any.
 	Target string
+	// StateOf, when set, is whose state the entry records instead of the
+	// subject's own: a grant created in a tenant records the grant, read
+	// by its owner (Log.Read).
+	StateOf Kind
 }
 
 // Routes are every audited route of the admin API (/admin/v1) and the
@@ -64,7 +68,7 @@ var Routes = map[string]Route{
 	"POST /admin/v1/webhook-endpoints/:id/deliveries/:delivery_id/retry": {Action: "webhook_delivery.retry", Kind: KindWebhookEndpoint, ID: "id"},
 	"POST /admin/v1/webhook-endpoints/:id/events/:event_id/replay":       {Action: "webhook_event.replay", Kind: KindWebhookEndpoint, ID: "id"},
 	"POST /admin/v1/tenants/:id/dashboard-links":                         {Action: "dashboard_link.issue", Kind: KindTenant, ID: "id"},
-	"POST /admin/v1/tenants/:id/grants":                                  {Action: "grant.create", Kind: KindTenant, ID: "id"},
+	"POST /admin/v1/tenants/:id/grants":                                  {Action: "grant.create", Kind: KindTenant, ID: "id", StateOf: KindGrant},
 	"POST /admin/v1/grants/:id/void":                                     {Action: "grant.void", Kind: KindGrant, ID: "id"},
 	"PUT /admin/v1/topups/:price_id":                                     {Action: "topup.put", Kind: KindTopup, ID: "price_id"},
 	"DELETE /admin/v1/topups/:price_id":                                  {Action: "topup.delete", Kind: KindTopup, ID: "price_id"},
@@ -76,6 +80,8 @@ var Routes = map[string]Route{
 	"POST /admin/tenants/:id/keys/:key/revoke":        {Action: "api_key.revoke", Kind: KindTenant, ID: "id", Target: "key"},
 	"POST /admin/tenants/:id/overrides":               {Action: "override.create", Kind: KindTenant, ID: "id"},
 	"POST /admin/tenants/:id/overrides/:oid/delete":   {Action: "override.delete", Kind: KindTenant, ID: "id", Target: "oid"},
+	"POST /admin/tenants/:id/grants":                  {Action: "grant.create", Kind: KindTenant, ID: "id", StateOf: KindGrant},
+	"POST /admin/tenants/:id/grants/:gid/void":        {Action: "grant.void", Kind: KindGrant, ID: "gid"},
 	"POST /admin/tenants/:id/dashboard-link":          {Action: "dashboard_link.issue", Kind: KindTenant, ID: "id"},
 	"POST /admin/tenants/:id/resync":                  {Action: "tenant.resync", Kind: KindTenant, ID: "id"},
 	"POST /admin/plans":                               {Action: "plan.create", Kind: KindPlan},
@@ -122,6 +128,10 @@ func (r Route) Subject(param, form func(string) string) Subject {
 		if t := param(r.Target); t != "" {
 			s.Target = t
 		}
+	}
+	s.kind, s.stateOf = r.Kind, r.StateOf
+	if s.stateOf == 0 {
+		s.stateOf = r.Kind
 	}
 	return s
 }

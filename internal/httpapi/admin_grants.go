@@ -7,7 +7,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
-	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/credits"
 )
 
@@ -151,23 +150,5 @@ func (s *Server) handleDeleteTopup() echo.HandlerFunc {
 			return err
 		}
 		return c.NoContent(http.StatusNoContent)
-	}
-}
-
-// creditSubject makes a grant's or a top-up's audit entry record the
-// object itself (credits' view of it) before and after, and names a
-// voided grant's tenant.
-func (s *Server) creditSubject(c echo.Context, route audit.Route, sub *audit.Subject) {
-	if s.Credits == nil {
-		return
-	}
-	switch {
-	case route.Kind == audit.KindGrant:
-		sub.TenantID = s.Credits.TenantOf(c.Request().Context(), sub.Target)
-		sub.State = s.Credits.State
-	case route.Kind == audit.KindTopup:
-		sub.State = s.Credits.TopupState
-	case route.Action == "grant.create":
-		sub.State = s.Credits.State
 	}
 }

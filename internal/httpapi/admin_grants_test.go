@@ -17,6 +17,8 @@ func grantsAPI(t *testing.T) *testAPI {
 	return newTestAPI(t, testAPIOptions{Deps: func(d *Deps) {
 		d.Audit = audit.New(d.DB, d.Log)
 		d.Credits = credits.NewService(d.DB, d.Entitlements, d.Log, credits.Options{})
+		d.Audit.Read(audit.KindGrant, audit.Reader{State: d.Credits.State, TenantOf: d.Credits.TenantOf})
+		d.Audit.Read(audit.KindTopup, audit.Reader{State: d.Credits.TopupState})
 	}})
 }
 

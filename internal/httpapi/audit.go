@@ -24,7 +24,6 @@ func (s *Server) audited(next echo.HandlerFunc) echo.HandlerFunc {
 			return next(c)
 		}
 		sub := route.Subject(c.Param, nil)
-		s.creditSubject(c, route, &sub)
 		var body *bytes.Buffer
 		if c.Request().Method == http.MethodPost {
 			body = &bytes.Buffer{}

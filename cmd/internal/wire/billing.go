@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/config"
 	"github.com/tollgatehq/tollgate/internal/credits"
@@ -44,4 +45,13 @@ func Billing(pool *pgxpool.Pool, ents *entitlements.Service, cfg config.Config, 
 // announced (the worker, whose flush and expiry job make them).
 func Credits(pool *pgxpool.Pool, ents *entitlements.Service, log *slog.Logger, opts credits.Options) *credits.Service {
 	return credits.NewService(pool, ents, log, opts)
+}
+
+// Audit is the trail of admin actions of the API and the console, reading
+// the grants and top-ups it records through their owner, credits.
+func Audit(pool *pgxpool.Pool, log *slog.Logger, creds *credits.Service) *audit.Log {
+	trail := audit.New(pool, log)
+	trail.Read(audit.KindGrant, audit.Reader{State: creds.State, TenantOf: creds.TenantOf})
+	trail.Read(audit.KindTopup, audit.Reader{State: creds.TopupState})
+	return trail
 }
