@@ -2,11 +2,13 @@ package web
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/credits"
 )
 
 // loginPage is the data of the dashboard login page.
@@ -103,6 +105,42 @@ type dashboardPage struct {
 	NewKey  *newKey
 	CanKeys bool
 	Choice  planChoice
+	// Credits are the tenant's prepaid units per meter (nil without a
+	// GrantManager, or when it has no grant that can still be drawn).
+	Credits []creditBalance
+}
+
+// creditBalance is what a tenant's grants of one meter hold: the units
+// active grants have left, and the grants themselves (pending ones too,
+// which add nothing to Available until they take effect).
+type creditBalance struct {
+	Meter     string
+	Available int64
+	Grants    []credits.Grant
+}
+
+// creditBalances groups the grants that can still be drawn by meter, in
+// the order the tenant's meters are listed, then by name.
+func creditBalances(gs []credits.Grant) []creditBalance {
+	var out []creditBalance
+	at := map[string]int{}
+	for _, g := range gs {
+		if g.Status != credits.StatusActive && g.Status != credits.StatusPending {
+			continue
+		}
+		i, ok := at[g.Meter]
+		if !ok {
+			i = len(out)
+			at[g.Meter] = i
+			out = append(out, creditBalance{Meter: g.Meter})
+		}
+		if g.Status == credits.StatusActive {
+			out[i].Available += g.Remaining
+		}
+		out[i].Grants = append(out[i].Grants, g)
+	}
+	slices.SortStableFunc(out, func(a, b creditBalance) int { return strings.Compare(a.Meter, b.Meter) })
+	return out
 }
 
 type newKey struct {
@@ -129,6 +167,13 @@ func (w *Web) dashboard(c echo.Context, nk *newKey) (page, error) {
 		return page{}, err
 	}
 	d := dashboardPage{UsageView: u, Keys: keys, Plans: plans, NewKey: nk, CanKeys: w.Keys != nil, Choice: w.planChoiceOf(ctx, plans, u)}
+	if w.Grants != nil {
+		gs, err := w.Grants.List(ctx, tid)
+		if err != nil {
+			return page{}, err
+		}
+		d.Credits = creditBalances(gs)
+	}
 	return page{Title: u.Tenant.Name + " · usage", Nav: "usage", Data: d}, nil
 }
 
