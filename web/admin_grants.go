@@ -22,6 +22,8 @@ type GrantManager interface {
 	Get(ctx context.Context, id string) (credits.Grant, error)
 	Create(ctx context.Context, tenantID string, in credits.GrantInput) (credits.Grant, error)
 	Void(ctx context.Context, id string) (credits.Grant, error)
+	// ListTopups are the one-time prices that buy units ("Buy more").
+	ListTopups(ctx context.Context) ([]credits.Topup, error)
 }
 
 // grantForm is the grant form as typed.

@@ -108,6 +108,10 @@ type dashboardPage struct {
 	// Credits are the tenant's prepaid units per meter (nil without a
 	// GrantManager, or when it has no grant that can still be drawn).
 	Credits []creditBalance
+	// Topups are what "Buy more" offers: the mapped top-ups, when a
+	// TopupBuyer (Stripe) is wired.
+	Topups     []credits.Topup
+	TopupError string
 }
 
 // creditBalance is what a tenant's grants of one meter hold: the units
@@ -173,6 +177,11 @@ func (w *Web) dashboard(c echo.Context, nk *newKey) (page, error) {
 			return page{}, err
 		}
 		d.Credits = creditBalances(gs)
+		if w.Topups != nil {
+			if d.Topups, err = w.Grants.ListTopups(ctx); err != nil {
+				return page{}, err
+			}
+		}
 	}
 	return page{Title: u.Tenant.Name + " · usage", Nav: "usage", Data: d}, nil
 }
@@ -188,6 +197,9 @@ func (w *Web) handleDashboard() echo.HandlerFunc {
 			p.Notice = "The API key was revoked; requests with it are refused from now on."
 		}
 		if n, ok := planNotices[c.QueryParam("plan")]; ok {
+			p.Notice = n
+		}
+		if n, ok := topupNotices[c.QueryParam("topup")]; ok {
 			p.Notice = n
 		}
 		return w.render(c, http.StatusOK, "dashboard", p)

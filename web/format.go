@@ -11,8 +11,17 @@ import (
 
 // funcs are the templates' helpers: formatting only, no logic.
 var funcs = template.FuncMap{
-	"int":      numfmt.Int,
-	"intp":     func(p *int64) string { return fmtIntPtr(p, "—") },
+	"int":  numfmt.Int,
+	"intp": func(p *int64) string { return fmtIntPtr(p, "—") },
+	// goDuration shows a stored Go duration ("720h0m0s") as people read
+	// it ("30 days"); one that does not parse is shown as it is.
+	"goDuration": func(s string) string {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return s
+		}
+		return fmtDuration(d)
+	},
 	"date":     func(t time.Time) string { return t.UTC().Format("2 Jan 2006") },
 	"datetime": fmtTime,
 	"timep": func(t *time.Time) string {

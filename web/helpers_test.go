@@ -118,7 +118,8 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bo := billing.Options{}
+	b.creds = credits.NewService(pool, b.ents, log, credits.Options{})
+	bo := billing.Options{Credits: b.creds}
 	if o.stripeBase != "" {
 		bo.SecretKey, bo.APIBase, bo.StripeTimeout = "sk_test_123", o.stripeBase, 5*time.Second
 	}
@@ -128,10 +129,10 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	}
 	var plans entitlements.PlanChanger = b.ents
 	var upgrades Upgrader // as cmd/api: self-serve plan changes need Stripe
+	var topups TopupBuyer // and so does buying credits
 	if o.stripeBase != "" {
-		plans, upgrades = bill, bill
+		plans, upgrades, topups = bill, bill, bill
 	}
-	b.creds = credits.NewService(pool, b.ents, log, credits.Options{})
 	b.trail = audit.New(pool, log)
 	b.trail.Read(audit.KindGrant, audit.Reader{State: b.creds.State, TenantOf: b.creds.TenantOf})
 	named := map[string]string{"alice": b.alice}
@@ -139,7 +140,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 		Entitlements: b.ents, Billing: bill, Metering: b.meter,
 		AdminTokens: named, Audit: b.trail, Upgrades: upgrades, Attempts: lim, BillingContact: o.contact, PublicURL: o.publicURL,
 		Plans: plans, PlanAdmin: b.ents, Addons: b.ents, Keys: b.ents, Overrides: b.ents, Explainer: b.ents, Replayer: bill, Resyncer: bill, Guard: guard,
-		Tenants: b.ents, Previews: b.ents, Grants: b.creds})
+		Tenants: b.ents, Previews: b.ents, Grants: b.creds, Topups: topups})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -85,6 +85,9 @@ type Deps struct {
 	// Grants issues and voids credit grants (the tenant page's panel);
 	// nil shows no panel.
 	Grants GrantManager
+	// Topups sends tenants to Stripe to buy credits (billing, with a
+	// Stripe key); nil hides the dashboard's "Buy more".
+	Topups TopupBuyer
 	// Webhooks manages outbound webhook endpoints (admin_webhooks.go); nil
 	// hides the webhooks pages.
 	Webhooks *notify.Service
@@ -219,6 +222,7 @@ func (w *Web) Register(e *echo.Echo) {
 	e.POST("/dashboard/keys", w.handleDashboardIssueKey(), tenant...)
 	e.POST("/dashboard/keys/:id/revoke", w.handleDashboardRevokeKey(), tenant...)
 	e.POST("/dashboard/plan", w.handleDashboardChangePlan(), tenant...)
+	e.POST("/dashboard/topups", w.handleDashboardBuyTopup(), tenant...)
 	e.RouteNotFound("/dashboard/*", w.handleNotFound(), w.html)
 
 	e.GET("/admin/login", w.handleAdminLoginPage(), open...)

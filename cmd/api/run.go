@@ -167,8 +167,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	authLim := httpapi.NewAuthLimiter(lim, httpapi.AuthLimitOptions{TrustedProxies: cfg.TrustedProxies})
 	var resync web.Resyncer   // the console's "resync now" needs Stripe
 	var upgrades web.Upgrader // so do the dashboard's plan changes
+	var topups web.TopupBuyer // and its "Buy more"
 	if cfg.StripeSecretKey != "" {
-		resync, upgrades = bill, bill
+		resync, upgrades, topups = bill, bill, bill
 	}
 	creds := wire.Credits(pool, ents, log, credits.Options{})
 	trail := wire.Audit(pool, log, creds) // who changed what, through the API or the console
@@ -178,7 +179,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 		DefaultPlan: cfg.DefaultPlan, PublicURL: cfg.PublicURL, RedisTimeout: cfg.RedisTimeout,
 		BillingContact: cfg.BillingContact, Upgrades: upgrades, Attempts: lim,
 		Plans: planChanger(cfg, ents, bill), PlanAdmin: ents, Addons: ents, Keys: ents, Overrides: ents, Explainer: ents, Replayer: bill, Resyncer: resync, Guard: authLim,
-		Tenants: ents, Previews: ents, Webhooks: hooks, Grants: creds})
+		Tenants: ents, Previews: ents, Webhooks: hooks, Grants: creds, Topups: topups})
 	if err != nil {
 		return err
 	}

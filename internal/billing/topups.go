@@ -25,6 +25,7 @@ import (
 // Credits is what billing asks of credits (*credits.Service).
 type Credits interface {
 	HasTopups(ctx context.Context) (bool, error)
+	GetTopup(ctx context.Context, priceID string) (credits.Topup, error)
 	GrantPurchaseTx(ctx context.Context, tx pgx.Tx, p credits.Purchase) (credits.PurchaseResult, error)
 }
 
