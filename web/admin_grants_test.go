@@ -45,7 +45,9 @@ func TestConsoleGrantsPanel(t *testing.T) {
 	}
 	g := gs[0]
 	wantIn(t, br.get(page).body, `data-grant="`+g.ID+`" data-status="active"`, "5,000 of 5,000", "launch promo",
-		`action="/admin/tenants/`+tn.ID+`/grants/`+g.ID+`/void"`)
+		`action="/admin/tenants/`+tn.ID+`/grants/`+g.ID+`/void"`,
+		// "Why these limits" lists it after the quotas, in draw order.
+		"Then credit grants, in the order they are drawn", `data-why-grant="`+g.ID+`"`)
 
 	// Void: first the confirmation, which changes nothing.
 	r = br.post(page+"/grants/"+g.ID+"/void", url.Values{"csrf": {tok}})
@@ -64,8 +66,8 @@ func TestConsoleGrantsPanel(t *testing.T) {
 	}
 	body := br.get(page).body
 	wantIn(t, body, `data-grant="`+g.ID+`" data-status="voided"`)
-	if strings.Contains(body, `/grants/`+g.ID+`/void"`) {
-		t.Fatal("a voided grant still offers Void")
+	if strings.Contains(body, `/grants/`+g.ID+`/void"`) || strings.Contains(body, `data-why-grant="`+g.ID+`"`) {
+		t.Fatal("a voided grant still offers Void, or is listed as drawn")
 	}
 
 	// The trail: one grant.create and one grant.void, each with the

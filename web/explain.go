@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/numfmt"
 )
@@ -20,6 +21,9 @@ type Explainer interface {
 type whyPanel struct {
 	entitlements.Explanation
 	Rows []whyRow
+	// Grants are drawn after the quotas' included units, in this order
+	// (credits.Drawable); nil without a GrantManager.
+	Grants []credits.Grant
 }
 
 // whyRow is one limit of the panel: what is in force and its sources.
@@ -83,7 +87,15 @@ func (w *Web) explainTenant(ctx context.Context, id string) (*whyPanel, error) {
 		}
 		rows = append(rows, r)
 	}
-	return &whyPanel{Explanation: e, Rows: rows}, nil
+	p := &whyPanel{Explanation: e, Rows: rows}
+	if w.Grants != nil {
+		gs, err := w.Grants.List(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		p.Grants = credits.Drawable(gs)
+	}
+	return p, nil
 }
 
 func limitTitle(l entitlements.Limit) string {

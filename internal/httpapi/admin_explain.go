@@ -4,11 +4,24 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/tollgatehq/tollgate/internal/credits"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
+
+// explained is the explain answer: the limits, and the grants beside them.
+type explained struct {
+	entitlements.Explanation
+	// Grants are the tenant's grants that can still be drawn (active and
+	// pending), per meter in the order they are drawn; absent without
+	// credits wired.
+	Grants []credits.Grant `json:"grants,omitempty"`
+}
 
 // handleExplainTenant answers GET /admin/v1/tenants/{id}/explain: each
 // enforced limit with what set it (entitlements.Explain), overrides named
-// with who created them when the audit trail knows.
+// with who created them when the audit trail knows, and the credit grants
+// that are drawn after the quotas, in their order.
 func (s *Server) handleExplainTenant() echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ctx := c.Request().Context()
@@ -24,6 +37,14 @@ func (s *Server) handleExplainTenant() echo.HandlerFunc {
 			}
 			e.AttributeOverrides(by)
 		}
-		return c.JSON(http.StatusOK, e)
+		out := explained{Explanation: e}
+		if s.Credits != nil {
+			gs, err := s.Credits.List(ctx, e.TenantID)
+			if err != nil {
+				return err
+			}
+			out.Grants = credits.Drawable(gs)
+		}
+		return c.JSON(http.StatusOK, out)
 	}
 }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -261,5 +262,52 @@ func TestTopupsAdminAPI(t *testing.T) {
 	}
 	if seen["topup.put"] != 2 || seen["topup.delete"] != 1 {
 		t.Fatalf("audit of %s: %v", price, seen)
+	}
+}
+
+// Explain lists the grants that can still be drawn, per meter in draw
+// order (priority, earliest expiry, none last, creation), pending ones
+// included and voided ones not, beside the limits it explains.
+func TestExplainListsGrantsInDrawOrder(t *testing.T) {
+	a := grantsAPI(t)
+	plan := a.createPlan(t, map[string]any{"quotas": map[string]any{"requests": map[string]any{"limit": 100, "mode": "hard"},
+		"exports": map[string]any{"limit": 5, "mode": "soft"}}})
+	tenant := a.createTenant(t, plan)
+	base := "/admin/v1/tenants/" + tenant + "/grants"
+	grant := func(body map[string]any) string {
+		t.Helper()
+		var g credits.Grant
+		a.admin(t, http.MethodPost, base, body, http.StatusCreated).Decode(t, &g)
+		return g.ID
+	}
+	soon := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	later := time.Now().Add(48 * time.Hour).UTC().Format(time.RFC3339)
+	never := grant(map[string]any{"meter": "requests", "amount": 10, "priority": 5})
+	expiring := grant(map[string]any{"meter": "requests", "amount": 10, "priority": 5, "expires_at": later})
+	first := grant(map[string]any{"meter": "requests", "amount": 10, "priority": 1})
+	soonest := grant(map[string]any{"meter": "requests", "amount": 10, "priority": 5, "expires_at": soon})
+	pending := grant(map[string]any{"meter": "requests", "amount": 10, "priority": 90, "effective_at": soon})
+	export := grant(map[string]any{"meter": "exports", "amount": 3})
+	voided := grant(map[string]any{"meter": "requests", "amount": 10, "priority": 0})
+	a.admin(t, http.MethodPost, "/admin/v1/grants/"+voided+"/void", nil, http.StatusOK)
+
+	var e struct {
+		Limits []map[string]any
+		Grants []credits.Grant
+	}
+	a.admin(t, http.MethodGet, "/admin/v1/tenants/"+tenant+"/explain", nil, http.StatusOK).Decode(t, &e)
+	if len(e.Limits) == 0 {
+		t.Fatal("explain lost its limits")
+	}
+	var got []string
+	for _, g := range e.Grants {
+		got = append(got, g.ID)
+	}
+	want := []string{export, first, soonest, expiring, never, pending}
+	if !slices.Equal(got, want) {
+		t.Fatalf("grants %v, want %v (exports, then requests in draw order)", got, want)
+	}
+	if e.Grants[5].Status != credits.StatusPending {
+		t.Errorf("the pending grant is %s", e.Grants[5].Status)
 	}
 }
