@@ -55,15 +55,7 @@ func (f grantForm) input(now time.Time) (credits.GrantInput, error) {
 			in.Priority = &p
 		}
 	}
-	if f.ExpiresDays != "" {
-		d, err := strconv.ParseFloat(f.ExpiresDays, 64)
-		if err != nil || d <= 0 || d > 3660 {
-			v.Add("expires_days", "must be a number of days between 0 and 3660")
-		} else {
-			at := now.Add(time.Duration(d * float64(24*time.Hour))).Truncate(time.Second)
-			in.ExpiresAt = &at
-		}
-	}
+	in.ExpiresAt = expiresAfterDays(&v, f.ExpiresDays, now)
 	return in, v.Err()
 }
 
@@ -89,19 +81,8 @@ func (w *Web) handleAdminAddGrant() echo.HandlerFunc {
 				c.Set(ctxTarget, g.ID) // the audit entry records the grant it created
 			}
 		}
-		if fields, status, ok := formError(err); ok {
-			p, d, err := w.adminTenant(c)
-			if err != nil {
-				return err
-			}
-			d.GrantForm, d.GrantErrs = f, fields
-			p.Data = d
-			return w.render(c, status, "admin_tenant", p)
-		}
-		if err != nil {
-			return err
-		}
-		return c.Redirect(http.StatusSeeOther, "/admin/tenants/"+id+"?done=granted#grants")
+		return w.tenantFormDone(c, err, func(d *tenantPage, fields []apperr.FieldError) { d.GrantForm, d.GrantErrs = f, fields },
+			"?done=granted#grants")
 	}
 }
 

@@ -38,16 +38,43 @@ func (f overrideForm) input(now time.Time) (entitlements.OverrideInput, error) {
 		return &n
 	}
 	in.Extra, in.Limit = num("extra", f.Extra), num("limit", f.Limit)
-	if f.ExpiresDays != "" {
-		d, err := strconv.ParseFloat(f.ExpiresDays, 64)
-		if err != nil || d <= 0 || d > 3660 {
-			v.Add("expires_days", "must be a number of days between 0 and 3660")
-		} else {
-			at := now.Add(time.Duration(d * float64(24*time.Hour))).Truncate(time.Second)
-			in.ExpiresAt = &at
-		}
-	}
+	in.ExpiresAt = expiresAfterDays(&v, f.ExpiresDays, now)
 	return in, v.Err()
+}
+
+// expiresAfterDays reads a form's "Expires after (days)" field as a moment
+// from now, to the second; empty is nil (never).
+func expiresAfterDays(v *apperr.Validation, days string, now time.Time) *time.Time {
+	if days == "" {
+		return nil
+	}
+	d, err := strconv.ParseFloat(days, 64)
+	if err != nil || d <= 0 || d > 3660 {
+		v.Add("expires_days", "must be a number of days between 0 and 3660")
+		return nil
+	}
+	at := now.Add(time.Duration(d * float64(24*time.Hour))).Truncate(time.Second)
+	return &at
+}
+
+// tenantFormDone answers a form of the tenant page: refused with named
+// fields, the page again with the form as typed and the reasons next to it
+// (fill puts both in place); failed otherwise, the error; done, a redirect
+// to the tenant page at to ("?done=…#section").
+func (w *Web) tenantFormDone(c echo.Context, err error, fill func(d *tenantPage, fields []apperr.FieldError), to string) error {
+	if fields, status, ok := formError(err); ok {
+		p, d, err := w.adminTenant(c)
+		if err != nil {
+			return err
+		}
+		fill(&d, fields)
+		p.Data = d
+		return w.render(c, status, "admin_tenant", p)
+	}
+	if err != nil {
+		return err
+	}
+	return c.Redirect(http.StatusSeeOther, "/admin/tenants/"+c.Param("id")+to)
 }
 
 // handleAdminAddOverride grants a quota override; a refused form comes back
@@ -74,19 +101,8 @@ func (w *Web) handleAdminAddOverride() echo.HandlerFunc {
 				c.Set(ctxTarget, o.ID) // the audit entry names the override it created
 			}
 		}
-		if fields, status, ok := formError(err); ok {
-			p, d, err := w.adminTenant(c)
-			if err != nil {
-				return err
-			}
-			d.OverForm, d.OverErrs = f, fields
-			p.Data = d
-			return w.render(c, status, "admin_tenant", p)
-		}
-		if err != nil {
-			return err
-		}
-		return c.Redirect(http.StatusSeeOther, "/admin/tenants/"+id+"?done=override#overrides")
+		return w.tenantFormDone(c, err, func(d *tenantPage, fields []apperr.FieldError) { d.OverForm, d.OverErrs = f, fields },
+			"?done=override#overrides")
 	}
 }
 

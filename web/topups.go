@@ -77,12 +77,5 @@ func (w *Web) handleDashboardBuyTopup() echo.HandlerFunc {
 }
 
 func (w *Web) renderTopupError(c echo.Context, status int, msg string) error {
-	p, err := w.dashboard(c, nil)
-	if err != nil {
-		return err
-	}
-	d := p.Data.(dashboardPage)
-	d.TopupError = msg
-	p.Data = d
-	return w.render(c, status, "dashboard", p)
+	return w.renderDashboardWith(c, status, func(d *dashboardPage) { d.TopupError = msg })
 }

@@ -218,12 +218,18 @@ func (w *Web) handleDashboardChangePlan() echo.HandlerFunc {
 
 // renderPlanError shows the dashboard with msg in the plan section.
 func (w *Web) renderPlanError(c echo.Context, status int, msg string) error {
+	return w.renderDashboardWith(c, status, func(d *dashboardPage) { d.Choice.Error = msg })
+}
+
+// renderDashboardWith answers the dashboard with status, after set put a
+// message (a refused form's reason) in place.
+func (w *Web) renderDashboardWith(c echo.Context, status int, set func(d *dashboardPage)) error {
 	p, err := w.dashboard(c, nil)
 	if err != nil {
 		return err
 	}
 	d := p.Data.(dashboardPage)
-	d.Choice.Error = msg
+	set(&d)
 	p.Data = d
 	return w.render(c, status, "dashboard", p)
 }
