@@ -73,14 +73,21 @@ func fastRefField(r *preparedRate, q *preparedQuota) string {
 // server deletes it with every write of the snapshot. One made from the
 // Loader's answer (nothing in Redis tells of its changes) carries the time
 // it was written, and is read again past Options.CacheTTL.
+//
+// A tenant with grants gets none: decisions by reference do not draw
+// grants, so such a tenant is decided from its snapshot (two trips when it
+// is not in the near-cache).
 func (l *Limiter) writeLimits(ctx context.Context, p *prepared, fromRedis bool) {
+	if len(p.grants) > 0 {
+		return
+	}
 	at := time.Now().UnixMilli()
 	if fromRedis {
 		at = 0
 	}
 	args := append([]any{p.snap.Version, int64(limitsTTL / time.Second)}, limitsFields(p, at)...)
 	_ = l.call(ctx, "limits", func(ctx context.Context) error {
-		return putLimScript.Run(ctx, l.rdb, []string{l.keys.limits(p.snap.TenantID), l.keys.snapshot(p.snap.TenantID)}, args...).Err()
+		return putLimScript.Run(ctx, l.rdb, []string{l.keys.limits(p.snap.TenantID), l.keys.snapshot(p.snap.TenantID), p.state}, args...).Err()
 	}) // best effort: without it the tenant is decided in two trips
 }
 

@@ -21,6 +21,11 @@ type prepared struct {
 	rfBase  string
 	dirty   string
 	entKey  string // the snapshot's key
+	// grants are the meters the tenant has grants of (the state hash's
+	// grant list as read with the snapshot): their decisions draw them
+	// (fastGrantsBody, or the general decision with the quota's hard
+	// argument + 2).
+	grants map[string]bool
 	// fromLoader says the snapshot came from Options.Loader, not from
 	// Redis: its safety re-read asks the Loader (see recheckInBackground).
 	fromLoader bool
@@ -55,6 +60,7 @@ type preparedRate struct {
 
 type preparedQuota struct {
 	meter   string
+	grants  bool // the tenant has grants of this meter
 	limit   int64
 	limitS  string
 	hard    bool
@@ -93,9 +99,12 @@ func prepareRate(key string, r *Rate) *preparedRate {
 	}
 }
 
-func (k keyNames) prepare(s Snapshot) *prepared {
+func (k keyNames) prepare(s Snapshot) *prepared { return k.prepareWith(s, nil) }
+
+// prepareWith is prepare for a tenant with grants of the meters given.
+func (k keyNames) prepareWith(s Snapshot, grants map[string]bool) *prepared {
 	t := s.TenantID
-	p := &prepared{snap: s, conc: s.Concurrency, state: k.state(t), base: k.tenantBase(t), rfBase: k.refusalBase(t), dirty: k.dirtyBase(t), entKey: k.snapshot(t)}
+	p := &prepared{snap: s, conc: s.Concurrency, state: k.state(t), base: k.tenantBase(t), rfBase: k.refusalBase(t), dirty: k.dirtyBase(t), entKey: k.snapshot(t), grants: grants}
 	if s.Rate != nil {
 		p.rate = prepareRate(p.state, s.Rate)
 	}
@@ -137,6 +146,7 @@ func (k keyNames) prepare(s Snapshot) *prepared {
 			if pq.mode == "" {
 				pq.mode = ModeHard
 			}
+			pq.grants = p.grants[m]
 			p.quotas[m] = pq
 		}
 	}

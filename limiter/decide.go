@@ -62,6 +62,24 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 			}
 			return nil, fmt.Errorf("limiter: the snapshot's window of %q has not begun by Redis's clock", pl.tenant)
 		}
+		if status == 6 {
+			// An active grant has no remaining in Redis: rebuilt from the
+			// ledger (GrantLoader) under the epoch the reply carries.
+			if attempt >= 3 || l.opts.GrantLoader == nil {
+				return l.unbuilt(pl, req)
+			}
+			epoch, err := toInt64(res[1])
+			if err != nil {
+				return nil, fmt.Errorf("limiter: malformed grants reply")
+			}
+			if err := l.rebuildGrants(ctx, pl.tenant, epoch); err != nil {
+				if errors.Is(err, errRedisDown) || errors.Is(err, ErrOverloaded) {
+					return nil, err
+				}
+				return l.unbuilt(pl, req)
+			}
+			continue
+		}
 		if status == 4 {
 			if attempt >= 3 {
 				// others keep raising the floor past what Redis holds
@@ -154,6 +172,9 @@ func (l *Limiter) decideArgs(pl *plan, req *Request, readBack bool, leaseID stri
 		args[1] = pl.fastArg()
 		if readBack {
 			args[n-1] = "1"
+		}
+		if pl.grants {
+			return fastGrantsScript, args
 		}
 		return fastScript, args
 	}
@@ -248,6 +269,14 @@ func (l *Limiter) seed(ctx context.Context, pl *plan, res []any) error {
 	if err != nil {
 		return fmt.Errorf("limiter: malformed seed reply")
 	}
+	if l.opts.GrantLoader != nil {
+		// A counter is missing: so may the grants be (Redis lost the
+		// hash). They are rebuilt under the same epoch, before the
+		// counter, so that the decision after draws what the ledger has.
+		if err := l.rebuildGrants(ctx, pl.tenant, epoch); err != nil {
+			return err
+		}
+	}
 	for i := 0; i < int(n); i++ {
 		idx, err1 := toInt64(res[3+2*i])
 		period, err2 := toInt64(res[4+2*i])
@@ -270,6 +299,25 @@ func (l *Limiter) seed(ctx context.Context, pl *plan, res []any) error {
 		}
 	}
 	return nil
+}
+
+// rebuildGrants writes the tenant's grants as the GrantLoader reads them
+// (keyspace.Keys.PutGrantsAt) unless the state hash's epoch moved from
+// epoch, which the decision's reply carried from before this read: then
+// the caller's next attempt finds them still missing and reads again.
+// Grants Redis has keep Redis's remaining.
+func (l *Limiter) rebuildGrants(ctx context.Context, tenant string, epoch int64) error {
+	grants, err := l.opts.GrantLoader(ctx, tenant)
+	if err != nil {
+		if h := l.opts.Hooks.OnLoaderError; h != nil {
+			h("grants", err)
+		}
+		return fmt.Errorf("limiter: grants of %q: %w", tenant, err)
+	}
+	return l.call(ctx, "grants", func(ctx context.Context) error {
+		_, err := l.keys.ks.PutGrantsAt(ctx, l.rdb, tenant, epoch, grants)
+		return err
+	})
 }
 
 // rebase checks a counter the fast script found below its floor against

@@ -104,6 +104,14 @@ type Options struct {
 	// (Remote.Usage outside Tollgate). Without one, a missing counter starts
 	// at 0.
 	UsageLoader UsageLoader
+	// GrantLoader returns the tenant's grants (active and pending, every
+	// meter, in draw order, each with the durable ledger's remaining), to
+	// rebuild grants Redis lost (keyspace.Keys.PutGrants) before a
+	// decision draws them: never free units, never units drawn twice. Inside
+	// Tollgate it reads internal/credits. Without one, grants Redis lost are
+	// not drawn until Tollgate writes them again (a hard quota refuses at
+	// the included units).
+	GrantLoader func(ctx context.Context, tenant string) ([]keyspace.Grant, error)
 	// Timeout is how long a decision waits for Redis's answer; default
 	// 50ms. It counts from when the call has a connection (the wait for a
 	// free one is the process's queue: past Timeout the decision is shed

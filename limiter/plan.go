@@ -40,6 +40,9 @@ type plan struct {
 	pol      []policy
 	nkeys    int
 	explicit bool
+	// grants: the tenant has grants of the quota's meter, drawn by
+	// fastGrantsBody (or the general decision, told by hardArg).
+	grants bool
 
 	// Ready to send (read-only once built, shared by concurrent decisions):
 	// the script's KEYS, ARGV from the 4th on with the per-policy
@@ -80,7 +83,7 @@ func (l *Limiter) earlier(pl *plan, req *Request) *plan {
 	p.earlierOnce.Do(func() {
 		s := p.snap
 		s.PrevPeriodStart, s.PeriodStart, s.PeriodEnd, s.NextPeriodEnd = time.Time{}, s.PrevPeriodStart, s.PeriodStart, s.PeriodEnd
-		e := l.keys.prepare(s)
+		e := l.keys.prepareWith(s, p.grants)
 		e.floors, e.fromLoader = p.floors, p.fromLoader
 		p.earlier = e
 	})
@@ -186,7 +189,8 @@ func (l *Limiter) snapshotPlan(p *prepared, req *Request) *plan {
 	}
 	if k.meter != "" {
 		q := p.quotas[k.meter]
-		pl.add(policy{typ: 'q', name: q.meter, limit: q.limit, mode: q.mode, quota: q, a: q.limitS, b: boolArg(q.hard), c: q.endS, d: q.nextS, fail: l.opts.FailMode.Quota})
+		pl.add(policy{typ: 'q', name: q.meter, limit: q.limit, mode: q.mode, quota: q, a: q.limitS, b: hardArg(q), c: q.endS, d: q.nextS, fail: l.opts.FailMode.Quota})
+		pl.grants = q.grants
 	}
 	if k.concurrent {
 		pl.add(policy{typ: 'c', name: policyConcurrency, limit: p.conc, a: strconv.FormatInt(p.conc, 10), b: strconv.FormatInt(l.opts.LeaseTTL.Milliseconds(), 10), keys: []string{p.concKey}, fail: l.opts.FailMode.Concurrency})
@@ -263,6 +267,18 @@ func (pl *plan) add(p policy) {
 // names nothing of its tenant and plans by reference can share it.
 func (pl *plan) mark(q *preparedQuota, period int64) string {
 	return pl.base + "qp:" + q.sfx[period]
+}
+
+// hardArg is decideBody's hard argument of a quota: 1 hard, 0 soft, plus 2
+// when the tenant has grants of its meter (then the decision reads them).
+func hardArg(q *preparedQuota) string {
+	switch {
+	case q.grants && q.hard:
+		return "3"
+	case q.grants:
+		return "2"
+	}
+	return boolArg(q.hard)
 }
 
 func boolArg(b bool) string {

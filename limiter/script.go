@@ -47,7 +47,7 @@ var countRefusalBody = luaFragment("count_refusal")
 // status 1 allowed, 0 refused, 2 needs seed: then the reply is
 // {2, n, epoch, idx1, period1, ...} naming the quotas whose counter is
 // missing, with the hash's epoch for the seed script.
-var decideBody = luaFill("decide_func", map[string]string{"count_refusal": countRefusalBody})
+var decideBody = luaFill("decide_func", map[string]string{"count_refusal": countRefusalBody, "grants": grantsLua})
 
 // fastBody is decideBody's decision for the common plan, a token bucket
 // and one quota, checked and taken at cost (no peek, no concurrency slot,
@@ -76,10 +76,40 @@ var decideBody = luaFill("decide_func", map[string]string{"count_refusal": count
 // apiece. A 3rd ARGV reads the stored snapshot (KEYS[2]) back, as in
 // decideLua. KEYS[1] the state hash. Reply: fastCore's, then the stored
 // snapshot when it was asked for.
-var fastBody = luaFill("fast", map[string]string{
-	"decide_func": decideBody,
-	"fast_core":   fastCoreWith("sub(P, R + 1, R + lb)", "sub(P, R + lb + 1, R + lb + ld)", "sub(P, R + lb + ld + 1, R + lb + ld + lm)"),
-})
+var fastBody = fastVariant(false)
+
+// fastGrantsBody is fastBody for a tenant with grants of the quota's meter
+// (the near-cache knows it from the grant list it read beside the
+// snapshot): the same decision, also reading the state hash's grant list
+// in its HMGET and, when the included quota cannot cover the cost, the
+// remaining of the active grants (one HMGET more), drawn in order. A
+// separate script, so that a tenant without grants runs fastBody as it
+// was and pays nothing for them. Its reply is fastBody's, with the quota's
+// remaining counting the active grants' remaining; {6, epoch} when an
+// active grant has no remaining in Redis (Limiter.rebuildGrants).
+var fastGrantsBody = fastVariant(true)
+
+// fastVariant assembles fast.lua without or with grants.
+func fastVariant(grants bool) string {
+	parts := map[string]string{
+		"decide_func": decideBody,
+		"fast_core":   fastCoreWith("sub(P, R + 1, R + lb)", "sub(P, R + lb + 1, R + lb + ld)", "sub(P, R + lb + ld + 1, R + lb + ld + lm)", grants),
+		"grants":      "",
+		"grant_field": "",
+		"grant_flag":  "",
+	}
+	if grants {
+		parts["grants"] = grantsLua
+		parts["grant_field"] = ", 'G'"
+		// the general decision, for a missing counter, draws them too
+		parts["grant_flag"] = "  A[16] = hard + 2\n"
+	}
+	return luaFill("fast", parts)
+}
+
+// grantsLua defines grant_read and grant_take (lua/grants.lua), for the
+// scripts and paths that draw grants.
+var grantsLua = luaFragment("grants")
 
 // fastCoreWith returns lua/fast_core.lua, the common plan's decision once the state hash is read
 // (hv: x, r, the counter and its flushed mark; usedS the counter, not
@@ -91,9 +121,53 @@ var fastBody = luaFill("fast", map[string]string{
 // {-(1 + allowed + 2 × refusing index + 8 × quota period), retry ms,
 // rate remaining, rate reset ms, quota remaining, quota reset ms}. The
 // first element is negative, which tells it from decideLua's reply.
-func fastCoreWith(base, dirty, meter string) string {
+//
+// With grants, the core reads the grant list (hv[5]) and takes from the
+// active grants, in order, what the included quota cannot cover: a hard
+// quota refuses only when they cannot cover the rest either, with a retry
+// at the period's end or when a pending grant takes effect, whichever is
+// first; a soft quota goes to overage after them. The quota's remaining
+// counts the grants' (the RateLimit header's r).
+func fastCoreWith(base, dirty, meter string, grants bool) string {
 	core := strings.NewReplacer("$BASE", base, "$DIRTY", dirty, "$METER", meter).Replace(luaFragment("fast_core"))
-	return fillParts("fast_core", core, map[string]string{"count_refusal": countRefusalBody})
+	parts := map[string]string{
+		"count_refusal": countRefusalBody,
+		"grant_pre":     "",
+		"quota_over":    "used + cost > lim",
+		"grant_draw":    "",
+		"grant_rem_ok":  "",
+		"grant_rem_no":  "",
+		"quota_refuse":  "  if hard == 1 and used + cost > lim and left > retry then\n    idx, retry = 2, left\n  end\n",
+	}
+	if grants {
+		parts["grant_pre"] = `local gfs, gvs, gav, gpend = false, false, 0, false
+if hv[5] then
+  gfs, gvs, gav, gpend = grant_read(h, hv[5], ` + meter + `, now_ms)
+  if not gfs then return {6, tonumber(redis.call('HGET', h, 'e')) or 0} end
+end
+-- what the included quota cannot cover, and what the grants give of it
+local gneed = lim - used
+if gneed < 0 then gneed = 0 end
+gneed = cost - gneed
+if gneed < 0 then gneed = 0 end
+local gd = gneed
+if gd > gav then gd = gav end
+`
+		parts["quota_over"] = "gneed > gav"
+		parts["grant_draw"] = "  if gd > 0 then redis.call('HSET', h, unpack(grant_take(gfs, gvs, gd, {}))) end\n"
+		parts["grant_rem_ok"] = "  qrem = qrem + gav - gd\n"
+		parts["grant_rem_no"] = "  qrem = qrem + gav\n"
+		parts["quota_refuse"] = `  if hard == 1 and gneed > gav then
+    -- units return at the period's end, or when a pending grant takes effect
+    local gl = left
+    if gpend and gpend < gl then gl = gpend end
+    if gl < 1 then gl = 1 end
+    if gl > retry then idx, retry = 2, gl end
+    left = gl
+  end
+`
+	}
+	return fillParts("fast_core", core, parts)
 }
 
 // fastLua defines decide() and count_refusal only on the paths that call
@@ -141,6 +215,7 @@ var (
 	rebaseScript  = redis.NewScript(rebaseLua)
 	decideScript  = redis.NewScript(decideLua)
 	fastScript    = redis.NewScript(fastLua)
+	fastGrantsScript = redis.NewScript(fastGrantsBody)
 	refScript     = redis.NewScript(refLua)
 	fastRefScript = redis.NewScript(fastRefBody)
 	putLimScript  = redis.NewScript(putLimLua)
@@ -216,12 +291,12 @@ var fastRefBody = luaFill("fast_ref", map[string]string{
 	"confirm":     confirmLua("ARGV[5]", "ARGV[6]"),
 	"decide_func": decideBody,
 	"ref_general": refGeneral,
-	"fast_core":   fastCoreWith("sub(KEYS[2], 1, -3)", "ARGV[4]", "ARGV[2]"),
+	"fast_core":   fastCoreWith("sub(KEYS[2], 1, -3)", "ARGV[4]", "ARGV[2]", false),
 })
 
 // putLimLua writes a tenant's limits hash unless a newer version is
 // stored, or a snapshot of another version is (the server wrote it
 // meanwhile, and deleted the hash: a late write must not bring the old
-// limits back). KEYS[1] limits hash, KEYS[2] snapshot; ARGV: version,
+// limits back). KEYS[1] limits hash, KEYS[2] snapshot, KEYS[3] state hash (a tenant with grants gets no limits hash); ARGV: version,
 // TTL s, then field, value...
 var putLimLua = luaFragment("put_limits")

@@ -16,13 +16,14 @@ var updateScripts = flag.Bool("update", false, "rewrite testdata/scripts from th
 // -update after changing a fragment in lua/.
 func TestScriptsMatchGolden(t *testing.T) {
 	scripts := map[string]string{
-		"decide.lua":     decideLua,
-		"fast.lua":       fastLua,
-		"ref.lua":        refLua,
-		"fast_ref.lua":   fastRefBody,
-		"put_limits.lua": putLimLua,
-		"seed.lua":       seedLua,
-		"rebase.lua":     rebaseLua,
+		"decide.lua":      decideLua,
+		"fast.lua":        fastLua,
+		"fast_grants.lua": fastGrantsBody,
+		"ref.lua":         refLua,
+		"fast_ref.lua":    fastRefBody,
+		"put_limits.lua":  putLimLua,
+		"seed.lua":        seedLua,
+		"rebase.lua":      rebaseLua,
 	}
 	dir := filepath.Join("testdata", "scripts")
 	if *updateScripts {

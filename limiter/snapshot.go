@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // This file finds a tenant's snapshot: near-cache, Redis, then Options.Loader.
@@ -89,9 +92,22 @@ func (l *Limiter) fill(ctx context.Context, tenant string) (*prepared, error) {
 	var p *prepared
 	defer func() { l.cache.endFill(tenant, f, p, time.Now()) }()
 	var raw []byte
+	var grantList string
 	err := l.call(ctx, "snapshot", func(ctx context.Context) error {
-		var err error
-		raw, err = l.rdb.Get(ctx, l.keys.snapshot(tenant)).Bytes()
+		// the grant list rides along (same slot, one round trip): which
+		// meters' decisions draw grants
+		var get *redis.StringCmd
+		var hget *redis.StringCmd
+		_, err := l.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			get = p.Get(ctx, l.keys.snapshot(tenant))
+			hget = p.HGet(ctx, l.keys.state(tenant), keyspace.GrantsField)
+			return nil
+		})
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		grantList = hget.Val()
+		raw, err = get.Bytes()
 		return err
 	})
 	var snap Snapshot
@@ -120,10 +136,25 @@ func (l *Limiter) fill(ctx context.Context, tenant string) (*prepared, error) {
 		return nil, err
 	}
 	snap.TenantID = tenant
-	p = l.keys.prepare(snap)
+	p = l.keys.prepareWith(snap, grantMeters(grantList))
 	p.fromLoader = raw == nil
 	l.writeLimits(ctx, p, raw != nil) // later misses of this tenant are decided in one trip
 	return p, nil
+}
+
+// grantMeters returns the meters a grant list (keyspace.GrantsField)
+// lists grants of, closed ones included (cheap to draw nothing from); nil
+// for none.
+func grantMeters(list string) map[string]bool {
+	var m map[string]bool
+	f := strings.Fields(list)
+	for i := 1; i < len(f); i += 4 {
+		if m == nil {
+			m = map[string]bool{}
+		}
+		m[f[i]] = true
+	}
+	return m
 }
 
 // storedVersion reads the version of a stored snapshot; -1 when unreadable.

@@ -25,7 +25,7 @@ for i = 1, n do
   local s = {typ = typ, name = ARGV[o + 2], a = tonumber(ARGV[o + 3]), b = tonumber(ARGV[o + 4]), ok = true,
     rem = 0, reset = 0, retry = 0, period = 0, rem0 = 0, reset0 = false, fi = 0, key = false,
     tat = 0, ntat = 0, clamped = false, pend = 0, qf = false, ff = false, gf = false, hasg = false, used = 0, fl = 0, fresh = false,
-    w = 0, cur = 0, prev = 0}
+    w = 0, cur = 0, prev = 0, g = false}
   if typ == 'r' then
     nf = nf + 1; fields[nf] = 'r'; s.fi = nf
     o = o + 4
@@ -115,7 +115,37 @@ for i = 1, n do
     local left = s.pend - now_ms
     if left < 1000 then left = 1000 end
     s.reset = left
-    if b == 1 and used + eff > a then
+    local G = false
+    if b >= 2 then
+      -- the tenant has grants (hard + 2): drawn after the included quota
+      b = b - 2; s.b = b
+      G = redis.call('HGET', h, 'G')
+    end
+    if G then
+{{grants}}
+      local fs, vs, av, gp = grant_read(h, G, s.name, now_ms)
+      if not fs then return {6, tonumber(redis.call('HGET', h, 'e')) or 0} end
+      local inc = a - used
+      if inc < 0 then inc = 0 end
+      local asked, taken = eff - inc, cost - inc -- beyond the included units
+      if asked < 0 then asked = 0 end
+      if taken < 0 then taken = 0 end
+      if taken > av then taken = av end
+      s.g = {fs = fs, vs = vs, d = taken, take = grant_take}
+      s.rem0 = inc + av
+      if b == 1 and asked > av then
+        s.ok = false
+        s.retry = left
+        if gp and gp < left then s.retry = gp end
+        if s.retry < 1 then s.retry = 1 end
+        s.reset = s.retry
+        s.rem = inc + av
+      else
+        s.rem = a - used - cost
+        if s.rem < 0 then s.rem = 0 end
+        s.rem = s.rem + av - taken
+      end
+    elseif b == 1 and used + eff > a then
       s.ok = false
       s.retry = left
       s.rem = a - used
@@ -231,6 +261,10 @@ else
         if s.fresh then
           w[nw + 1] = s.ff; w[nw + 2] = s.fl; nw = nw + 2
           if s.hasg then redis.call('HDEL', h, s.gf) end
+        end
+        if s.g and s.g.d > 0 then
+          s.g.take(s.g.fs, s.g.vs, s.g.d, w)
+          nw = #w
         end
         -- Kept until a week past the period's end, for the last flush.
         local e = s.pend + 604800000

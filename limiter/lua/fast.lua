@@ -1,5 +1,5 @@
 
-local KEYS, ARGV = KEYS, ARGV
+{{grants}}local KEYS, ARGV = KEYS, ARGV
 local floor, ceil, sub = math.floor, math.ceil, string.sub
 local P = ARGV[2]
 local ei, burst, lim, hard, pend, nxt, seed, l0, lb, ld, lm, lq, fl0, fl1, st = struct.unpack('<ddddddddddddddd', P)
@@ -21,7 +21,7 @@ else
   period, qf, ff = 0, sub(P, 121, 120 + l0), sub(P, 121 + l0, R)
 end
 local h = KEYS[1]
-local hv = redis.call('HMGET', h, 'x', 'r', qf, ff)
+local hv = redis.call('HMGET', h, 'x', 'r', qf, ff{{grant_field}})
 local usedS = hv[3]
 if not usedS then
   -- the counter is missing: the general decision seeds or counts in g
@@ -31,7 +31,7 @@ if not usedS then
     sub(P, 121, 120 + l0), sub(P, 121 + l0, R), sub(P, o + 1, o + lq), sub(P, o + lq + 1), st}
   if seed == 1 then A[6] = '1' end
   if ARGV[3] then A[24] = '1' end
-{{decide_func}}
+{{grant_flag}}{{decide_func}}
   return decide(KEYS, A)
 end
 if fl0 > 0 and tonumber(usedS) < fl0 then

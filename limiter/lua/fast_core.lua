@@ -15,8 +15,8 @@ local diff = now_us - (tat + cost * ei - boff)
 local left = pend - now_ms
 if left < 1000 then left = 1000 end
 local x = tonumber(hv[1]) or 0
-local r
-if diff >= 0 and not (hard == 1 and used + cost > lim) then
+{{grant_pre}}local r
+if diff >= 0 and not (hard == 1 and {{quota_over}}) then
   local ntat = floor(tat + cost * ei)
   local need = ceil(ntat / 1000)
   local e = pend + 604800000
@@ -31,7 +31,7 @@ if diff >= 0 and not (hard == 1 and used + cost > lim) then
     -- for these integers)
     redis.call('HSET', h, 'r', fmt('%d', ntat), qf, fmt('%d', used + cost))
   end
-  if cost ~= 0 then
+{{grant_draw}}  if cost ~= 0 then
     local fS = hv[4]
     -- the counter turns unflushed (q = f before): mark it for the flush.
     -- Equal strings are equal numbers; other forms are compared as numbers.
@@ -47,7 +47,7 @@ if diff >= 0 and not (hard == 1 and used + cost > lim) then
   if rreset < 0 then rreset = 0 end
   local qrem = lim - used - cost
   if qrem < 0 then qrem = 0 end
-  r = {-2 - 8 * period, 0, rrem, rreset, qrem, left}
+{{grant_rem_ok}}  r = {-2 - 8 * period, 0, rrem, rreset, qrem, left}
 else
   -- refused: nothing is taken; the rate's repair is still written
   local rrem = floor((now_us - tat + boff) / ei)
@@ -57,10 +57,7 @@ else
     idx, retry = 1, ceil(-diff / 1000)
     rreset = retry
   end
-  if hard == 1 and used + cost > lim and left > retry then
-    idx, retry = 2, left
-  end
-  if clamped then
+{{quota_refuse}}  if clamped then
     local need = ceil(tat / 1000)
     if need > x then
       x = need + 86400000
@@ -78,5 +75,5 @@ else
   if rreset < 0 then rreset = 0 end
   local qrem = lim - used
   if qrem < 0 then qrem = 0 end
-  r = {-1 - 2 * idx - 8 * period, retry, rrem, rreset, qrem, left}
+{{grant_rem_no}}  r = {-1 - 2 * idx - 8 * period, retry, rrem, rreset, qrem, left}
 end

@@ -50,7 +50,7 @@ for i = 1, n do
   local s = {typ = typ, name = ARGV[o + 2], a = tonumber(ARGV[o + 3]), b = tonumber(ARGV[o + 4]), ok = true,
     rem = 0, reset = 0, retry = 0, period = 0, rem0 = 0, reset0 = false, fi = 0, key = false,
     tat = 0, ntat = 0, clamped = false, pend = 0, qf = false, ff = false, gf = false, hasg = false, used = 0, fl = 0, fresh = false,
-    w = 0, cur = 0, prev = 0}
+    w = 0, cur = 0, prev = 0, g = false}
   if typ == 'r' then
     nf = nf + 1; fields[nf] = 'r'; s.fi = nf
     o = o + 4
@@ -140,7 +140,83 @@ for i = 1, n do
     local left = s.pend - now_ms
     if left < 1000 then left = 1000 end
     s.reset = left
-    if b == 1 and used + eff > a then
+    local G = false
+    if b >= 2 then
+      -- the tenant has grants (hard + 2): drawn after the included quota
+      b = b - 2; s.b = b
+      G = redis.call('HGET', h, 'G')
+    end
+    if G then
+-- The tenant's grants of meter m, from the state hash's list G (see
+-- keyspace.GrantsField): the fields and remaining units of the active ones
+-- by Redis's clock, in draw order, their sum, and the ms until the
+-- earliest pending one takes effect (false: none). false alone when an
+-- active grant has no remaining in Redis (it must be rebuilt first).
+local function grant_read(h, G, m, now_ms)
+  local fs, n, pend = {}, 0, false
+  for id, gm, eff, exp in string.gmatch(G, '(%S+) (%S+) (%S+) (%S+) ') do
+    if gm == m then
+      eff, exp = tonumber(eff), tonumber(exp)
+      if exp == 0 or now_ms < exp then
+        if now_ms >= eff then
+          n = n + 1; fs[n] = 'k:' .. id
+        elseif (exp == 0 or eff < exp) and (not pend or eff - now_ms < pend) then
+          pend = eff - now_ms
+        end
+      end
+    end
+  end
+  local vs, avail = {}, 0
+  if n > 0 then
+    local v = redis.call('HMGET', h, unpack(fs))
+    for i = 1, n do
+      local x = tonumber(v[i])
+      if not x then return false end
+      vs[i] = x; avail = avail + x
+    end
+  end
+  return fs, vs, avail, pend
+end
+-- grant_take appends to w the field, value pairs that draw d units from
+-- the grants grant_read found, in order.
+local function grant_take(fs, vs, d, w)
+  local i = 1
+  while d > 0 do
+    local x = vs[i]
+    if x > 0 then
+      local t = x
+      if t > d then t = d end
+      w[#w + 1] = fs[i]; w[#w + 1] = string.format('%d', x - t)
+      d = d - t
+    end
+    i = i + 1
+  end
+  return w
+end
+
+      local fs, vs, av, gp = grant_read(h, G, s.name, now_ms)
+      if not fs then return {6, tonumber(redis.call('HGET', h, 'e')) or 0} end
+      local inc = a - used
+      if inc < 0 then inc = 0 end
+      local asked, taken = eff - inc, cost - inc -- beyond the included units
+      if asked < 0 then asked = 0 end
+      if taken < 0 then taken = 0 end
+      if taken > av then taken = av end
+      s.g = {fs = fs, vs = vs, d = taken, take = grant_take}
+      s.rem0 = inc + av
+      if b == 1 and asked > av then
+        s.ok = false
+        s.retry = left
+        if gp and gp < left then s.retry = gp end
+        if s.retry < 1 then s.retry = 1 end
+        s.reset = s.retry
+        s.rem = inc + av
+      else
+        s.rem = a - used - cost
+        if s.rem < 0 then s.rem = 0 end
+        s.rem = s.rem + av - taken
+      end
+    elseif b == 1 and used + eff > a then
       s.ok = false
       s.retry = left
       s.rem = a - used
@@ -256,6 +332,10 @@ else
         if s.fresh then
           w[nw + 1] = s.ff; w[nw + 2] = s.fl; nw = nw + 2
           if s.hasg then redis.call('HDEL', h, s.gf) end
+        end
+        if s.g and s.g.d > 0 then
+          s.g.take(s.g.fs, s.g.vs, s.g.d, w)
+          nw = #w
         end
         -- Kept until a week past the period's end, for the last flush.
         local e = s.pend + 604800000

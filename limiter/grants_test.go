@@ -1,0 +1,370 @@
+package limiter_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
+	"github.com/tollgatehq/tollgate/limiter/limitertest"
+)
+
+// ledger is the durable side of grants as the limiter's GrantLoader sees
+// it (Tollgate's credits ledger in Postgres): per tenant, the grants in
+// draw order with what no flush has recorded as drawn.
+type ledger struct {
+	mu     sync.Mutex
+	grants map[string][]keyspace.Grant
+	calls  atomic.Int64
+}
+
+func (l *ledger) set(tenant string, gs ...keyspace.Grant) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.grants == nil {
+		l.grants = map[string][]keyspace.Grant{}
+	}
+	l.grants[tenant] = gs
+}
+
+func (l *ledger) load(_ context.Context, tenant string) ([]keyspace.Grant, error) {
+	l.calls.Add(1)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]keyspace.Grant(nil), l.grants[tenant]...), nil
+}
+
+// putGrants writes the tenant's grants as the server does when one is
+// created, voided or expires.
+func putGrants(t testing.TB, st *store, tenant string, gs ...keyspace.Grant) {
+	t.Helper()
+	err := st.keys.PutGrants(context.Background(), st.rdb, tenant, func(context.Context) ([]keyspace.Grant, error) { return gs, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// grantLeft reads a grant's remaining in Redis (-1 when missing).
+func grantLeft(t testing.TB, st *store, tenant, id string) int64 {
+	t.Helper()
+	n, err := st.rdb.HGet(context.Background(), st.keys.State(tenant), keyspace.GrantRemaining(id)).Int64()
+	if errors.Is(err, redis.Nil) {
+		return -1
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func hardQuota(limit int64, mode limiter.QuotaMode) func(*limiter.Snapshot) {
+	return func(s *limiter.Snapshot) {
+		s.Quotas = map[string]limiter.Quota{"requests": {Limit: limit, Mode: mode}}
+	}
+}
+
+func grant(id string, remaining int64) keyspace.Grant {
+	return keyspace.Grant{ID: id, Meter: "requests", EffectiveAt: time.Now().Add(-time.Hour), Remaining: remaining}
+}
+
+// TestGrantsExactAcrossInstances is issue 26's exactness target: 4
+// limiters × 50 clients against an included 5,000 and grants of 3,000 and
+// 2,000 admit exactly 10,000, the grants drawn to zero in order, on one
+// Redis and on a Cluster, in the common decision and in the general one
+// (a concurrency slot sends every decision there).
+func TestGrantsExactAcrossInstances(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		for _, general := range []bool{false, true} {
+			name := "fast"
+			if general {
+				name = "general"
+			}
+			t.Run(name, func(t *testing.T) {
+				tenant := "exact-" + name
+				ls, st := fleet(t, b, limiter.Options{Timeout: 2 * time.Second})
+				s := snapshot(tenant, hardQuota(5000, limiter.ModeHard))
+				if general {
+					s.Concurrency = 1000
+				}
+				put(t, st, s)
+				putGrants(t, st, tenant, grant("g3000", 3000), grant("g2000", 2000))
+				var admitted, refused atomic.Int64
+				var wg sync.WaitGroup
+				ctx := context.Background()
+				for c := 0; c < 50; c++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := 0; ; i++ {
+							l := ls[(c+i)%len(ls)]
+							d, err := l.Allow(ctx, tenant, limiter.Request{Cost: 1, Concurrency: general})
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							if !d.Allowed {
+								if d.Policy != "requests" {
+									t.Errorf("refused by %q", d.Policy)
+								}
+								if refused.Add(1) >= 200 {
+									return
+								}
+								continue
+							}
+							admitted.Add(1)
+							_ = d.Release(ctx)
+						}
+					}()
+				}
+				wg.Wait()
+				if got := admitted.Load(); got != 10000 {
+					t.Fatalf("admitted %d, want exactly 10,000 (5,000 included + 3,000 + 2,000)", got)
+				}
+				if a, b := grantLeft(t, st, tenant, "g3000"), grantLeft(t, st, tenant, "g2000"); a != 0 || b != 0 {
+					t.Fatalf("grants left %d and %d, want both drawn to 0", a, b)
+				}
+				used, _, err := st.Used(ctx, tenant, "requests", s.PeriodStart)
+				if err != nil || used != 10000 {
+					t.Fatalf("counter %d (%v), want every unit consumed counted: 10,000", used, err)
+				}
+			})
+		}
+	})
+}
+
+// Included first, then the grants in the list's order (the server lists
+// them by priority, earliest expiry, creation); the quota's remaining (the
+// RateLimit header's r) counts the grants; a hard quota refuses only once
+// all of them are used, a soft one goes on to overage after them.
+func TestGrantsDrawOrderAndModes(t *testing.T) {
+	b := singleRedis(t)
+	st := newStore(b.client(), b.prefix)
+	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix})
+	put(t, st, snapshot("order", hardQuota(10, limiter.ModeHard)))
+	putGrants(t, st, "order", grant("first", 5), grant("second", 7))
+
+	d := limitertest.Allowed(t, l, "order", limiter.Request{Cost: 8})
+	if r := limitertest.Remaining(t, d, "requests"); r != 2+5+7 {
+		t.Fatalf("remaining %d after 8 of 10 included, want 14 (2 included + 12 in grants)", r)
+	}
+	if grantLeft(t, st, "order", "first") != 5 {
+		t.Fatal("a grant was drawn while the included quota covered the cost")
+	}
+	d = limitertest.Allowed(t, l, "order", limiter.Request{Cost: 4}) // 2 included + 2 of first
+	if a, b := grantLeft(t, st, "order", "first"), grantLeft(t, st, "order", "second"); a != 3 || b != 7 {
+		t.Fatalf("grants left %d, %d; want 3, 7 (the first drawn first)", a, b)
+	}
+	if r := limitertest.Remaining(t, d, "requests"); r != 10 {
+		t.Fatalf("remaining %d, want 10", r)
+	}
+	limitertest.Allowed(t, l, "order", limiter.Request{Cost: 5}) // 3 of first + 2 of second
+	if a, b := grantLeft(t, st, "order", "first"), grantLeft(t, st, "order", "second"); a != 0 || b != 5 {
+		t.Fatalf("grants left %d, %d; want 0, 5", a, b)
+	}
+	// A cost over what is left is refused and takes nothing.
+	d = limitertest.Refused(t, l, "order", limiter.Request{Cost: 6}, "requests")
+	if r := limitertest.Remaining(t, d, "requests"); r != 5 {
+		t.Fatalf("remaining on refusal %d, want 5", r)
+	}
+	if grantLeft(t, st, "order", "second") != 5 {
+		t.Fatal("a refused request drew a grant")
+	}
+	// A peek (the general decision) sees the grants too.
+	d = limitertest.Allowed(t, l, "order", limiter.Request{Cost: 5, Peek: true})
+	limitertest.Allowed(t, l, "order", limiter.Request{Cost: 5})
+	limitertest.Refused(t, l, "order", limiter.Request{Cost: 1}, "requests")
+
+	// Soft: the grants first, then overage.
+	put(t, st, snapshot("soft", hardQuota(10, limiter.ModeSoft)))
+	putGrants(t, st, "soft", grant("s1", 5))
+	limitertest.Allowed(t, l, "soft", limiter.Request{Cost: 12}) // 10 included + 2 of s1
+	if n := grantLeft(t, st, "soft", "s1"); n != 3 {
+		t.Fatalf("soft grant left %d, want 3", n)
+	}
+	limitertest.Allowed(t, l, "soft", limiter.Request{Cost: 5}) // 3 of s1 + 2 overage
+	if n := grantLeft(t, st, "soft", "s1"); n != 0 {
+		t.Fatalf("soft grant left %d, want 0", n)
+	}
+	limitertest.Allowed(t, l, "soft", limiter.Request{Cost: 5}) // overage
+	used, _, _ := st.Used(context.Background(), "soft", "requests", snapshot("soft", nil).PeriodStart)
+	if used != 22 {
+		t.Fatalf("soft counter %d, want 22", used)
+	}
+
+	// A tenant without grants: the hard quota refuses at the included units.
+	put(t, st, snapshot("none", hardQuota(3, limiter.ModeHard)))
+	limitertest.Allowed(t, l, "none", limiter.Request{Cost: 3})
+	limitertest.Refused(t, l, "none", limiter.Request{Cost: 1}, "requests")
+}
+
+// A grant is drawn from its effective_at to its expires_at by Redis's
+// clock; a refusal while one is pending retries when it takes effect (if
+// before the period's end); a void (the server's PutGrants without it)
+// stops its draws within a second.
+func TestGrantsTimeAndVoid(t *testing.T) {
+	b := singleRedis(t)
+	st := newStore(b.client(), b.prefix)
+	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix})
+	ctx := context.Background()
+	redisNow := func() time.Time {
+		tm, err := st.rdb.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tm
+	}
+
+	// pending, then active
+	put(t, st, snapshot("pending", hardQuota(1, limiter.ModeHard)))
+	eff := redisNow().Add(3 * time.Second)
+	putGrants(t, st, "pending", keyspace.Grant{ID: "later", Meter: "requests", EffectiveAt: eff, Remaining: 4})
+	limitertest.Allowed(t, l, "pending", limiter.Request{Cost: 1})
+	d := limitertest.Refused(t, l, "pending", limiter.Request{Cost: 1}, "requests")
+	if d.RetryAfter > 3*time.Second+time.Second || d.RetryAfter > 24*time.Hour {
+		t.Fatalf("RetryAfter %v, want about 3 s (the grant taking effect), not the period's end", d.RetryAfter)
+	}
+	limitertest.Eventually(t, 20*time.Second, "the pending grant takes effect", func() bool {
+		d, err := l.Allow(ctx, "pending", limiter.Request{Cost: 4})
+		return err == nil && d.Allowed
+	})
+	if !redisNow().After(eff) {
+		t.Fatal("drawn before its effective_at by Redis's clock")
+	}
+
+	// active, then expired
+	put(t, st, snapshot("expiring", hardQuota(0, limiter.ModeHard)))
+	exp := redisNow().Add(2 * time.Second)
+	putGrants(t, st, "expiring", keyspace.Grant{ID: "soon", Meter: "requests", EffectiveAt: redisNow().Add(-time.Minute), ExpiresAt: exp, Remaining: 1000})
+	limitertest.Allowed(t, l, "expiring", limiter.Request{Cost: 1})
+	limitertest.Eventually(t, 20*time.Second, "the grant expires", func() bool {
+		d, err := l.Allow(ctx, "expiring", limiter.Request{Cost: 1})
+		return err == nil && !d.Allowed
+	})
+	if redisNow().Before(exp) {
+		t.Fatal("refused before expires_at by Redis's clock")
+	}
+
+	// void: the server writes the list without it
+	put(t, st, snapshot("void", hardQuota(0, limiter.ModeHard)))
+	putGrants(t, st, "void", grant("v", 1000))
+	limitertest.Allowed(t, l, "void", limiter.Request{Cost: 1})
+	putGrants(t, st, "void")
+	took := limitertest.Eventually(t, 10*time.Second, "a voided grant stops being drawn", func() bool {
+		d, err := l.Allow(ctx, "void", limiter.Request{Cost: 1})
+		return err == nil && !d.Allowed
+	})
+	if took > time.Second {
+		t.Errorf("void took %v, want within a second", took)
+	}
+	// Its unflushed draw keeps it listed (closed) for the flush.
+	list, _ := st.rdb.HGet(ctx, st.keys.State("void"), keyspace.GrantsField).Result()
+	if list != "v requests 0 1 " {
+		t.Fatalf("list after void %q, want the closed grant kept for its flush", list)
+	}
+}
+
+// After Redis lost the tenant's state (the hash deleted), the grants are
+// rebuilt from the ledger (GrantLoader) before a decision draws them: the
+// units the ledger recorded as drawn are not given again, and nothing is
+// given twice.
+func TestGrantsRebuiltAfterRedisLoss(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		st := newStore(b.client(), b.prefix)
+		var lg ledger
+		durable := map[string]int64{}
+		var mu sync.Mutex
+		usage := func(_ context.Context, tenant, meter string, _ time.Time) (int64, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return durable[tenant], nil
+		}
+		l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, UsageLoader: usage, GrantLoader: lg.load})
+		ctx := context.Background()
+		s := snapshot("lost", hardQuota(10, limiter.ModeHard))
+		put(t, st, s)
+		lg.set("lost", grant("a", 20), grant("b", 5))
+		// A new grant: the decision finds it listed without a remaining
+		// (the server wrote only the list) and rebuilds it from the ledger.
+		list, err := keyspace.GrantList([]keyspace.Grant{grant("a", 0), grant("b", 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.rdb.HSet(ctx, st.keys.State("lost"), keyspace.GrantsField, list).Err(); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 25; i++ { // 10 included + 15 of a
+			limitertest.Allowed(t, l, "lost", limiter.Request{Cost: 1})
+		}
+		if n := grantLeft(t, st, "lost", "a"); n != 5 {
+			t.Fatalf("a left %d, want 5", n)
+		}
+		// The flush recorded usage 25 and a's 15 in the ledger; then Redis
+		// loses the hash.
+		mu.Lock()
+		durable["lost"] = 25
+		mu.Unlock()
+		lg.set("lost", grant("a", 5), grant("b", 5))
+		if err := st.rdb.Del(ctx, st.keys.State("lost")).Err(); err != nil {
+			t.Fatal(err)
+		}
+		admitted := 0
+		for i := 0; i < 30; i++ {
+			d, err := l.Allow(ctx, "lost", limiter.Request{Cost: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 10 {
+			t.Fatalf("admitted %d after the loss, want 10 (5 left in a, 5 in b; nothing free, nothing twice)", admitted)
+		}
+		if lg.calls.Load() == 0 {
+			t.Fatal("the ledger was never read")
+		}
+		if a, b := grantLeft(t, st, "lost", "a"), grantLeft(t, st, "lost", "b"); a != 0 || b != 0 {
+			t.Fatalf("left %d, %d after the rebuild, want 0, 0", a, b)
+		}
+	})
+}
+
+// The seed refuses a rebuild read before a flush's lost claim was
+// committed (the epoch moved): the grants are read again, never seeded
+// from the stale figure.
+func TestGrantsRebuildRespectsEpoch(t *testing.T) {
+	b := singleRedis(t)
+	st := newStore(b.client(), b.prefix)
+	ctx := context.Background()
+	ok, err := st.keys.PutGrantsAt(ctx, st.rdb, "ep", 0, []keyspace.Grant{grant("x", 9)})
+	if err != nil || !ok {
+		t.Fatalf("PutGrantsAt = %v, %v", ok, err)
+	}
+	if err := st.rdb.HIncrBy(ctx, st.keys.State("ep"), "e", 1).Err(); err != nil {
+		t.Fatal(err)
+	}
+	ok, err = st.keys.PutGrantsAt(ctx, st.rdb, "ep", 0, []keyspace.Grant{grant("x", 9), grant("y", 9)})
+	if err != nil || ok {
+		t.Fatalf("PutGrantsAt with a moved epoch = %v, %v; want refused", ok, err)
+	}
+	if grantLeft(t, st, "ep", "y") != -1 {
+		t.Fatal("seeded under a moved epoch")
+	}
+	// Redis's remaining wins over the ledger's for a grant it has.
+	if err := st.rdb.HSet(ctx, st.keys.State("ep"), keyspace.GrantRemaining("x"), 4).Err(); err != nil {
+		t.Fatal(err)
+	}
+	putGrants(t, st, "ep", grant("x", 9), grant("y", 9))
+	if x, y := grantLeft(t, st, "ep", "x"), grantLeft(t, st, "ep", "y"); x != 4 || y != 9 {
+		t.Fatalf("x %d y %d, want 4 (Redis's) and 9 (seeded)", x, y)
+	}
+	if _, err := keyspace.GrantList([]keyspace.Grant{{ID: "a b", Meter: "requests"}}); err == nil {
+		t.Fatal("an id with a space was listed")
+	}
+}
