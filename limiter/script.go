@@ -212,14 +212,14 @@ var seedLua = luaFragment("seed")
 var rebaseLua = luaFragment("rebase")
 
 var (
-	rebaseScript  = redis.NewScript(rebaseLua)
-	decideScript  = redis.NewScript(decideLua)
-	fastScript    = redis.NewScript(fastLua)
+	rebaseScript     = redis.NewScript(rebaseLua)
+	decideScript     = redis.NewScript(decideLua)
+	fastScript       = redis.NewScript(fastLua)
 	fastGrantsScript = redis.NewScript(fastGrantsBody)
-	refScript     = redis.NewScript(refLua)
-	fastRefScript = redis.NewScript(fastRefBody)
-	putLimScript  = redis.NewScript(putLimLua)
-	seedScript    = redis.NewScript(seedLua)
+	refScript        = redis.NewScript(refLua)
+	fastRefScript    = redis.NewScript(fastRefBody)
+	putLimScript     = redis.NewScript(putLimLua)
+	seedScript       = redis.NewScript(seedLua)
 )
 
 // toInt64 reads an integer reply element without panicking on a surprise.
