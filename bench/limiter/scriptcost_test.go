@@ -28,7 +28,9 @@ import (
 // full decision again for tenants whose snapshots carry notification
 // thresholds (issue 27: "-notify" against the same name without; the
 // thresholds ride in the snapshot for the flush and decisions never read
-// them, so the ratio should be 1.00).
+// them, so the ratio should be 1.00), and for tenants with two active grants
+// (issue 26: "-grants2" within the included quota, "-grants2-drawing" with it
+// used up, against "tollgate": at most 1.15×).
 //
 //	go test -run '^$' -bench BenchmarkScriptCost -benchtime 20000x ./limiter/
 func BenchmarkScriptCost(b *testing.B) {
@@ -41,8 +43,10 @@ func BenchmarkScriptCost(b *testing.B) {
 	now := time.Now().UTC()
 	start := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)
 	thresholds := map[string][]keyspace.QuotaThreshold{keyspace.DefaultMeter: {{Percent: 50}, {Percent: 80}, {Percent: 100}, {Units: 5000}}}
+	granted := benchTenants(len(tenants)) // as many more, with two grants
+	drawing := benchTenants(len(tenants)) // and as many whose included quota is used up
 	for i, t := range tenants {
-		for _, id := range []string{t, notified[i]} {
+		for _, id := range []string{t, notified[i], granted[i], drawing[i]} {
 			snap := limiter.Snapshot{
 				TenantID: id, Plan: "bench", Status: "active", Version: 1,
 				Rate:        &limiter.Rate{PerSecond: 1e6, Burst: 1e6},
@@ -52,7 +56,19 @@ func BenchmarkScriptCost(b *testing.B) {
 			if id == notified[i] {
 				snap.Notify = thresholds
 			}
+			if id == drawing[i] {
+				snap.Quotas[keyspace.DefaultMeter] = limiter.Quota{Limit: 0, Mode: limiter.ModeHard}
+			}
 			limitertest.PutSnapshot(b, rdb, "", snap)
+			if id == granted[i] || id == drawing[i] {
+				gs := []keyspace.Grant{
+					{ID: "promo-" + id, Meter: keyspace.DefaultMeter, EffectiveAt: start, ExpiresAt: start.AddDate(1, 0, 0), Remaining: 1 << 40},
+					{ID: "topup-" + id, Meter: keyspace.DefaultMeter, EffectiveAt: start, Remaining: 1 << 40},
+				}
+				if err := (keyspace.Keys{}).PutGrants(ctx, rdb, id, func(context.Context) ([]keyspace.Grant, error) { return gs, nil }); err != nil {
+					b.Fatal(err)
+				}
+			}
 		}
 	}
 	ours := func(cacheSize int, req limiter.Request, ids ...string) func(int) error {
@@ -83,6 +99,10 @@ func BenchmarkScriptCost(b *testing.B) {
 		{"tollgate-rate", ours(0, limiter.Request{Cost: 1, Limits: &limiter.Limits{Rate: &limiter.Rate{PerSecond: 1e6, Burst: 1e6}}})},
 		{"tollgate-notify", ours(0, limiter.Request{Cost: 1}, notified...)},
 		{"tollgate-byref-notify", ours(1, limiter.Request{Cost: 1}, notified...)},
+		// issue 26: two active grants beside the included quota (≤ 1.15×
+		// "tollgate"), and the same drawing from them (included used up)
+		{"tollgate-grants2", ours(0, limiter.Request{Cost: 1}, granted...)},
+		{"tollgate-grants2-drawing", ours(0, limiter.Request{Cost: 1}, drawing...)},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			for i := 0; i < 2*len(tenants); i++ { // every key and cache entry exists

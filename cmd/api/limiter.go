@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,11 +19,12 @@ import (
 // deadlines enforced by go-redis (so that LIMITER_TIMEOUT bounds every call
 // without a goroutine per call), snapshots missing from Redis loaded from
 // Postgres by the entitlements service, quota counters missing from Redis
-// rebuilt from durable usage (usage may be nil), the fail mode of
+// rebuilt from durable usage (usage may be nil), grants lost with Redis
+// rebuilt from the credits ledger (grants may be nil), the fail mode of
 // LIMITER_FAIL_MODE for every policy, prefetching with LIMITER_PREFETCH, and
 // Prometheus metrics on reg. The
 // returned close func closes the limiter and its client.
-func newLimiter(cfg config.Config, ents *entitlements.Service, usage limiter.UsageLoader, reg prometheus.Registerer) (*limiter.Limiter, func(), error) {
+func newLimiter(cfg config.Config, ents *entitlements.Service, usage limiter.UsageLoader, grants func(context.Context, string) ([]keyspace.Grant, error), reg prometheus.Registerer) (*limiter.Limiter, func(), error) {
 	rdb, err := limiterRedis(cfg)
 	if err != nil {
 		return nil, nil, err
@@ -38,6 +40,7 @@ func newLimiter(cfg config.Config, ents *entitlements.Service, usage limiter.Usa
 		Loader:            ents.LoadSnapshot,
 		ExternalLoader:    ents.LoadExternal,
 		UsageLoader:       usage,
+		GrantLoader:       grants,
 		Timeout:           cfg.LimiterTimeout,
 		FailMode:          limiter.FailModes{Rate: mode, Quota: mode, Concurrency: mode, Window: mode},
 		ExpectedInstances: cfg.ExpectedInstances,

@@ -156,7 +156,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	// The limiter rebuilds a quota counter lost with Redis from metering's
 	// durable usage, so a Redis restart never hands out a fresh quota.
 	meter := metering.NewService(pool, limitstore.New(rdb, keyspace.DefaultPrefix), log, metering.Options{Snapshot: ents.Current, RedisTimeout: cfg.RedisTimeout})
-	lim, closeLimiter, err := newLimiter(cfg, ents, meter.LoadUsage, reg)
+	// Grants: the admin's grants and voids are written to Redis as they
+	// commit, and the limiter rebuilds grants Redis lost from the ledger.
+	creds := wire.Credits(pool, ents, log, credits.Options{Grants: limitstore.New(rdb, keyspace.DefaultPrefix)})
+	lim, closeLimiter, err := newLimiter(cfg, ents, meter.LoadUsage, creds.RedisGrants, reg)
 	if err != nil {
 		return err
 	}

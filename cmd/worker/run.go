@@ -139,7 +139,8 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	}
 	// Grants: expiries written every 10 s; rollover at each period close;
 	// the grant.* webhooks from the draws the flush records and expiries.
-	creds := wire.Credits(pool, ents, log, credits.Options{Events: hooks.GrantEvents})
+	// The sweep of the expiry job writes new and changed grants to Redis.
+	creds := wire.Credits(pool, ents, log, credits.Options{Events: hooks.GrantEvents, Grants: limitstore.New(rdb, keyspace.DefaultPrefix)})
 	periodic = append(periodic, creds.Register(workers)...)
 	meter := newMetering(pool, rdb, ents, cfg, log, jm, hooks, creds)
 	periodic = append(periodic, meter.Register(workers)...)

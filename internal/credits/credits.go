@@ -4,9 +4,10 @@
 // of what each grant gave in each period, and the bookkeeping of voids and
 // expiries. It owns the credit_* tables; others call its functions.
 //
-// Grants are recorded here but not yet drawn by the limiter: a decision
-// still sees only the included quota (docs/credits.md says how the draw
-// will work and how Redis will be rebuilt from this ledger).
+// The limiter draws grants after the included quota in its decision (exact
+// and batched modes), from the list this package writes to Redis
+// (Publish, redis.go) and rebuilds from RedisGrants after a loss;
+// docs/credits.md says how.
 package credits
 
 import (
@@ -43,6 +44,9 @@ type Options struct {
 	// LowPercent: a grant is low once its remaining is under this share of
 	// its amount; default DefaultLowPercent (20).
 	LowPercent int
+	// Grants writes grants where the limiter draws them (limitstore's
+	// Store); nil: nothing is written (the limiter then draws none).
+	Grants GrantWriter
 }
 
 // Service is the credits domain.

@@ -260,6 +260,11 @@ func (s *Service) Create(ctx context.Context, tenantID string, in GrantInput) (G
 		g.EffectiveAt = *in.EffectiveAt
 	}
 	out, _, err := s.createTx(ctx, s.db, g)
+	if err == nil {
+		// committed: the limiter draws it from its next decision on (a
+		// failed write is logged, and the worker's sweep writes it)
+		_ = s.Publish(ctx, tenantID)
+	}
 	return out, err
 }
 
@@ -460,5 +465,8 @@ UPDATE credit_grants SET voided = voided + remaining, remaining = 0, voided_at =
 	if err != nil {
 		return Grant{}, err
 	}
+	// the limiter stops drawing it once its near-caches read the new list
+	// (an invalidation: within a second)
+	_ = s.Publish(ctx, out.TenantID)
 	return out, nil
 }

@@ -2,6 +2,7 @@ package credits
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/riverqueue/river"
@@ -19,13 +20,36 @@ func (ExpireGrantsArgs) Kind() string { return "credits_expire_grants" }
 type ExpireGrantsWorker struct {
 	river.WorkerDefaults[ExpireGrantsArgs]
 	Service *Service
+
+	mu        sync.Mutex
+	published time.Time // the last sweep's start (zero: none yet, all are written)
 }
 
-// Work expires, then prunes flush records too old to be replayed.
+// publishOverlap is how far a sweep looks back before the last one: a
+// grant's created_at is its transaction's start, which commits later.
+const publishOverlap = 5 * time.Second
+
+// Work expires, writes the grants that changed since the last run to Redis
+// (PublishChanged: top-ups and rollovers made in others' transactions reach
+// the limiter within a run), then prunes flush records too old to be
+// replayed.
 func (w *ExpireGrantsWorker) Work(ctx context.Context, _ *river.Job[ExpireGrantsArgs]) error {
 	if _, err := w.Service.ExpireDue(ctx); err != nil {
 		return err
 	}
+	w.mu.Lock()
+	since := w.published
+	w.mu.Unlock()
+	start := w.Service.now()
+	if !since.IsZero() {
+		since = since.Add(-publishOverlap)
+	}
+	if _, err := w.Service.PublishChanged(ctx, since); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.published = start
+	w.mu.Unlock()
 	_, err := w.Service.PruneFlushRecords(ctx)
 	return err
 }

@@ -394,3 +394,10 @@ func validName(s string) bool {
 	}
 	return true
 }
+
+// PutGrants writes the tenant's grants where the limiter draws them
+// (keyspace.Keys.PutGrants): load reads them from the ledger after the
+// state hash's epoch is read, again when it moved meanwhile.
+func (s *Store) PutGrants(ctx context.Context, tenant string, load func(context.Context) ([]keyspace.Grant, error)) error {
+	return s.keys.PutGrants(ctx, s.rdb, tenant, load)
+}

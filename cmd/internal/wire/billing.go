@@ -29,6 +29,7 @@ func Billing(pool *pgxpool.Pool, ents *entitlements.Service, cfg config.Config, 
 	}
 	return billing.New(pool, ents, ins, log, billing.Options{
 		// Top-ups bought through Stripe become grants (credits stores them).
+		// (Their grants reach Redis by the worker's sweep, within 10 s.)
 		Credits:               Credits(pool, ents, log, credits.Options{}),
 		WebhookSecret:         cfg.StripeWebhookSecret,
 		WebhookSecretPrevious: cfg.StripeWebhookSecretPrevious,
