@@ -40,7 +40,7 @@ func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlemen
 	// the closed windows also to credits' rollover, in the same one.
 	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush, Snapshot: ents.Snapshot,
 		Crossings: hooks.QuotaCrossings, Exhausted: hooks.QuotaExhaustions, PeriodsClosed: periodsClosed(hooks.PeriodsClosed, rollover(creds)),
-		Limits: ents.Current})
+		Limits: ents.Current, GrantDraws: grantDraws(creds)})
 	return &meteringPart{svc: svc, ents: ents, rdb: rdb, cfg: cfg, jm: jm}
 }
 
@@ -79,6 +79,19 @@ func rollover(creds *credits.Service) metering.PeriodsClosedFunc {
 			}
 		}
 		_, err := creds.RolloverTx(ctx, tx, in)
+		return err
+	}
+}
+
+// grantDraws hands the grants' draws of flushed claims to credits' ledger,
+// in the flush's transaction, under each claim's id.
+func grantDraws(creds *credits.Service) metering.GrantDrawsFunc {
+	return func(ctx context.Context, tx pgx.Tx, ds []metering.GrantDraw) error {
+		in := make([]credits.Draw, len(ds))
+		for i, d := range ds {
+			in[i] = credits.Draw{FlushID: d.FlushID, GrantID: d.GrantID, PeriodStart: d.PeriodStart, Units: d.Units}
+		}
+		_, err := creds.RecordDrawsTx(ctx, tx, in)
 		return err
 	}
 }

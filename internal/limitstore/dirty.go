@@ -136,26 +136,50 @@ end
 // sequence cs (what Postgres had counted at the last acknowledgement; 0
 // when unknown): Postgres tells a claim of a rolled-back hash by it. cn
 // and g are read only on the rare paths.
+//
+// With the counter, the claim takes what each grant of its meter gave
+// since the last claim (kf − k, keyspace.GrantsField): the grants' flushed
+// marks move to k, and the claim keeps "<grant id> <units> " each in kc,
+// returned with it (also when an unacknowledged claim is returned again),
+// so that the flush records each grant's draws under the claim's id, in
+// the transaction that counts the usage. Draws are attributed to the
+// period of the counter claimed first (a flush interval at a period's
+// boundary may give the old period a few of the new one's draws). A
+// tenant without grants costs the claim one HMGET field more.
 var claimBatchScript = redis.NewScript(sremAll + `
 local d = KEYS[#KEYS]
 local out, gone = {}, {}
 for i = 1, #KEYS - 1 do
   local h, sfx = KEYS[i], ARGV[2 * i - 1]
   local ci, q, f = 'ci:' .. sfx, 'q:' .. sfx, 'f:' .. sfx
-  local r = redis.call('HMGET', h, ci, 'ca:' .. sfx, q, f, 'cs:' .. sfx)
-  out[3 * i - 2] = ''; out[3 * i - 1] = 0; out[3 * i] = r[5] or '0'
+  local r = redis.call('HMGET', h, ci, 'ca:' .. sfx, q, f, 'cs:' .. sfx, 'G')
+  out[4 * i - 3] = ''; out[4 * i - 2] = 0; out[4 * i - 1] = r[5] or '0'; out[4 * i] = ''
   if r[1] and r[1] ~= r[2] then
-    out[3 * i - 2] = r[1]; out[3 * i - 1] = tonumber(redis.call('HGET', h, 'cn:' .. sfx)) or 0
+    out[4 * i - 3] = r[1]; out[4 * i - 2] = tonumber(redis.call('HGET', h, 'cn:' .. sfx)) or 0
+    out[4 * i] = redis.call('HGET', h, 'kc:' .. sfx) or ''
   elseif not r[3] then
     if redis.call('HEXISTS', h, 'g:' .. sfx) == 0 then gone[#gone + 1] = mark(h, sfx) end
   else
     local n = tonumber(r[3]) - (tonumber(r[4]) or 0)
-    if n == 0 then
+    local kc = ''
+    if r[6] then
+      local m = string.match(sfx, '^(.*):[^:]*$')
+      for id, gm in string.gmatch(r[6], '(%S+) (%S+) %S+ %S+ ') do
+        if gm == m then
+          local v = redis.call('HMGET', h, 'k:' .. id, 'kf:' .. id)
+          if v[1] and v[2] and v[1] ~= v[2] then
+            kc = kc .. id .. ' ' .. string.format('%d', tonumber(v[2]) - tonumber(v[1])) .. ' '
+            redis.call('HSET', h, 'kf:' .. id, v[1])
+          end
+        end
+      end
+    end
+    if n == 0 and kc == '' then
       gone[#gone + 1] = mark(h, sfx)
     else
       local id = ARGV[2 * i]
-      redis.call('HSET', h, ci, id, 'cn:' .. sfx, n, f, r[3])
-      out[3 * i - 2] = id; out[3 * i - 1] = n
+      redis.call('HSET', h, ci, id, 'cn:' .. sfx, n, f, r[3], 'kc:' .. sfx, kc)
+      out[4 * i - 3] = id; out[4 * i - 2] = n; out[4 * i] = kc
     end
   end
 end
@@ -253,19 +277,23 @@ func (s *Store) ClaimPendingBatch(ctx context.Context, ks []PendingKey) ([]Claim
 	if err != nil {
 		return nil, fmt.Errorf("limitstore: claiming pending usage: %w", err)
 	}
-	if len(res) != 3*len(ks) {
+	if len(res) != 4*len(ks) {
 		return nil, fmt.Errorf("limitstore: claiming pending usage: reply of %d elements for %d counters", len(res), len(ks))
 	}
 	out := make([]Claim, len(ks))
 	for i := range ks {
-		id, ok1 := res[3*i].(string)
-		n, ok2 := res[3*i+1].(int64)
-		seqS, ok3 := res[3*i+2].(string)
+		id, ok1 := res[4*i].(string)
+		n, ok2 := res[4*i+1].(int64)
+		seqS, ok3 := res[4*i+2].(string)
 		seq, err := strconv.ParseInt(seqS, 10, 64)
-		if !ok1 || !ok2 || !ok3 || err != nil {
+		kc, ok4 := res[4*i+3].(string)
+		if !ok1 || !ok2 || !ok3 || !ok4 || err != nil {
 			return nil, fmt.Errorf("limitstore: claiming pending usage: malformed reply")
 		}
 		out[i] = Claim{ID: id, N: n, Seq: seq}
+		if out[i].Grants, err = parseGrantDraws(kc); err != nil {
+			return nil, fmt.Errorf("limitstore: claiming pending usage: %w", err)
+		}
 	}
 	return out, nil
 }

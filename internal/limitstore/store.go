@@ -333,6 +333,32 @@ type Claim struct {
 	// wrote it (cs): how many of its claims Postgres had counted then, 0
 	// when unknown (a counter rebuilt, or written before the sequence).
 	Seq int64
+	// Grants are what each grant of the meter gave since the last claim,
+	// as Redis decided it (nil: none).
+	Grants []GrantDraw
+}
+
+// GrantDraw is what one grant gave in a claim.
+type GrantDraw struct {
+	ID    string
+	Units int64
+}
+
+// parseGrantDraws reads a claim's kc field: "<grant id> <units> " each.
+func parseGrantDraws(kc string) ([]GrantDraw, error) {
+	f := strings.Fields(kc)
+	if len(f)%2 != 0 {
+		return nil, fmt.Errorf("malformed grant draws %q", kc)
+	}
+	var out []GrantDraw
+	for i := 0; i < len(f); i += 2 {
+		n, err := strconv.ParseInt(f[i+1], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("malformed grant draws %q", kc)
+		}
+		out = append(out, GrantDraw{ID: f[i], Units: n})
+	}
+	return out, nil
 }
 
 // ClaimPending moves the unflushed growth of a counter (q − f) into a claim

@@ -112,7 +112,7 @@ func (s *Service) FlushOnce(ctx context.Context) (FlushStats, error) {
 				continue // nothing to flush
 			}
 			b.at[i] = len(claims)
-			claims = append(claims, FlushClaim{ID: cs[i].ID, Tenant: k.Tenant, Meter: k.Meter, PeriodStart: k.PeriodStart, N: cs[i].N, Seq: cs[i].Seq})
+			claims = append(claims, FlushClaim{ID: cs[i].ID, Tenant: k.Tenant, Meter: k.Meter, PeriodStart: k.PeriodStart, N: cs[i].N, Seq: cs[i].Seq, Grants: cs[i].Grants})
 		}
 		batches = append(batches, b)
 		// Claims of many small batches (one per slot on a Cluster) share

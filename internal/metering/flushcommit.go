@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgatehq/tollgate/internal/ids"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/period"
 	"github.com/tollgatehq/tollgate/internal/postgres"
 )
@@ -30,6 +31,9 @@ type FlushClaim struct {
 	// (limitstore.Claim.Seq; 0 unknown). Behind Postgres's, the claim
 	// comes from a rolled-back hash and is not counted.
 	Seq int64
+	// Grants are what each grant of the meter gave in the claim
+	// (recorded through Options.GrantDraws).
+	Grants []limitstore.GrantDraw
 }
 
 // Commit outcomes of one claim: only a failed claim must stay in Redis.
@@ -239,8 +243,15 @@ func (s *Service) commitStatement(ctx context.Context, rows []flushRow, at map[s
 	var q pgx.Rows
 	var tx pgx.Tx
 	var err error
-	if s.opts.Crossings != nil && s.opts.Limits != nil {
-		// The crossings go to the outbox in the transaction of the figures.
+	grants := false
+	if s.opts.GrantDraws != nil {
+		for _, r := range rows {
+			grants = grants || len(r.c.Grants) > 0
+		}
+	}
+	if grants || (s.opts.Crossings != nil && s.opts.Limits != nil) {
+		// The crossings go to the outbox, and the grants' draws to the
+		// ledger, in the transaction of the figures.
 		if tx, err = s.db.Begin(ctx); err != nil {
 			return err
 		}
@@ -296,8 +307,31 @@ func (s *Service) commitStatement(ctx context.Context, rows []flushRow, at map[s
 	}
 	if tx != nil {
 		q.Close()
-		if err := s.reportCrossings(ctx, tx, counters); err != nil {
-			return err
+		if s.opts.Crossings != nil && s.opts.Limits != nil {
+			if err := s.reportCrossings(ctx, tx, counters); err != nil {
+				return err
+			}
+		}
+		if grants {
+			// Every claim committed now or before (a replay: the ledger
+			// adds nothing for a flush id it has) records its draws; a
+			// stale claim's were the old master's, and a claim another
+			// flusher committed meanwhile is that flusher's to record.
+			var draws []GrantDraw
+			for _, x := range got {
+				if x.stale == nil || *x.stale {
+					continue
+				}
+				c := rows[x.j].c
+				for _, g := range c.Grants {
+					draws = append(draws, GrantDraw{FlushID: c.ID, GrantID: g.ID, PeriodStart: c.PeriodStart, Units: g.Units})
+				}
+			}
+			if len(draws) > 0 {
+				if err := s.opts.GrantDraws(ctx, tx, draws); err != nil {
+					return fmt.Errorf("metering: flush: grant draws: %w", err)
+				}
+			}
 		}
 		if err := tx.Commit(ctx); err != nil {
 			return err

@@ -24,6 +24,17 @@ import (
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
+// GrantDraw is what one grant gave in one flushed claim.
+type GrantDraw struct {
+	FlushID     string // the claim's id
+	GrantID     string
+	PeriodStart time.Time
+	Units       int64
+}
+
+// GrantDrawsFunc records grant draws in the flush's transaction.
+type GrantDrawsFunc func(ctx context.Context, tx pgx.Tx, draws []GrantDraw) error
+
 // SnapshotFunc returns a tenant's current entitlement snapshot (cmd wires
 // the entitlements service's LoadSnapshot); it gives GET /v1/usage its
 // quotas and period.
@@ -49,6 +60,13 @@ type Options struct {
 	// with each meter's final figure, in the transaction that closes them
 	// (cmd wires notify's period.closed). Default nil.
 	PeriodsClosed PeriodsClosedFunc
+	// GrantDraws, when set, records what each grant gave in a flushed
+	// claim, as Redis decided it, inside the flush's own transaction, under
+	// the claim's id (cmd wires credits' RecordDrawsTx, idempotent per
+	// flush id), so that usage and grant consumption commit together.
+	// Default nil: grant draws in claims are not recorded (the claims still
+	// are).
+	GrantDraws GrantDrawsFunc
 	// Limits gives the quotas crossings are measured against: the worker
 	// wires entitlements' Current (the snapshot the limiter enforces, one
 	// Redis read per flushed tenant, outside any lock but the flushed
