@@ -62,24 +62,6 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 			}
 			return nil, fmt.Errorf("limiter: the snapshot's window of %q has not begun by Redis's clock", pl.tenant)
 		}
-		if status == 6 {
-			// An active grant has no remaining in Redis: rebuilt from the
-			// ledger (GrantLoader) under the epoch the reply carries.
-			if attempt >= 3 || l.opts.GrantLoader == nil {
-				return l.unbuilt(pl, req)
-			}
-			epoch, err := toInt64(res[1])
-			if err != nil {
-				return nil, fmt.Errorf("limiter: malformed grants reply")
-			}
-			if err := l.rebuildGrants(ctx, pl.tenant, epoch); err != nil {
-				if errors.Is(err, errRedisDown) || errors.Is(err, ErrOverloaded) {
-					return nil, err
-				}
-				return l.unbuilt(pl, req)
-			}
-			continue
-		}
 		if status == 4 {
 			if attempt >= 3 {
 				// others keep raising the floor past what Redis holds
@@ -303,9 +285,9 @@ func (l *Limiter) seed(ctx context.Context, pl *plan, res []any) error {
 
 // rebuildGrants writes the tenant's grants as the GrantLoader reads them
 // (keyspace.Keys.PutGrantsAt) unless the state hash's epoch moved from
-// epoch, which the decision's reply carried from before this read: then
-// the caller's next attempt finds them still missing and reads again.
-// Grants Redis has keep Redis's remaining.
+// epoch, which the seed reply carried from before this read: then the
+// counter's seed is refused too and the caller's next attempt reads both
+// again. Grants Redis has keep Redis's remaining.
 func (l *Limiter) rebuildGrants(ctx context.Context, tenant string, epoch int64) error {
 	grants, err := l.opts.GrantLoader(ctx, tenant)
 	if err != nil {

@@ -53,14 +53,23 @@ func putGrants(t testing.TB, st *store, tenant string, gs ...keyspace.Grant) {
 // grantLeft reads a grant's remaining in Redis (-1 when missing).
 func grantLeft(t testing.TB, st *store, tenant, id string) int64 {
 	t.Helper()
-	n, err := st.rdb.HGet(context.Background(), st.keys.State(tenant), keyspace.GrantRemaining(id)).Int64()
+	raw, err := st.rdb.HGet(context.Background(), st.keys.State(tenant), keyspace.GrantsOf("requests")).Result()
 	if errors.Is(err, redis.Nil) {
 		return -1
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	gs, err := keyspace.ParseGrants("requests", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range gs {
+		if g.ID == id {
+			return g.Remaining
+		}
+	}
+	return -1
 }
 
 func hardQuota(limit int64, mode limiter.QuotaMode) func(*limiter.Snapshot) {
@@ -262,10 +271,11 @@ func TestGrantsTimeAndVoid(t *testing.T) {
 	if took > time.Second {
 		t.Errorf("void took %v, want within a second", took)
 	}
-	// Its unflushed draw keeps it listed (closed) for the flush.
-	list, _ := st.rdb.HGet(ctx, st.keys.State("void"), keyspace.GrantsField).Result()
-	if list != "v requests 0 1 " {
-		t.Fatalf("list after void %q, want the closed grant kept for its flush", list)
+	// Its unflushed draw keeps it (closed) for the flush.
+	raw, _ := st.rdb.HGet(ctx, st.keys.State("void"), keyspace.GrantsOf("requests")).Result()
+	gs, err := keyspace.ParseGrants("requests", raw)
+	if err != nil || len(gs) != 1 || !gs[0].Closed || gs[0].Remaining != 999 {
+		t.Fatalf("grants after the void %+v, %v; want the closed grant kept for its flush", gs, err)
 	}
 }
 
@@ -289,15 +299,7 @@ func TestGrantsRebuiltAfterRedisLoss(t *testing.T) {
 		s := snapshot("lost", hardQuota(10, limiter.ModeHard))
 		put(t, st, s)
 		lg.set("lost", grant("a", 20), grant("b", 5))
-		// A new grant: the decision finds it listed without a remaining
-		// (the server wrote only the list) and rebuilds it from the ledger.
-		list, err := keyspace.GrantList([]keyspace.Grant{grant("a", 0), grant("b", 0)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.rdb.HSet(ctx, st.keys.State("lost"), keyspace.GrantsField, list).Err(); err != nil {
-			t.Fatal(err)
-		}
+		putGrants(t, st, "lost", grant("a", 20), grant("b", 5)) // as the server writes new grants
 		for i := 0; i < 25; i++ { // 10 included + 15 of a
 			limitertest.Allowed(t, l, "lost", limiter.Request{Cost: 1})
 		}
@@ -357,14 +359,14 @@ func TestGrantsRebuildRespectsEpoch(t *testing.T) {
 		t.Fatal("seeded under a moved epoch")
 	}
 	// Redis's remaining wins over the ledger's for a grant it has.
-	if err := st.rdb.HSet(ctx, st.keys.State("ep"), keyspace.GrantRemaining("x"), 4).Err(); err != nil {
-		t.Fatal(err)
-	}
+	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix})
+	put(t, st, snapshot("ep", hardQuota(0, limiter.ModeHard)))
+	limitertest.Allowed(t, l, "ep", limiter.Request{Cost: 5})
 	putGrants(t, st, "ep", grant("x", 9), grant("y", 9))
 	if x, y := grantLeft(t, st, "ep", "x"), grantLeft(t, st, "ep", "y"); x != 4 || y != 9 {
 		t.Fatalf("x %d y %d, want 4 (Redis's) and 9 (seeded)", x, y)
 	}
-	if _, err := keyspace.GrantList([]keyspace.Grant{{ID: "a b", Meter: "requests"}}); err == nil {
-		t.Fatal("an id with a space was listed")
+	if _, err := st.keys.PutGrantsAt(ctx, st.rdb, "ep", 1, []keyspace.Grant{{ID: "a b", Meter: "requests"}}); err == nil {
+		t.Fatal("an id with a space was written")
 	}
 }

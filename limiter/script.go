@@ -85,8 +85,7 @@ var fastBody = fastVariant(false)
 // remaining of the active grants (one HMGET more), drawn in order. A
 // separate script, so that a tenant without grants runs fastBody as it
 // was and pays nothing for them. Its reply is fastBody's, with the quota's
-// remaining counting the active grants' remaining; {6, epoch} when an
-// active grant has no remaining in Redis (Limiter.rebuildGrants).
+// remaining counting the active grants' remaining.
 var fastGrantsBody = fastVariant(true)
 
 // fastVariant assembles fast.lua without or with grants.
@@ -95,19 +94,21 @@ func fastVariant(grants bool) string {
 		"decide_func": decideBody,
 		"fast_core":   fastCoreWith("sub(P, R + 1, R + lb)", "sub(P, R + lb + 1, R + lb + ld)", "sub(P, R + lb + ld + 1, R + lb + ld + lm)", grants),
 		"grants":      "",
+		"grant_name":  "",
 		"grant_field": "",
 		"grant_flag":  "",
 	}
 	if grants {
 		parts["grants"] = grantsLua
-		parts["grant_field"] = ", 'G'"
+		parts["grant_name"] = "local gfn = 'G:' .. sub(P, R + lb + ld + 1, R + lb + ld + lm)\n"
+		parts["grant_field"] = ", gfn"
 		// the general decision, for a missing counter, draws them too
 		parts["grant_flag"] = "  A[16] = hard + 2\n"
 	}
 	return luaFill("fast", parts)
 }
 
-// grantsLua defines grant_read and grant_take (lua/grants.lua), for the
+// grantsLua defines grant_sum and grant_take (lua/grants.lua), for the
 // scripts and paths that draw grants.
 var grantsLua = luaFragment("grants")
 
@@ -122,7 +123,7 @@ var grantsLua = luaFragment("grants")
 // rate remaining, rate reset ms, quota remaining, quota reset ms}. The
 // first element is negative, which tells it from decideLua's reply.
 //
-// With grants, the core reads the grant list (hv[5]) and takes from the
+// With grants, the core reads the meter's grants (hv[5]) and takes from the
 // active grants, in order, what the included quota cannot cover: a hard
 // quota refuses only when they cannot cover the rest either, with a retry
 // at the period's end or when a pending grant takes effect, whichever is
@@ -140,11 +141,9 @@ func fastCoreWith(base, dirty, meter string, grants bool) string {
 		"quota_refuse":  "  if hard == 1 and used + cost > lim and left > retry then\n    idx, retry = 2, left\n  end\n",
 	}
 	if grants {
-		parts["grant_pre"] = `local gfs, gvs, gav, gpend = false, false, 0, false
-if hv[5] then
-  gfs, gvs, gav, gpend = grant_read(h, hv[5], ` + meter + `, now_ms)
-  if not gfs then return {6, tonumber(redis.call('HGET', h, 'e')) or 0} end
-end
+		parts["grant_pre"] = `local G = hv[5]
+local gav, gpend = 0, false
+if G then gav, gpend = grant_sum(G, now_ms) end
 -- what the included quota cannot cover, and what the grants give of it
 local gneed = lim - used
 if gneed < 0 then gneed = 0 end
@@ -154,7 +153,7 @@ local gd = gneed
 if gd > gav then gd = gav end
 `
 		parts["quota_over"] = "gneed > gav"
-		parts["grant_draw"] = "  if gd > 0 then redis.call('HSET', h, unpack(grant_take(gfs, gvs, gd, {}))) end\n"
+		parts["grant_draw"] = "  if gd > 0 then redis.call('HSET', h, gfn, grant_take(G, now_ms, gd)) end\n"
 		parts["grant_rem_ok"] = "  qrem = qrem + gav - gd\n"
 		parts["grant_rem_no"] = "  qrem = qrem + gav\n"
 		parts["quota_refuse"] = `  if hard == 1 and gneed > gav then

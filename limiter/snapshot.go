@@ -142,17 +142,15 @@ func (l *Limiter) fill(ctx context.Context, tenant string) (*prepared, error) {
 	return p, nil
 }
 
-// grantMeters returns the meters a grant list (keyspace.GrantsField)
-// lists grants of, closed ones included (cheap to draw nothing from); nil
-// for none.
+// grantMeters returns the meters a grants index (keyspace.GrantsField)
+// names; nil for none.
 func grantMeters(list string) map[string]bool {
 	var m map[string]bool
-	f := strings.Fields(list)
-	for i := 1; i < len(f); i += 4 {
+	for _, f := range strings.Fields(list) {
 		if m == nil {
 			m = map[string]bool{}
 		}
-		m[f[i]] = true
+		m[f] = true
 	}
 	return m
 }

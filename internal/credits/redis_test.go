@@ -19,9 +19,27 @@ func withRedis(t *testing.T) bundle {
 	return b
 }
 
-func (b bundle) redisList(t *testing.T, tenant string) string {
+// redisGrants reads the tenant's grants of requests as Redis holds them.
+func (b bundle) redisGrants(t *testing.T, tenant string) []keyspace.Grant {
 	t.Helper()
-	return b.rdb.HGet(context.Background(), keyspace.Keys{Prefix: b.prefix}.State(tenant), keyspace.GrantsField).Val()
+	raw := b.rdb.HGet(context.Background(), keyspace.Keys{Prefix: b.prefix}.State(tenant), keyspace.GrantsOf("requests")).Val()
+	if raw == "" {
+		return nil
+	}
+	gs, err := keyspace.ParseGrants("requests", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gs
+}
+
+func left(gs []keyspace.Grant, id string) int64 {
+	for _, g := range gs {
+		if g.ID == id {
+			return g.Remaining
+		}
+	}
+	return -1
 }
 
 // A grant created or voided through the service reaches the limiter's
@@ -51,13 +69,14 @@ func TestGrantsAreWrittenToRedisInDrawOrder(t *testing.T) {
 	if len(order) != 4 || order[0] != first.ID || order[1] != soon.ID || order[2] != never.ID || order[3] != later.ID {
 		t.Fatalf("draw order %v, want first, soon, never, later", order)
 	}
-	list, _ := keyspace.GrantList(want)
-	if got := b.redisList(t, tn); got != list {
-		t.Fatalf("Redis lists %q, want %q", got, list)
+	got := b.redisGrants(t, tn)
+	if len(got) != 4 {
+		t.Fatalf("Redis holds %+v", got)
 	}
-	st := keyspace.Keys{Prefix: b.prefix}.State(tn)
-	if n, _ := b.rdb.HGet(ctx, st, keyspace.GrantRemaining(soon.ID)).Int64(); n != 200 {
-		t.Fatalf("remaining in Redis %d, want 200", n)
+	for i, g := range got {
+		if g.ID != want[i].ID || g.Remaining != want[i].Remaining || !g.EffectiveAt.Equal(want[i].EffectiveAt.Truncate(time.Millisecond)) {
+			t.Fatalf("Redis grant %d %+v, want %+v", i, g, want[i])
+		}
 	}
 
 	// The limiter draws them: included 1,000, then first (300), then soon.
@@ -77,11 +96,8 @@ func TestGrantsAreWrittenToRedisInDrawOrder(t *testing.T) {
 	if err != nil || !d.Allowed {
 		t.Fatalf("1,350 of 1,000 included + 600 active: %+v, %v", d, err)
 	}
-	if n, _ := b.rdb.HGet(ctx, st, keyspace.GrantRemaining(first.ID)).Int64(); n != 0 {
-		t.Fatalf("first left %d, want 0", n)
-	}
-	if n, _ := b.rdb.HGet(ctx, st, keyspace.GrantRemaining(soon.ID)).Int64(); n != 150 {
-		t.Fatalf("soon left %d, want 150", n)
+	if gs := b.redisGrants(t, tn); left(gs, first.ID) != 0 || left(gs, soon.ID) != 150 {
+		t.Fatalf("after 1,350: %+v; want first 0, soon 150", gs)
 	}
 
 	// Void soon: the limiter stops drawing it within a second; its
@@ -100,8 +116,12 @@ func TestGrantsAreWrittenToRedisInDrawOrder(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if got := b.redisList(t, tn); got == "" || !contains(got, soon.ID+" requests 0 1 ") {
-		t.Fatalf("list after the void %q, want soon kept closed", got)
+	kept := false
+	for _, g := range b.redisGrants(t, tn) {
+		kept = kept || (g.ID == soon.ID && g.Closed && g.Remaining == 150)
+	}
+	if !kept {
+		t.Fatalf("grants after the void %+v, want soon kept closed for its flush", b.redisGrants(t, tn))
 	}
 }
 
@@ -116,15 +136,15 @@ func TestGrantsMadeInATransactionReachRedisBySweep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := b.redisList(t, tn); got != "" {
-		t.Fatalf("listed before the sweep: %q", got)
+	if got := b.redisGrants(t, tn); got != nil {
+		t.Fatalf("in Redis before the sweep: %+v", got)
 	}
 	n, err := b.svc.PublishChanged(ctx, since)
 	if err != nil || n < 1 { // other tests' tenants may be in the window too
 		t.Fatalf("PublishChanged = %d, %v", n, err)
 	}
-	if got := b.redisList(t, tn); !contains(got, g.ID+" requests ") {
-		t.Fatalf("after the sweep %q, want %s listed", got, g.ID)
+	if got := b.redisGrants(t, tn); left(got, g.ID) != 10 {
+		t.Fatalf("after the sweep %+v, want %s with 10", got, g.ID)
 	}
 	// The first sweep of a worker (zero since) writes every open grant.
 	if n, err := b.svc.PublishChanged(ctx, time.Time{}); err != nil || n < 1 {
@@ -132,11 +152,3 @@ func TestGrantsMadeInATransactionReachRedisBySweep(t *testing.T) {
 	}
 }
 
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
-}

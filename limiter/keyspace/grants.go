@@ -2,9 +2,10 @@ package keyspace
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"strconv"
+	"math"
 	"strings"
 	"time"
 
@@ -13,27 +14,32 @@ import (
 
 // Grants: a tenant's prepaid units of a meter beside its included quota
 // (Tollgate's credits). They live in the tenant's state hash (State), so
-// that the decision script reads them in its own slot and round trip:
+// that the decision script reads them in its own slot and round trip,
+// with the HMGET it makes anyway:
 //
-//	G          the grant list, "<id> <meter> <effective ms> <expires ms> "
-//	           per grant (expires 0: never) in draw order: priority, then
-//	           earliest expiry (never-expiring last), then creation. A
-//	           closed grant (voided, expired) whose draws are not flushed yet
-//	           stays listed with expires 1 (never drawn) until they are.
-//	k:<id>     the grant's remaining units as Redis decided them
-//	kf:<id>    its flushed mark: k when the last flush claimed its draws, so
-//	           that what is drawn and not flushed is kf − k
+//	G          the meters the tenant has grants of, "<meter> " each (the
+//	           limiter reads it beside the snapshot: only those meters'
+//	           decisions read grants, so a tenant without any pays nothing)
+//	G:<meter>  the meter's grants in draw order (priority, then earliest
+//	           expiry, never-expiring last, then creation): their count,
+//	           then per grant its effective ms, expires ms (0 never) and
+//	           remaining units as Redis decided them, little-endian
+//	           doubles, then their ids, "<id> " each. A closed grant
+//	           (voided, expired) whose draws are not flushed yet stays
+//	           with expires 1 (never drawn) until they are.
+//	kf:<id>    a grant's flushed mark: its remaining when the last flush
+//	           claimed its draws, so that what is drawn and not flushed is
+//	           kf − remaining
 //
 // A grant is active from effective to expires by Redis's clock: a decision
 // takes a request's cost from the included quota first, then from the
-// active grants in the list's order. A listed grant whose k is missing is
-// rebuilt (PutGrants) before it is drawn.
+// active grants in order.
 
-// GrantsField is the state hash field of the grant list.
+// GrantsField is the state hash field listing the meters with grants.
 const GrantsField = "G"
 
-// GrantRemaining is the state hash field of a grant's remaining units.
-func GrantRemaining(id string) string { return "k:" + id }
+// GrantsOf is the state hash field of a meter's grants.
+func GrantsOf(meter string) string { return "G:" + meter }
 
 // GrantFlushed is the state hash field of a grant's flushed mark.
 func GrantFlushed(id string) string { return "kf:" + id }
@@ -46,37 +52,50 @@ type Grant struct {
 	// expires (zero: never).
 	EffectiveAt time.Time
 	ExpiresAt   time.Time
-	// Remaining is what Postgres holds that no flush has recorded as drawn:
-	// what Redis is seeded with when it has no k:<id> for the grant (a new
-	// grant, or one Redis lost). A grant Redis has keeps Redis's figure,
-	// which is ahead of Postgres by the draws not flushed yet.
+	// Remaining is, written, what Postgres holds that no flush has recorded
+	// as drawn: what Redis is seeded with for a grant it does not have (a
+	// new grant, or one Redis lost); a grant Redis has keeps Redis's
+	// figure, which is ahead of Postgres by the draws not flushed yet.
+	// Read (ParseGrants), it is Redis's.
 	Remaining int64
+	// Closed (read only) is a voided or expired grant kept for its
+	// unflushed draws.
+	Closed bool
 }
 
-// ErrGrantIDs is a grant id or meter that cannot be written in the list.
+// ErrGrantIDs is a grant id or meter that cannot be written.
 var ErrGrantIDs = errors.New("keyspace: a grant id or meter holds a space, is empty, or is too long")
 
-// GrantList encodes grants as the G field holds them (in the order given).
-func GrantList(grants []Grant) (string, error) {
-	var b strings.Builder
-	for _, g := range grants {
-		if !listable(g.ID) || !listable(g.Meter) {
-			return "", ErrGrantIDs
-		}
-		exp := int64(0)
-		if !g.ExpiresAt.IsZero() {
-			exp = max(g.ExpiresAt.UnixMilli(), 2) // 1 marks a closed grant
-		}
-		b.WriteString(g.ID)
-		b.WriteByte(' ')
-		b.WriteString(g.Meter)
-		b.WriteByte(' ')
-		b.WriteString(strconv.FormatInt(g.EffectiveAt.UnixMilli(), 10))
-		b.WriteByte(' ')
-		b.WriteString(strconv.FormatInt(exp, 10))
-		b.WriteByte(' ')
+// ParseGrants reads a GrantsOf field.
+func ParseGrants(meter, raw string) ([]Grant, error) {
+	if len(raw) < 8 {
+		return nil, fmt.Errorf("keyspace: grants of %s: %d bytes", meter, len(raw))
 	}
-	return b.String(), nil
+	n := int(math.Float64frombits(binary.LittleEndian.Uint64([]byte(raw[:8]))))
+	if n < 0 || len(raw) < 8+24*n {
+		return nil, fmt.Errorf("keyspace: grants of %s: malformed", meter)
+	}
+	ids := strings.Fields(raw[8+24*n:])
+	if len(ids) != n {
+		return nil, fmt.Errorf("keyspace: grants of %s: %d ids for %d grants", meter, len(ids), n)
+	}
+	out := make([]Grant, n)
+	for i := range out {
+		o := 8 + 24*i
+		f := func(k int) float64 {
+			return math.Float64frombits(binary.LittleEndian.Uint64([]byte(raw[o+8*k : o+8*k+8])))
+		}
+		g := Grant{ID: ids[i], Meter: meter, EffectiveAt: time.UnixMilli(int64(f(0))), Remaining: int64(f(2))}
+		switch exp := int64(f(1)); exp {
+		case 0:
+		case 1:
+			g.Closed = true
+		default:
+			g.ExpiresAt = time.UnixMilli(exp)
+		}
+		out[i] = g
+	}
+	return out, nil
 }
 
 func listable(s string) bool {
@@ -96,64 +115,104 @@ func listable(s string) bool {
 // anyway.
 const grantsTTL = 8 * 24 * time.Hour
 
-// putGrantsScript writes the grant list and seeds the grants Redis has no
-// remaining for, unless the state hash's epoch moved since the caller read
-// it (a flush acknowledgement found its claim lost: Postgres's figures
-// read before may lack that claim's draws, see the limiter's seedLua).
-// Listed grants dropped by the new list keep their place (closed, expires
-// 1) while they hold unflushed draws; flushed ones lose their fields.
-// Then the limits hash goes (decisions by reference do not draw grants:
-// a tenant with grants is decided from its snapshot) and the tenant is
-// announced, so that every near-cache reads it again.
+// putGrantsScript writes the grants, per meter, unless the state hash's
+// epoch moved since the caller read it (a flush acknowledgement found its
+// claim lost: Postgres's figures read before may lack that claim's draws,
+// see the limiter's seedLua). A grant Redis has keeps its remaining; a new
+// one gets Postgres's, with its flushed mark. Grants the new list drops
+// stay (closed, expires 1) while they hold unflushed draws; flushed ones
+// lose their mark. Then the limits hash goes (decisions by reference do
+// not draw grants: a tenant with grants is decided from its snapshot) and
+// the tenant is announced, so that every near-cache reads it again.
 //
-// KEYS: state hash, limits hash. ARGV: epoch, list, TTL ms of a new hash,
-// channel, message, then per listed grant its id and Postgres's remaining.
-// Reply 1 written, -1 epoch moved.
+// KEYS: state hash, limits hash. ARGV: epoch, TTL ms of a new hash,
+// channel, message, then per grant id, meter, effective ms, expires ms,
+// remaining. Reply 1 written, -1 epoch moved.
 var putGrantsScript = redis.NewScript(`
 local h = KEYS[1]
 local cur = redis.call('HMGET', h, 'e', 'G')
 if (tonumber(cur[1]) or 0) ~= tonumber(ARGV[1]) then return -1 end
-local list = ARGV[2]
-local new = {}
-for i = 6, #ARGV, 2 do new[ARGV[i]] = true end
+local old, oldOrder, oldMeters = {}, {}, {}
 if cur[2] then
-  for id, m in string.gmatch(cur[2], '(%S+) (%S+) %S+ %S+ ') do
-    if not new[id] then
-      local r = redis.call('HMGET', h, 'k:' .. id, 'kf:' .. id)
-      if r[1] and r[1] ~= r[2] then
-        list = list .. id .. ' ' .. m .. ' 0 1 '
-      else
-        redis.call('HDEL', h, 'k:' .. id, 'kf:' .. id)
+  for m in string.gmatch(cur[2], '(%S+) ') do
+    oldMeters[#oldMeters + 1] = m
+    local G = redis.call('HGET', h, 'G:' .. m)
+    if G then
+      local n = struct.unpack('<d', G)
+      local i = 0
+      for id in string.gmatch(string.sub(G, 9 + 24 * n), '(%S+) ') do
+        local eff, exp, rem = struct.unpack('<ddd', G, 9 + 24 * i)
+        old[id] = {m = m, rem = rem}
+        oldOrder[#oldOrder + 1] = id
+        i = i + 1
       end
     end
   end
 end
-for i = 6, #ARGV, 2 do
-  local f = 'k:' .. ARGV[i]
-  if redis.call('HEXISTS', h, f) == 0 then
-    redis.call('HSET', h, f, ARGV[i + 1], 'kf:' .. ARGV[i], ARGV[i + 1])
+local out, meters = {}, {}
+local function add(m, id, eff, exp, rem)
+  local o = out[m]
+  if not o then
+    o = {nums = {}, ids = {}}
+    out[m] = o
+    meters[#meters + 1] = m
+  end
+  o.nums[#o.nums + 1] = struct.pack('<ddd', eff, exp, rem)
+  o.ids[#o.ids + 1] = id .. ' '
+end
+local seen = {}
+for i = 5, #ARGV, 5 do
+  local id, m, rem = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 4])
+  seen[id] = true
+  local o = old[id]
+  if o then
+    rem = o.rem
+  else
+    redis.call('HSET', h, 'kf:' .. id, ARGV[i + 4])
+  end
+  add(m, id, tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), rem)
+end
+for _, id in ipairs(oldOrder) do
+  if not seen[id] then
+    local o = old[id]
+    local kf = tonumber(redis.call('HGET', h, 'kf:' .. id))
+    if kf and kf ~= o.rem then
+      add(o.m, id, 0, 1, o.rem)
+    else
+      redis.call('HDEL', h, 'kf:' .. id)
+    end
   end
 end
-if list == '' then
+local idx = ''
+for _, m in ipairs(meters) do
+  local o = out[m]
+  redis.call('HSET', h, 'G:' .. m, struct.pack('<d', #o.nums) .. table.concat(o.nums) .. table.concat(o.ids))
+  idx = idx .. m .. ' '
+end
+for _, m in ipairs(oldMeters) do
+  if not out[m] then redis.call('HDEL', h, 'G:' .. m) end
+end
+if idx == '' then
   redis.call('HDEL', h, 'G')
 else
-  redis.call('HSET', h, 'G', list)
+  redis.call('HSET', h, 'G', idx)
 end
-if redis.call('PTTL', h) == -1 then redis.call('PEXPIRE', h, ARGV[3]) end
+if redis.call('PTTL', h) == -1 then redis.call('PEXPIRE', h, ARGV[2]) end
 redis.call('DEL', KEYS[2])
-redis.call('PUBLISH', ARGV[4], ARGV[5])
+redis.call('PUBLISH', ARGV[3], ARGV[4])
 return 1
 `)
 
 // PutGrants writes the tenant's grants to Redis, as every writer of them
 // must: Tollgate's server when a grant is created, voided or expires, and
 // the limiter when it rebuilds grants Redis lost (Options.GrantLoader).
-// load reads them (active and pending, in draw order, each with Postgres's
-// remaining) after the state hash's epoch is read, and is called again
-// when the epoch moved meanwhile (a concurrent flush's claim was lost and
-// committed: what load read may lack it). Grants Redis already has keep
-// Redis's remaining. The tenant's near-caches are told (an Invalidation
-// of version -1) so that their next decisions draw the new list.
+// load reads them (active and pending, every meter, in draw order, each
+// with Postgres's remaining) after the state hash's epoch is read, and is
+// called again when the epoch moved meanwhile (a concurrent flush's claim
+// was lost and committed: what load read may lack it). Grants Redis
+// already has keep Redis's remaining. The tenant's near-caches are told
+// (an Invalidation of version -1) so that their next decisions draw the
+// new grants.
 func (k Keys) PutGrants(ctx context.Context, rdb redis.Cmdable, tenant string, load func(context.Context) ([]Grant, error)) error {
 	for attempt := 0; ; attempt++ {
 		epoch, err := rdb.HGet(ctx, k.State(tenant), "e").Int64()
@@ -164,12 +223,9 @@ func (k Keys) PutGrants(ctx context.Context, rdb redis.Cmdable, tenant string, l
 		if err != nil {
 			return fmt.Errorf("keyspace: grants of %q: %w", tenant, err)
 		}
-		n, err := k.putGrants(ctx, rdb, tenant, epoch, grants)
-		if err != nil {
+		written, err := k.PutGrantsAt(ctx, rdb, tenant, epoch, grants)
+		if err != nil || written {
 			return err
-		}
-		if n == 1 {
-			return nil
 		}
 		if attempt >= 4 {
 			return fmt.Errorf("keyspace: grants of %q: the epoch keeps moving", tenant)
@@ -178,26 +234,24 @@ func (k Keys) PutGrants(ctx context.Context, rdb redis.Cmdable, tenant string, l
 }
 
 // PutGrantsAt is PutGrants with an epoch the caller read before it read
-// grants (the limiter's rebuild has it from the decision's reply). written
-// is false when the epoch moved: read them again.
+// grants (the limiter's rebuild has it from the seed reply). written is
+// false when the epoch moved: read them again.
 func (k Keys) PutGrantsAt(ctx context.Context, rdb redis.Cmdable, tenant string, epoch int64, grants []Grant) (written bool, err error) {
-	n, err := k.putGrants(ctx, rdb, tenant, epoch, grants)
-	return n == 1, err
-}
-
-func (k Keys) putGrants(ctx context.Context, rdb redis.Cmdable, tenant string, epoch int64, grants []Grant) (int64, error) {
-	list, err := GrantList(grants)
-	if err != nil {
-		return 0, err
-	}
-	args := make([]any, 0, 5+2*len(grants))
-	args = append(args, epoch, list, grantsTTL.Milliseconds(), k.Invalidations(), Invalidation(tenant, -1))
+	args := make([]any, 0, 4+5*len(grants))
+	args = append(args, epoch, grantsTTL.Milliseconds(), k.Invalidations(), Invalidation(tenant, -1))
 	for _, g := range grants {
-		args = append(args, g.ID, max(g.Remaining, 0))
+		if !listable(g.ID) || !listable(g.Meter) {
+			return false, ErrGrantIDs
+		}
+		exp := int64(0)
+		if !g.ExpiresAt.IsZero() {
+			exp = max(g.ExpiresAt.UnixMilli(), 2) // 1 marks a closed grant
+		}
+		args = append(args, g.ID, g.Meter, g.EffectiveAt.UnixMilli(), exp, max(g.Remaining, 0))
 	}
 	n, err := putGrantsScript.Run(ctx, rdb, []string{k.State(tenant), k.Limits(tenant)}, args...).Int64()
 	if err != nil {
-		return 0, fmt.Errorf("keyspace: grants of %q: %w", tenant, err)
+		return false, fmt.Errorf("keyspace: grants of %q: %w", tenant, err)
 	}
-	return n, nil
+	return n == 1, nil
 }

@@ -119,19 +119,18 @@ for i = 1, n do
     if b >= 2 then
       -- the tenant has grants (hard + 2): drawn after the included quota
       b = b - 2; s.b = b
-      G = redis.call('HGET', h, 'G')
+      G = redis.call('HGET', h, 'G:' .. s.name)
     end
     if G then
 {{grants}}
-      local fs, vs, av, gp = grant_read(h, G, s.name, now_ms)
-      if not fs then return {6, tonumber(redis.call('HGET', h, 'e')) or 0} end
+      local av, gp = grant_sum(G, now_ms)
       local inc = a - used
       if inc < 0 then inc = 0 end
       local asked, taken = eff - inc, cost - inc -- beyond the included units
       if asked < 0 then asked = 0 end
       if taken < 0 then taken = 0 end
       if taken > av then taken = av end
-      s.g = {fs = fs, vs = vs, d = taken, take = grant_take}
+      s.g = {G = G, f = 'G:' .. s.name, d = taken, take = grant_take}
       s.rem0 = inc + av
       if b == 1 and asked > av then
         s.ok = false
@@ -263,8 +262,7 @@ else
           if s.hasg then redis.call('HDEL', h, s.gf) end
         end
         if s.g and s.g.d > 0 then
-          s.g.take(s.g.fs, s.g.vs, s.g.d, w)
-          nw = #w
+          w[nw + 1] = s.g.f; w[nw + 2] = s.g.take(s.g.G, now_ms, s.g.d); nw = nw + 2
         end
         -- Kept until a week past the period's end, for the last flush.
         local e = s.pend + 604800000

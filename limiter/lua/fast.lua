@@ -21,7 +21,7 @@ else
   period, qf, ff = 0, sub(P, 121, 120 + l0), sub(P, 121 + l0, R)
 end
 local h = KEYS[1]
-local hv = redis.call('HMGET', h, 'x', 'r', qf, ff{{grant_field}})
+{{grant_name}}local hv = redis.call('HMGET', h, 'x', 'r', qf, ff{{grant_field}})
 local usedS = hv[3]
 if not usedS then
   -- the counter is missing: the general decision seeds or counts in g

@@ -1,46 +1,36 @@
--- The tenant's grants of meter m, from the state hash's list G (see
--- keyspace.GrantsField): the fields and remaining units of the active ones
--- by Redis's clock, in draw order, their sum, and the ms until the
--- earliest pending one takes effect (false: none). false alone when an
--- active grant has no remaining in Redis (it must be rebuilt first).
-local function grant_read(h, G, m, now_ms)
-  local fs, n, pend = {}, 0, false
-  for id, gm, eff, exp in string.gmatch(G, '(%S+) (%S+) (%S+) (%S+) ') do
-    if gm == m then
-      eff, exp = tonumber(eff), tonumber(exp)
-      if exp == 0 or now_ms < exp then
-        if now_ms >= eff then
-          n = n + 1; fs[n] = 'k:' .. id
-        elseif (exp == 0 or eff < exp) and (not pend or eff - now_ms < pend) then
-          pend = eff - now_ms
-        end
+-- A meter's grants as the state hash holds them (keyspace.GrantsOf): their
+-- count, then per grant effective ms, expires ms (0 never) and remaining
+-- units, little-endian doubles, in draw order (then their ids, which only
+-- the server's scripts read). grant_sum returns the active ones' remaining
+-- by Redis's clock and the ms until the earliest pending one takes effect
+-- (false: none).
+local function grant_sum(G, now_ms)
+  local n = struct.unpack('<d', G)
+  local av, pend = 0, false
+  for o = 9, 24 * n, 24 do
+    local eff, exp, rem = struct.unpack('<ddd', G, o)
+    if exp == 0 or now_ms < exp then
+      if now_ms >= eff then
+        av = av + rem
+      elseif (exp == 0 or eff < exp) and (not pend or eff - now_ms < pend) then
+        pend = eff - now_ms
       end
     end
   end
-  local vs, avail = {}, 0
-  if n > 0 then
-    local v = redis.call('HMGET', h, unpack(fs))
-    for i = 1, n do
-      local x = tonumber(v[i])
-      if not x then return false end
-      vs[i] = x; avail = avail + x
-    end
-  end
-  return fs, vs, avail, pend
+  return av, pend
 end
--- grant_take appends to w the field, value pairs that draw d units from
--- the grants grant_read found, in order.
-local function grant_take(fs, vs, d, w)
-  local i = 1
-  while d > 0 do
-    local x = vs[i]
-    if x > 0 then
-      local t = x
+-- grant_take returns G with d units drawn from its active grants, in order.
+local function grant_take(G, now_ms, d)
+  local n = struct.unpack('<d', G)
+  for o = 9, 24 * n, 24 do
+    if d <= 0 then break end
+    local eff, exp, rem = struct.unpack('<ddd', G, o)
+    if rem > 0 and now_ms >= eff and (exp == 0 or now_ms < exp) then
+      local t = rem
       if t > d then t = d end
-      w[#w + 1] = fs[i]; w[#w + 1] = string.format('%d', x - t)
+      G = string.sub(G, 1, o + 15) .. struct.pack('<d', rem - t) .. string.sub(G, o + 24)
       d = d - t
     end
-    i = i + 1
   end
-  return w
+  return G
 end

@@ -1,49 +1,39 @@
 
--- The tenant's grants of meter m, from the state hash's list G (see
--- keyspace.GrantsField): the fields and remaining units of the active ones
--- by Redis's clock, in draw order, their sum, and the ms until the
--- earliest pending one takes effect (false: none). false alone when an
--- active grant has no remaining in Redis (it must be rebuilt first).
-local function grant_read(h, G, m, now_ms)
-  local fs, n, pend = {}, 0, false
-  for id, gm, eff, exp in string.gmatch(G, '(%S+) (%S+) (%S+) (%S+) ') do
-    if gm == m then
-      eff, exp = tonumber(eff), tonumber(exp)
-      if exp == 0 or now_ms < exp then
-        if now_ms >= eff then
-          n = n + 1; fs[n] = 'k:' .. id
-        elseif (exp == 0 or eff < exp) and (not pend or eff - now_ms < pend) then
-          pend = eff - now_ms
-        end
+-- A meter's grants as the state hash holds them (keyspace.GrantsOf): their
+-- count, then per grant effective ms, expires ms (0 never) and remaining
+-- units, little-endian doubles, in draw order (then their ids, which only
+-- the server's scripts read). grant_sum returns the active ones' remaining
+-- by Redis's clock and the ms until the earliest pending one takes effect
+-- (false: none).
+local function grant_sum(G, now_ms)
+  local n = struct.unpack('<d', G)
+  local av, pend = 0, false
+  for o = 9, 24 * n, 24 do
+    local eff, exp, rem = struct.unpack('<ddd', G, o)
+    if exp == 0 or now_ms < exp then
+      if now_ms >= eff then
+        av = av + rem
+      elseif (exp == 0 or eff < exp) and (not pend or eff - now_ms < pend) then
+        pend = eff - now_ms
       end
     end
   end
-  local vs, avail = {}, 0
-  if n > 0 then
-    local v = redis.call('HMGET', h, unpack(fs))
-    for i = 1, n do
-      local x = tonumber(v[i])
-      if not x then return false end
-      vs[i] = x; avail = avail + x
-    end
-  end
-  return fs, vs, avail, pend
+  return av, pend
 end
--- grant_take appends to w the field, value pairs that draw d units from
--- the grants grant_read found, in order.
-local function grant_take(fs, vs, d, w)
-  local i = 1
-  while d > 0 do
-    local x = vs[i]
-    if x > 0 then
-      local t = x
+-- grant_take returns G with d units drawn from its active grants, in order.
+local function grant_take(G, now_ms, d)
+  local n = struct.unpack('<d', G)
+  for o = 9, 24 * n, 24 do
+    if d <= 0 then break end
+    local eff, exp, rem = struct.unpack('<ddd', G, o)
+    if rem > 0 and now_ms >= eff and (exp == 0 or now_ms < exp) then
+      local t = rem
       if t > d then t = d end
-      w[#w + 1] = fs[i]; w[#w + 1] = string.format('%d', x - t)
+      G = string.sub(G, 1, o + 15) .. struct.pack('<d', rem - t) .. string.sub(G, o + 24)
       d = d - t
     end
-    i = i + 1
   end
-  return w
+  return G
 end
 local KEYS, ARGV = KEYS, ARGV
 local floor, ceil, sub = math.floor, math.ceil, string.sub
@@ -67,7 +57,8 @@ else
   period, qf, ff = 0, sub(P, 121, 120 + l0), sub(P, 121 + l0, R)
 end
 local h = KEYS[1]
-local hv = redis.call('HMGET', h, 'x', 'r', qf, ff, 'G')
+local gfn = 'G:' .. sub(P, R + lb + ld + 1, R + lb + ld + lm)
+local hv = redis.call('HMGET', h, 'x', 'r', qf, ff, gfn)
 local usedS = hv[3]
 if not usedS then
   -- the counter is missing: the general decision seeds or counts in g
@@ -224,65 +215,54 @@ for i = 1, n do
     if b >= 2 then
       -- the tenant has grants (hard + 2): drawn after the included quota
       b = b - 2; s.b = b
-      G = redis.call('HGET', h, 'G')
+      G = redis.call('HGET', h, 'G:' .. s.name)
     end
     if G then
--- The tenant's grants of meter m, from the state hash's list G (see
--- keyspace.GrantsField): the fields and remaining units of the active ones
--- by Redis's clock, in draw order, their sum, and the ms until the
--- earliest pending one takes effect (false: none). false alone when an
--- active grant has no remaining in Redis (it must be rebuilt first).
-local function grant_read(h, G, m, now_ms)
-  local fs, n, pend = {}, 0, false
-  for id, gm, eff, exp in string.gmatch(G, '(%S+) (%S+) (%S+) (%S+) ') do
-    if gm == m then
-      eff, exp = tonumber(eff), tonumber(exp)
-      if exp == 0 or now_ms < exp then
-        if now_ms >= eff then
-          n = n + 1; fs[n] = 'k:' .. id
-        elseif (exp == 0 or eff < exp) and (not pend or eff - now_ms < pend) then
-          pend = eff - now_ms
-        end
+-- A meter's grants as the state hash holds them (keyspace.GrantsOf): their
+-- count, then per grant effective ms, expires ms (0 never) and remaining
+-- units, little-endian doubles, in draw order (then their ids, which only
+-- the server's scripts read). grant_sum returns the active ones' remaining
+-- by Redis's clock and the ms until the earliest pending one takes effect
+-- (false: none).
+local function grant_sum(G, now_ms)
+  local n = struct.unpack('<d', G)
+  local av, pend = 0, false
+  for o = 9, 24 * n, 24 do
+    local eff, exp, rem = struct.unpack('<ddd', G, o)
+    if exp == 0 or now_ms < exp then
+      if now_ms >= eff then
+        av = av + rem
+      elseif (exp == 0 or eff < exp) and (not pend or eff - now_ms < pend) then
+        pend = eff - now_ms
       end
     end
   end
-  local vs, avail = {}, 0
-  if n > 0 then
-    local v = redis.call('HMGET', h, unpack(fs))
-    for i = 1, n do
-      local x = tonumber(v[i])
-      if not x then return false end
-      vs[i] = x; avail = avail + x
-    end
-  end
-  return fs, vs, avail, pend
+  return av, pend
 end
--- grant_take appends to w the field, value pairs that draw d units from
--- the grants grant_read found, in order.
-local function grant_take(fs, vs, d, w)
-  local i = 1
-  while d > 0 do
-    local x = vs[i]
-    if x > 0 then
-      local t = x
+-- grant_take returns G with d units drawn from its active grants, in order.
+local function grant_take(G, now_ms, d)
+  local n = struct.unpack('<d', G)
+  for o = 9, 24 * n, 24 do
+    if d <= 0 then break end
+    local eff, exp, rem = struct.unpack('<ddd', G, o)
+    if rem > 0 and now_ms >= eff and (exp == 0 or now_ms < exp) then
+      local t = rem
       if t > d then t = d end
-      w[#w + 1] = fs[i]; w[#w + 1] = string.format('%d', x - t)
+      G = string.sub(G, 1, o + 15) .. struct.pack('<d', rem - t) .. string.sub(G, o + 24)
       d = d - t
     end
-    i = i + 1
   end
-  return w
+  return G
 end
 
-      local fs, vs, av, gp = grant_read(h, G, s.name, now_ms)
-      if not fs then return {6, tonumber(redis.call('HGET', h, 'e')) or 0} end
+      local av, gp = grant_sum(G, now_ms)
       local inc = a - used
       if inc < 0 then inc = 0 end
       local asked, taken = eff - inc, cost - inc -- beyond the included units
       if asked < 0 then asked = 0 end
       if taken < 0 then taken = 0 end
       if taken > av then taken = av end
-      s.g = {fs = fs, vs = vs, d = taken, take = grant_take}
+      s.g = {G = G, f = 'G:' .. s.name, d = taken, take = grant_take}
       s.rem0 = inc + av
       if b == 1 and asked > av then
         s.ok = false
@@ -414,8 +394,7 @@ else
           if s.hasg then redis.call('HDEL', h, s.gf) end
         end
         if s.g and s.g.d > 0 then
-          s.g.take(s.g.fs, s.g.vs, s.g.d, w)
-          nw = #w
+          w[nw + 1] = s.g.f; w[nw + 2] = s.g.take(s.g.G, now_ms, s.g.d); nw = nw + 2
         end
         -- Kept until a week past the period's end, for the last flush.
         local e = s.pend + 604800000
@@ -499,11 +478,9 @@ local diff = now_us - (tat + cost * ei - boff)
 local left = pend - now_ms
 if left < 1000 then left = 1000 end
 local x = tonumber(hv[1]) or 0
-local gfs, gvs, gav, gpend = false, false, 0, false
-if hv[5] then
-  gfs, gvs, gav, gpend = grant_read(h, hv[5], sub(P, R + lb + ld + 1, R + lb + ld + lm), now_ms)
-  if not gfs then return {6, tonumber(redis.call('HGET', h, 'e')) or 0} end
-end
+local G = hv[5]
+local gav, gpend = 0, false
+if G then gav, gpend = grant_sum(G, now_ms) end
 -- what the included quota cannot cover, and what the grants give of it
 local gneed = lim - used
 if gneed < 0 then gneed = 0 end
@@ -527,7 +504,7 @@ if diff >= 0 and not (hard == 1 and gneed > gav) then
     -- for these integers)
     redis.call('HSET', h, 'r', fmt('%d', ntat), qf, fmt('%d', used + cost))
   end
-  if gd > 0 then redis.call('HSET', h, unpack(grant_take(gfs, gvs, gd, {}))) end
+  if gd > 0 then redis.call('HSET', h, gfn, grant_take(G, now_ms, gd)) end
   if cost ~= 0 then
     local fS = hv[4]
     -- the counter turns unflushed (q = f before): mark it for the flush.
