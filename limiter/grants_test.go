@@ -300,7 +300,7 @@ func TestGrantsRebuiltAfterRedisLoss(t *testing.T) {
 		put(t, st, s)
 		lg.set("lost", grant("a", 20), grant("b", 5))
 		putGrants(t, st, "lost", grant("a", 20), grant("b", 5)) // as the server writes new grants
-		for i := 0; i < 25; i++ { // 10 included + 15 of a
+		for i := 0; i < 25; i++ {                               // 10 included + 15 of a
 			limitertest.Allowed(t, l, "lost", limiter.Request{Cost: 1})
 		}
 		if n := grantLeft(t, st, "lost", "a"); n != 5 {

@@ -151,4 +151,3 @@ func TestGrantsMadeInATransactionReachRedisBySweep(t *testing.T) {
 		t.Fatalf("full sweep = %d, %v", n, err)
 	}
 }
-
