@@ -299,8 +299,9 @@ func TestGrantsRebuiltAfterRedisLoss(t *testing.T) {
 		s := snapshot("lost", hardQuota(10, limiter.ModeHard))
 		put(t, st, s)
 		lg.set("lost", grant("a", 20), grant("b", 5))
-		putGrants(t, st, "lost", grant("a", 20), grant("b", 5)) // as the server writes new grants
-		for i := 0; i < 25; i++ {                               // 10 included + 15 of a
+		// as the server writes new grants
+		putGrants(t, st, "lost", grant("a", 20), grant("b", 5))
+		for i := 0; i < 25; i++ { // 10 included + 15 of a
 			limitertest.Allowed(t, l, "lost", limiter.Request{Cost: 1})
 		}
 		if n := grantLeft(t, st, "lost", "a"); n != 5 {
