@@ -85,18 +85,16 @@ func grant(id string, remaining int64) keyspace.Grant {
 // TestGrantsExactAcrossInstances is issue 26's exactness target: 4
 // limiters × 50 clients against an included 5,000 and grants of 3,000 and
 // 2,000 admit exactly 10,000, the grants drawn to zero in order, on one
-// Redis and on a Cluster, in the common decision and in the general one
-// (a concurrency slot sends every decision there).
+// Redis and on a Cluster, in the common decision, in the general one (a
+// concurrency slot sends every decision there), batched, and with
+// Prefetch on (a tenant with grants is decided exactly there).
 func TestGrantsExactAcrossInstances(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		for _, general := range []bool{false, true} {
-			name := "fast"
-			if general {
-				name = "general"
-			}
+		for _, name := range []string{"fast", "general", "batching", "prefetch"} {
+			general := name == "general"
 			t.Run(name, func(t *testing.T) {
 				tenant := "exact-" + name
-				ls, st := fleet(t, b, limiter.Options{Timeout: 2 * time.Second})
+				ls, st := fleet(t, b, limiter.Options{Timeout: 2 * time.Second, Batching: name == "batching", Prefetch: name == "prefetch"})
 				s := snapshot(tenant, hardQuota(5000, limiter.ModeHard))
 				if general {
 					s.Concurrency = 1000

@@ -191,7 +191,9 @@ func newLeases(l *Limiter) *leases {
 
 // covers says whether a request is decided from leases.
 func (ls *leases) covers(pl *plan, req *Request) bool {
-	if pl.explicit || req.Peek || req.Reserve {
+	// A quota with grants is decided exactly: a lease's remainder goes
+	// back to the counter only, not to the grants it may have drawn.
+	if pl.explicit || req.Peek || req.Reserve || pl.grants {
 		return false
 	}
 	for i := range pl.pol {
