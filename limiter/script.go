@@ -136,6 +136,7 @@ func fastCoreWith(base, dirty, meter string, grants bool) string {
 		"grant_pre":     "",
 		"quota_over":    "used + cost > lim",
 		"grant_draw":    "",
+		"hset_plain":    "    redis.call('HSET', h, 'r', fmt('%d', ntat), qf, fmt('%d', used + cost))\n",
 		"grant_rem_ok":  "",
 		"grant_rem_no":  "",
 		"quota_refuse":  "  if hard == 1 and used + cost > lim and left > retry then\n    idx, retry = 2, left\n  end\n",
@@ -153,7 +154,15 @@ local gd = gneed
 if gd > gav then gd = gav end
 `
 		parts["quota_over"] = "gneed > gav"
-		parts["grant_draw"] = "  if gd > 0 then redis.call('HSET', h, gfn, grant_take(G, now_ms, gd)) end\n"
+		// drawn in the decision's own HSET (the first branch, about once
+		// a day, writes the expiry too and draws apart)
+		parts["grant_draw"] = "    if gd > 0 then redis.call('HSET', h, gfn, grant_take(G, now_ms, gd)) end\n"
+		parts["hset_plain"] = `    if gd > 0 then
+      redis.call('HSET', h, 'r', fmt('%d', ntat), qf, fmt('%d', used + cost), gfn, grant_take(G, now_ms, gd))
+    else
+      redis.call('HSET', h, 'r', fmt('%d', ntat), qf, fmt('%d', used + cost))
+    end
+`
 		parts["grant_rem_ok"] = "  qrem = qrem + gav - gd\n"
 		parts["grant_rem_no"] = "  qrem = qrem + gav\n"
 		parts["quota_refuse"] = `  if hard == 1 and gneed > gav then

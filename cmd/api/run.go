@@ -155,10 +155,11 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	}
 	// The limiter rebuilds a quota counter lost with Redis from metering's
 	// durable usage, so a Redis restart never hands out a fresh quota.
-	meter := metering.NewService(pool, limitstore.New(rdb, keyspace.DefaultPrefix), log, metering.Options{Snapshot: ents.Current, RedisTimeout: cfg.RedisTimeout})
 	// Grants: the admin's grants and voids are written to Redis as they
-	// commit, and the limiter rebuilds grants Redis lost from the ledger.
+	// commit, the limiter rebuilds grants Redis lost from the ledger, and
+	// GET /v1/usage shows them.
 	creds := wire.Credits(pool, ents, log, credits.Options{Grants: limitstore.New(rdb, keyspace.DefaultPrefix)})
+	meter := metering.NewService(pool, limitstore.New(rdb, keyspace.DefaultPrefix), log, metering.Options{Snapshot: ents.Current, RedisTimeout: cfg.RedisTimeout, Grants: usageGrants(creds)})
 	lim, closeLimiter, err := newLimiter(cfg, ents, meter.LoadUsage, creds.RedisGrants, reg)
 	if err != nil {
 		return err
@@ -399,5 +400,20 @@ func flushTraces(ctx context.Context, stop func(context.Context) error, log *slo
 	defer cancel()
 	if err := stop(fctx); err != nil {
 		log.Warn("traces not flushed", "err", err)
+	}
+}
+
+// usageGrants gives GET /v1/usage a meter's active grants from credits.
+func usageGrants(creds *credits.Service) metering.GrantsFunc {
+	return func(ctx context.Context, tenantID, meter string) ([]metering.UsageGrant, error) {
+		b, err := creds.Balance(ctx, tenantID, meter, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		out := make([]metering.UsageGrant, len(b.Grants))
+		for i, g := range b.Grants {
+			out[i] = metering.UsageGrant{ID: g.ID, Remaining: g.Remaining, ExpiresAt: g.ExpiresAt, Source: g.Source}
+		}
+		return out, nil
 	}
 }

@@ -427,3 +427,26 @@ func validName(s string) bool {
 func (s *Store) PutGrants(ctx context.Context, tenant string, load func(context.Context) ([]keyspace.Grant, error)) error {
 	return s.keys.PutGrants(ctx, s.rdb, tenant, load)
 }
+
+// Grants returns what Redis holds of the tenant's grants of meter: each
+// grant's remaining by id (closed ones left out); empty when Redis has none.
+func (s *Store) Grants(ctx context.Context, tenant, meter string) (map[string]int64, error) {
+	raw, err := s.rdb.HGet(ctx, s.keys.State(tenant), keyspace.GrantsOf(meter)).Result()
+	if errors.Is(err, redis.Nil) {
+		return map[string]int64{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("limitstore: grants of %q: %w", tenant, err)
+	}
+	gs, err := keyspace.ParseGrants(meter, raw)
+	if err != nil {
+		return nil, fmt.Errorf("limitstore: %w", err)
+	}
+	out := make(map[string]int64, len(gs))
+	for _, g := range gs {
+		if !g.Closed {
+			out[g.ID] = g.Remaining
+		}
+	}
+	return out, nil
+}

@@ -67,6 +67,10 @@ type Options struct {
 	// Default nil: grant draws in claims are not recorded (the claims still
 	// are).
 	GrantDraws GrantDrawsFunc
+	// Grants, when set, gives GET /v1/usage each quota's active grants
+	// (cmd wires credits' Balance), shown with included and available.
+	// Default nil: usage shows no grants.
+	Grants GrantsFunc
 	// Limits gives the quotas crossings are measured against: the worker
 	// wires entitlements' Current (the snapshot the limiter enforces, one
 	// Redis read per flushed tenant, outside any lock but the flushed

@@ -26,11 +26,32 @@ type MeterUsage struct {
 	// extra); 0 for hard quotas, whose excess (only possible through usage
 	// events) shows as used > limit.
 	Overage int64 `json:"overage"`
+	// Included is the quota's included units (Limit: the plan's with
+	// overrides, add-ons and seats); Grants the meter's active grants,
+	// in draw order, with what Redis holds of them; Available what
+	// requests can still take: the unused included units plus every
+	// active grant's remaining. Set for a meter with a quota when
+	// Options.Grants is (Used counts units from included and grants).
+	Included  *int64       `json:"included,omitempty"`
+	Grants    []UsageGrant `json:"grants,omitempty"`
+	Available *int64       `json:"available,omitempty"`
 	// Source says which side Used came from: SourceRedis (the live
 	// counter) or SourcePostgres (the durable figure). The admin API shows
 	// it; GET /v1/usage does not.
 	Source string `json:"-"`
 }
+
+// UsageGrant is one active grant of a meter in GET /v1/usage.
+type UsageGrant struct {
+	ID        string     `json:"id"`
+	Remaining int64      `json:"remaining"`
+	ExpiresAt *time.Time `json:"expires_at"`
+	Source    string     `json:"source"`
+}
+
+// GrantsFunc returns a tenant's active grants of a meter in draw order,
+// with the ledger's remaining (cmd wires credits' Balance).
+type GrantsFunc func(ctx context.Context, tenantID, meter string) ([]UsageGrant, error)
 
 // Where a used figure came from (see Used).
 const (
@@ -158,10 +179,48 @@ func (s *Service) Usage(ctx context.Context, tenantID string) (Usage, error) {
 			if mu.Mode == string(limiter.ModeSoft) {
 				mu.Overage = max(used-q.Limit, 0)
 			}
+			if s.opts.Grants != nil {
+				if err := s.usageGrants(ctx, rctx, tenantID, &mu, &out); err != nil {
+					return Usage{}, err
+				}
+			}
 		}
 		out.Meters = append(out.Meters, mu)
 	}
 	return out, nil
+}
+
+// usageGrants fills mu's included, grants and available: the ledger's
+// active grants, each with Redis's remaining when Redis has it (ahead of
+// the ledger by the draws not flushed yet), and, when Redis does not
+// answer, the ledger's (the answer is stale then anyway).
+func (s *Service) usageGrants(ctx, rctx context.Context, tenantID string, mu *MeterUsage, out *Usage) error {
+	gs, err := s.opts.Grants(ctx, tenantID, mu.Meter)
+	if err != nil {
+		return fmt.Errorf("metering: usage: grants: %w", err)
+	}
+	if len(gs) > 0 && !out.Stale {
+		live, err := s.store.Grants(rctx, tenantID, mu.Meter)
+		if err != nil {
+			s.log.WarnContext(ctx, "reading redis grants failed; answering the ledger's", "tenant_id", tenantID, "meter", mu.Meter, "err", err)
+			out.Stale, out.StaleReason = true, staleRedis
+		}
+		for i := range gs {
+			if n, ok := live[gs[i].ID]; ok {
+				gs[i].Remaining = n
+			}
+		}
+	}
+	avail := *mu.Remaining
+	for _, g := range gs {
+		avail += g.Remaining
+	}
+	included := *mu.Limit
+	mu.Included, mu.Grants, mu.Available = &included, gs, &avail
+	if mu.Grants == nil {
+		mu.Grants = []UsageGrant{}
+	}
+	return nil
 }
 
 // LoadUsage is the limiter's UsageLoader: the durable usage of a meter in

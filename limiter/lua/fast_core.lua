@@ -25,13 +25,12 @@ if diff >= 0 and not (hard == 1 and {{quota_over}}) then
     x = need + 86400000
     redis.call('HSET', h, 'r', fmt('%d', ntat), qf, fmt('%d', used + cost), 'x', x)
     redis.call('PEXPIREAT', h, x)
-  else
+{{grant_draw}}  else
     -- formatted here: Redis turns a Lua number into a string with a
     -- shortest-round-trip dtoa, twice the instructions of a %d (both exact
     -- for these integers)
-    redis.call('HSET', h, 'r', fmt('%d', ntat), qf, fmt('%d', used + cost))
-  end
-{{grant_draw}}  if cost ~= 0 then
+{{hset_plain}}  end
+  if cost ~= 0 then
     local fS = hv[4]
     -- the counter turns unflushed (q = f before): mark it for the flush.
     -- Equal strings are equal numbers; other forms are compared as numbers.

@@ -498,13 +498,17 @@ if diff >= 0 and not (hard == 1 and gneed > gav) then
     x = need + 86400000
     redis.call('HSET', h, 'r', fmt('%d', ntat), qf, fmt('%d', used + cost), 'x', x)
     redis.call('PEXPIREAT', h, x)
+    if gd > 0 then redis.call('HSET', h, gfn, grant_take(G, now_ms, gd)) end
   else
     -- formatted here: Redis turns a Lua number into a string with a
     -- shortest-round-trip dtoa, twice the instructions of a %d (both exact
     -- for these integers)
-    redis.call('HSET', h, 'r', fmt('%d', ntat), qf, fmt('%d', used + cost))
+    if gd > 0 then
+      redis.call('HSET', h, 'r', fmt('%d', ntat), qf, fmt('%d', used + cost), gfn, grant_take(G, now_ms, gd))
+    else
+      redis.call('HSET', h, 'r', fmt('%d', ntat), qf, fmt('%d', used + cost))
+    end
   end
-  if gd > 0 then redis.call('HSET', h, gfn, grant_take(G, now_ms, gd)) end
   if cost ~= 0 then
     local fS = hv[4]
     -- the counter turns unflushed (q = f before): mark it for the flush.
