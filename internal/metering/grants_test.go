@@ -115,3 +115,61 @@ func TestFlushRecordsGrantDrawsAsRedisDecided(t *testing.T) {
 		t.Fatalf("consumed %d after a second pass", g.Consumed)
 	}
 }
+
+// GET /v1/usage shows, per quota, included, the active grants with what
+// Redis holds of them (ahead of the ledger until the flush), and
+// available: the unused included units plus the grants' remaining.
+func TestUsageShowsGrants(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	ents := entitlements.NewService(b.db, b.store, nil, entitlements.Options{Prefix: b.prefix})
+	creds := credits.NewService(b.db, ents, nil, credits.Options{Grants: b.store})
+	b.svc.opts.Snapshot = ents.Snapshot
+	b.svc.opts.Grants = func(ctx context.Context, tenantID, meter string) ([]UsageGrant, error) {
+		bal, err := creds.Balance(ctx, tenantID, meter, time.Now())
+		if err != nil {
+			return nil, err
+		}
+		var out []UsageGrant
+		for _, g := range bal.Grants {
+			out = append(out, UsageGrant{ID: g.ID, Remaining: g.Remaining, ExpiresAt: g.ExpiresAt, Source: g.Source})
+		}
+		return out, nil
+	}
+	limit, amount := int64(100), int64(50)
+	plan := "p" + randHex(6)
+	if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: plan, Quotas: map[string]*entitlements.QuotaInput{
+		"requests": {Limit: &limit, Mode: "hard"}}}); err != nil {
+		t.Fatal(err)
+	}
+	tn, err := ents.CreateTenant(ctx, entitlements.TenantInput{Name: "usage", Plan: plan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := creds.Create(ctx, tn.ID, credits.GrantInput{Meter: "requests", Amount: &amount})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := limiter.New(b.rdb, limiter.Options{Prefix: b.prefix, Loader: ents.LoadSnapshot})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if d, err := l.Allow(ctx, tn.ID, limiter.Request{Cost: 120}); err != nil || !d.Allowed {
+		t.Fatalf("120 of 100 included + 50 granted: %+v, %v", d, err)
+	}
+	u, err := b.svc.Usage(ctx, tn.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(u.Meters) != 1 {
+		t.Fatalf("meters %+v", u.Meters)
+	}
+	m := u.Meters[0]
+	if m.Used != 120 || m.Included == nil || *m.Included != 100 || *m.Remaining != 0 || m.Available == nil || *m.Available != 30 {
+		t.Fatalf("usage %+v, want used 120, included 100, remaining 0, available 30", m)
+	}
+	if len(m.Grants) != 1 || m.Grants[0].ID != g.ID || m.Grants[0].Remaining != 30 || m.Grants[0].Source != credits.SourceAdmin || m.Grants[0].ExpiresAt != nil {
+		t.Fatalf("grants %+v, want %s with Redis's 30 left", m.Grants, g.ID)
+	}
+}
