@@ -365,6 +365,32 @@ func TestGrantsRebuildRespectsEpoch(t *testing.T) {
 	if x, y := grantLeft(t, st, "ep", "x"), grantLeft(t, st, "ep", "y"); x != 4 || y != 9 {
 		t.Fatalf("x %d y %d, want 4 (Redis's) and 9 (seeded)", x, y)
 	}
+	// A write that changes nothing announces nothing (the rebuild at every
+	// new period's first decision), one that changes announces the tenant.
+	sub := st.rdb.Subscribe(ctx, st.keys.Invalidations())
+	defer sub.Close()
+	if _, err := sub.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gx, gy := grant("x", 9), grant("y", 9)
+	putGrants(t, st, "ep", gx, gy) // new times: announced
+	if _, err := sub.ReceiveMessage(ctx); err != nil {
+		t.Fatal(err)
+	}
+	putGrants(t, st, "ep", gx, gy) // the same again: not announced
+	putGrants(t, st, "ep", gx)     // y dropped: announced
+	msg, err := sub.ReceiveMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tn, _ := keyspace.ParseInvalidation(msg.Payload); tn != "ep" {
+		t.Fatalf("announced %q", msg.Payload)
+	}
+	select {
+	case m := <-sub.Channel():
+		t.Fatalf("another announcement %q: the write of the same grants changed nothing", m.Payload)
+	case <-time.After(200 * time.Millisecond):
+	}
 	if _, err := st.keys.PutGrantsAt(ctx, st.rdb, "ep", 1, []keyspace.Grant{{ID: "a b", Meter: "requests"}}); err == nil {
 		t.Fatal("an id with a space was written")
 	}

@@ -121,9 +121,12 @@ const grantsTTL = 8 * 24 * time.Hour
 // see the limiter's seedLua). A grant Redis has keeps its remaining; a new
 // one gets Postgres's, with its flushed mark. Grants the new list drops
 // stay (closed, expires 1) while they hold unflushed draws; flushed ones
-// lose their mark. Then the limits hash goes (decisions by reference do
-// not draw grants: a tenant with grants is decided from its snapshot) and
-// the tenant is announced, so that every near-cache reads it again.
+// lose their mark. If that changed anything, the limits hash goes
+// (decisions by reference do not draw grants: a tenant with grants is
+// decided from its snapshot) and the tenant is announced, so that every
+// near-cache reads it again; a write that changes nothing (the limiter's
+// rebuild of a tenant without grants at every new period's first
+// decision) announces nothing.
 //
 // KEYS: state hash, limits hash. ARGV: epoch, TTL ms of a new hash,
 // channel, message, then per grant id, meter, effective ms, expires ms,
@@ -132,11 +135,12 @@ var putGrantsScript = redis.NewScript(`
 local h = KEYS[1]
 local cur = redis.call('HMGET', h, 'e', 'G')
 if (tonumber(cur[1]) or 0) ~= tonumber(ARGV[1]) then return -1 end
-local old, oldOrder, oldMeters = {}, {}, {}
+local old, oldOrder, oldMeters, oldG = {}, {}, {}, {}
 if cur[2] then
   for m in string.gmatch(cur[2], '(%S+) ') do
     oldMeters[#oldMeters + 1] = m
     local G = redis.call('HGET', h, 'G:' .. m)
+    oldG[m] = G
     if G then
       local n = struct.unpack('<d', G)
       local i = 0
@@ -184,13 +188,24 @@ for _, id in ipairs(oldOrder) do
   end
 end
 local idx = ''
+local changed = false
 for _, m in ipairs(meters) do
   local o = out[m]
-  redis.call('HSET', h, 'G:' .. m, struct.pack('<d', #o.nums) .. table.concat(o.nums) .. table.concat(o.ids))
+  local G = struct.pack('<d', #o.nums) .. table.concat(o.nums) .. table.concat(o.ids)
+  if G ~= oldG[m] then
+    redis.call('HSET', h, 'G:' .. m, G)
+    changed = true
+  end
   idx = idx .. m .. ' '
 end
 for _, m in ipairs(oldMeters) do
   if not out[m] then redis.call('HDEL', h, 'G:' .. m) end
+end
+if idx ~= (cur[2] or '') then changed = true end
+if not changed then
+  -- nothing new (a rebuild of a tenant without grants, a sweep that
+  -- found nothing to change): no near-cache needs to read it again
+  return 1
 end
 if idx == '' then
   redis.call('HDEL', h, 'G')
