@@ -175,7 +175,6 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	if cfg.StripeSecretKey != "" {
 		resync, upgrades, topups = bill, bill, bill
 	}
-	creds := wire.Credits(pool, ents, log, credits.Options{})
 	trail := wire.Audit(pool, log, creds) // who changed what, through the API or the console
 	pages, err := web.New(web.Deps{Log: log, DB: pool, Limits: limitstore.New(rdb, keyspace.DefaultPrefix),
 		Snapshots: ents, Usage: meter, Entitlements: ents, Billing: bill, Metering: meter,
