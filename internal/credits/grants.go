@@ -429,7 +429,7 @@ func (s *Service) State(ctx context.Context, id string) json.RawMessage {
 }
 
 // Void closes a grant at once: what remains moves to Voided, and nothing is
-// drawn from it any more (once the limiter draws grants, within a second).
+// drawn from it any more (the limiter stops within a second: Publish).
 // Voiding a voided grant answers it as it is; an expired grant has nothing
 // left to void (409).
 func (s *Service) Void(ctx context.Context, id string) (Grant, error) {

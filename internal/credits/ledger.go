@@ -281,7 +281,7 @@ type Balance struct {
 	Meter string `json:"meter"`
 	// Available is the sum of the active grants' remaining units.
 	Available int64 `json:"available"`
-	// Grants are the active grants in the order the limiter will draw
+	// Grants are the active grants in the order the limiter draws
 	// them: priority, then earliest expiry (none last), then creation.
 	Grants []Grant `json:"grants"`
 	// NextEffectiveAt is when the earliest pending grant takes effect
