@@ -184,6 +184,10 @@ func TestGrantsDrawOrderAndModes(t *testing.T) {
 	}
 	// A peek (the general decision) sees the grants too.
 	d = limitertest.Allowed(t, l, "order", limiter.Request{Cost: 5, Peek: true})
+	if r := limitertest.Remaining(t, d, "requests"); r != 5 || grantLeft(t, st, "order", "second") != 5 {
+		t.Fatalf("a peek: remaining %d, second left %d; want 5 and 5 (a peek takes nothing)", r, grantLeft(t, st, "order", "second"))
+	}
+	limitertest.Refused(t, l, "order", limiter.Request{Cost: 6, Peek: true}, "requests")
 	limitertest.Allowed(t, l, "order", limiter.Request{Cost: 5})
 	limitertest.Refused(t, l, "order", limiter.Request{Cost: 1}, "requests")
 
