@@ -40,7 +40,8 @@ func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlemen
 	// the closed windows also to credits' rollover, in the same one.
 	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush, Snapshot: ents.Snapshot,
 		Crossings: hooks.QuotaCrossings, Exhausted: hooks.QuotaExhaustions, PeriodsClosed: periodsClosed(hooks.PeriodsClosed, rollover(creds)),
-		Limits: ents.Current, GrantDraws: grantDraws(creds)})
+		// Units prepaid grants covered are taken off the overage reported.
+		Limits: ents.Current, GrantDraws: grantDraws(creds), Prepaid: creds.PrepaidConsumed})
 	return &meteringPart{svc: svc, ents: ents, rdb: rdb, cfg: cfg, jm: jm}
 }
 

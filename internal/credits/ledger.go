@@ -323,3 +323,25 @@ SELECT `+grantCols+` FROM credit_grants
 	}
 	return b, nil
 }
+
+// PrepaidConsumed is what the tenant's grants of meter gave in the usage
+// period starting at periodStart, counting only the grants Tollgate's
+// customer paid or was given here (admin, top-up, rollover): units they
+// covered are not overage and must not be billed again. Units of Stripe
+// credit grants are left out: those are billed as usage and Stripe applies
+// the credit on the invoice, so discounting them here would discount them
+// twice.
+func (s *Service) PrepaidConsumed(ctx context.Context, tenantID, meter string, periodStart time.Time) (int64, error) {
+	if !ids.IsUUID(tenantID) {
+		return 0, nil
+	}
+	var n int64
+	err := s.db.QueryRow(ctx, `
+SELECT coalesce(sum(c.consumed), 0)::bigint FROM credit_consumption c JOIN credit_grants g ON g.id = c.grant_id
+ WHERE g.tenant_id = $1 AND g.meter = $2 AND c.period_start = $3 AND g.source <> $4`,
+		tenantID, meter, periodStart, SourceStripeCredit).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("credits: prepaid consumed: %w", err)
+	}
+	return n, nil
+}

@@ -32,6 +32,11 @@ type GrantDraw struct {
 	Units       int64
 }
 
+// PrepaidFunc is what the tenant's prepaid grants (admin, top-up,
+// rollover; not Stripe credits) gave of meter in the period starting at
+// periodStart: units that are not overage.
+type PrepaidFunc func(ctx context.Context, tenantID, meter string, periodStart time.Time) (int64, error)
+
 // GrantDrawsFunc records grant draws in the flush's transaction.
 type GrantDrawsFunc func(ctx context.Context, tx pgx.Tx, draws []GrantDraw) error
 
@@ -67,6 +72,12 @@ type Options struct {
 	// Default nil: grant draws in claims are not recorded (the claims still
 	// are).
 	GrantDraws GrantDrawsFunc
+	// Prepaid, when set, takes the units prepaid grants covered off what
+	// is billed: the Stripe report and GET /v1/usage's overage (cmd wires
+	// credits' PrepaidConsumed). Units from Stripe credit grants stay
+	// billed; Stripe applies the credit on the invoice. Default nil: grants
+	// are not taken off (a deployment without credits has none).
+	Prepaid PrepaidFunc
 	// Grants, when set, gives GET /v1/usage each quota's active grants
 	// (cmd wires credits' Balance), shown with included and available.
 	// Default nil: usage shows no grants.

@@ -244,6 +244,16 @@ SELECT up.tenant_id, up.meter, up.period_start, up.period_end, q.stripe_meter_ev
 			}
 			target = max(t.used-limit, 0)
 		}
+		if target > 0 && s.opts.Prepaid != nil {
+			// Units a prepaid grant covered were paid for already.
+			prepaid, err := s.opts.Prepaid(ctx, t.tenant, t.meter, t.start)
+			if err != nil {
+				s.log.WarnContext(ctx, "stripe report: prepaid units unreadable, skipped this pass", "tenant_id", t.tenant, "meter", t.meter, "err", err)
+				st.Skipped++
+				continue
+			}
+			target = max(target-prepaid, 0)
+		}
 		delta := target - t.reported
 		if delta <= 0 {
 			continue

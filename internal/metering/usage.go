@@ -178,6 +178,16 @@ func (s *Service) Usage(ctx context.Context, tenantID string) (Usage, error) {
 			}
 			if mu.Mode == string(limiter.ModeSoft) {
 				mu.Overage = max(used-q.Limit, 0)
+				if mu.Overage > 0 && s.opts.Prepaid != nil {
+					// What prepaid grants covered is not billed (the Stripe
+					// report takes it off the same way); their draws reach
+					// Postgres with the flush, so this trails by one.
+					prepaid, err := s.opts.Prepaid(ctx, tenantID, m, p.Start)
+					if err != nil {
+						return Usage{}, fmt.Errorf("metering: usage: %w", err)
+					}
+					mu.Overage = max(mu.Overage-prepaid, 0)
+				}
 			}
 			if s.opts.Grants != nil {
 				if err := s.usageGrants(ctx, rctx, tenantID, &mu, &out); err != nil {
