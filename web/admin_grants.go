@@ -99,7 +99,10 @@ func (w *Web) handleAdminVoidGrant() echo.HandlerFunc {
 			return apperr.New(apperr.NotFound, "grant not found")
 		}
 		g, err := w.Grants.Get(ctx, gid)
-		if err != nil || g.TenantID != id {
+		if err != nil {
+			return err // credits' not found, or a failure that is not one
+		}
+		if g.TenantID != id {
 			return apperr.New(apperr.NotFound, "grant not found")
 		}
 		if !confirmed(c) {

@@ -60,6 +60,10 @@ func TestConsoleGrantsPanel(t *testing.T) {
 	other := b.tenant(t, "Other", b.free)
 	r = br.post("/admin/tenants/"+other.ID+"/grants/"+g.ID+"/void", url.Values{"csrf": {tok}, "confirm": {"1"}})
 	wantStatus(t, r, http.StatusNotFound, "void through another tenant")
+	r = br.post(page+"/grants/00000000-0000-4000-8000-000000000000/void", url.Values{"csrf": {tok}, "confirm": {"1"}})
+	wantStatus(t, r, http.StatusNotFound, "void of no grant")
+	r = br.post(page+"/grants/not-a-uuid/void", url.Values{"csrf": {tok}, "confirm": {"1"}})
+	wantStatus(t, r, http.StatusNotFound, "void of a malformed id")
 	wantRedirect(t, br.post(page+"/grants/"+g.ID+"/void", url.Values{"csrf": {tok}, "confirm": {"1"}}), page+"?done=voided#grants", "void")
 	if cur, _ := b.creds.Get(b.ctx, g.ID); cur.VoidedAt == nil || cur.Voided != 5000 || cur.Remaining != 0 {
 		t.Fatalf("after the void: %+v", cur)

@@ -123,8 +123,8 @@ type creditBalance struct {
 	Grants    []credits.Grant
 }
 
-// creditBalances groups the grants that can still be drawn by meter, in
-// the order the tenant's meters are listed, then by name.
+// creditBalances groups the grants that can still be drawn by meter, the
+// meters by name and each meter's grants in the order given.
 func creditBalances(gs []credits.Grant) []creditBalance {
 	var out []creditBalance
 	at := map[string]int{}

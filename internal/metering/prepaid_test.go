@@ -53,16 +53,7 @@ func TestPrepaidUnitsAreNotReportedAsOverage(t *testing.T) {
 	if _, err := svc.ReportToStripe(ctx, fake.sender()); err != nil {
 		t.Fatal(err)
 	}
-	sum := func(name string) (n int64) {
-		fake.mu.Lock()
-		defer fake.mu.Unlock()
-		for _, e := range fake.events {
-			if e.name == name && e.customer == customer {
-				n += e.value
-			}
-		}
-		return n
-	}
+	sum := func(name string) int64 { return fake.sent(name, customer) }
 	if got := sum("tg_tokens"); got != 20 {
 		t.Fatalf("tokens overage sent = %d, want 20 (150 used, 100 included, 30 from a top-up; the Stripe credit's 15 stay billed)", got)
 	}

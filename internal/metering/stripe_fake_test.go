@@ -17,6 +17,18 @@ import (
 // the meter events it accepted, answers a repeated identifier the way
 // Stripe does (400 invalid_request_error "An event already exists with
 // identifier …"), can be slow, and records how many sends overlapped.
+// sent is the sum of the accepted events of meter event name for customer.
+func (f *fakeStripe) sent(name, customer string) (n int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, e := range f.events {
+		if e.name == name && e.customer == customer {
+			n += e.value
+		}
+	}
+	return n
+}
+
 type fakeStripe struct {
 	srv   *httptest.Server
 	delay time.Duration
@@ -174,16 +186,7 @@ func TestReportOverage(t *testing.T) {
 	if _, err := svc.ReportToStripe(b.ctx, fake.sender()); err != nil {
 		t.Fatal(err)
 	}
-	sum := func(name string) (n int64) {
-		fake.mu.Lock()
-		defer fake.mu.Unlock()
-		for _, e := range fake.events {
-			if e.name == name && e.customer == customer {
-				n += e.value
-			}
-		}
-		return n
-	}
+	sum := func(name string) int64 { return fake.sent(name, customer) }
 	if got := sum("tg_tokens"); got != 30 {
 		t.Fatalf("tokens overage sent = %d, want 30 (150 used, 120 included)", got)
 	}
