@@ -198,7 +198,7 @@ func (w *Web) adminTenant(c echo.Context) (page, tenantPage, error) {
 		return page{}, d, err
 	}
 	if w.Grants != nil {
-		if d.Grants, err = w.Grants.List(ctx, id); err != nil {
+		if d.Grants, err = w.grantsOf(ctx, id); err != nil {
 			return page{}, d, err
 		}
 	}

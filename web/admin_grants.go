@@ -130,3 +130,41 @@ func (w *Web) handleAdminVoidGrant() echo.HandlerFunc {
 		return c.Redirect(http.StatusSeeOther, "/admin/tenants/"+id+"?done=voided#grants")
 	}
 }
+
+// grantsOf lists a tenant's grants, as the credits ledger has them but with
+// each active grant's remaining as Redis holds it (liveRemaining): the
+// console, the dashboard and "Why these limits" show what GET /v1/usage
+// answers.
+func (w *Web) grantsOf(ctx context.Context, tenantID string) ([]credits.Grant, error) {
+	gs, err := w.Grants.List(ctx, tenantID)
+	if err != nil {
+		return nil, err
+	}
+	w.liveRemaining(ctx, tenantID, gs)
+	return gs, nil
+}
+
+// liveRemaining sets each active grant's remaining to what Redis holds,
+// where the limiter draws it: the ledger lags by the draws not flushed yet.
+// A Redis that does not answer leaves the ledger's figures (the page's
+// usage is marked stale then anyway).
+func (w *Web) liveRemaining(ctx context.Context, tenantID string, gs []credits.Grant) {
+	live := map[string]map[string]int64{}
+	for i, g := range gs {
+		if g.Status != credits.StatusActive {
+			continue
+		}
+		m, ok := live[g.Meter]
+		if !ok {
+			var err error
+			if m, err = w.Limits.Grants(ctx, tenantID, g.Meter); err != nil {
+				w.log.WarnContext(ctx, "reading redis grants failed; showing the ledger's", "tenant_id", tenantID, "meter", g.Meter, "err", err)
+				return
+			}
+			live[g.Meter] = m
+		}
+		if n, ok := m[g.ID]; ok {
+			gs[i].Remaining = n
+		}
+	}
+}

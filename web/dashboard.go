@@ -172,7 +172,7 @@ func (w *Web) dashboard(c echo.Context, nk *newKey) (page, error) {
 	}
 	d := dashboardPage{UsageView: u, Keys: keys, Plans: plans, NewKey: nk, CanKeys: w.Keys != nil, Choice: w.planChoiceOf(ctx, plans, u)}
 	if w.Grants != nil {
-		gs, err := w.Grants.List(ctx, tid)
+		gs, err := w.grantsOf(ctx, tid)
 		if err != nil {
 			return page{}, err
 		}

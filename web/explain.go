@@ -89,7 +89,7 @@ func (w *Web) explainTenant(ctx context.Context, id string) (*whyPanel, error) {
 	}
 	p := &whyPanel{Explanation: e, Rows: rows}
 	if w.Grants != nil {
-		gs, err := w.Grants.List(ctx, id)
+		gs, err := w.grantsOf(ctx, id)
 		if err != nil {
 			return nil, err
 		}

@@ -98,6 +98,8 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	// ents.Run is not started: without it Authenticate asks Postgres every
 	// time, which is what these tests want to see.
 	b.meter = metering.NewService(pool, b.store, log, metering.Options{Snapshot: b.ents.LoadSnapshot})
+	// Grants go to Redis, where the limiter draws them, as in cmd/api.
+	b.creds = credits.NewService(pool, b.ents, log, credits.Options{Grants: b.store})
 	// The limiter gives Redis 50 ms by default, then decides by the fail
 	// modes for a cooldown: a quota fails open, allowing a request without
 	// counting it (limiter.md). On a loaded CI machine (-race, Chromium,
@@ -107,7 +109,8 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	// timeout is generous and a fallback is recorded for the tests to
 	// assert on.
 	lim, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Loader: b.ents.LoadSnapshot, UsageLoader: b.meter.LoadUsage,
-		Timeout: 10 * time.Second,
+		GrantLoader: b.creds.RedisGrants,
+		Timeout:     10 * time.Second,
 		Hooks: limiter.Hooks{OnFallback: func(string, limiter.FailMode) { b.fallbacks.Add(1) },
 			OnRefusalCacheHit: func(string) { b.cachedRefusals.Add(1) }}})
 	if err != nil {
@@ -118,7 +121,6 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.creds = credits.NewService(pool, b.ents, log, credits.Options{})
 	bo := billing.Options{Credits: b.creds}
 	if o.stripeBase != "" {
 		bo.SecretKey, bo.APIBase, bo.StripeTimeout = "sk_test_123", o.stripeBase, 5*time.Second
@@ -146,7 +148,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	}
 	b.web = w
 	api, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, AdminToken: b.admin, AdminTokens: named, Audit: b.trail,
-		Entitlements: b.ents, Metering: b.meter, PlanChanger: plans, Limiter: lim, AuthLimiter: guard, DashboardLinks: w})
+		Entitlements: b.ents, Metering: b.meter, PlanChanger: plans, Limiter: lim, AuthLimiter: guard, DashboardLinks: w, Credits: b.creds})
 	if err != nil {
 		t.Fatal(err)
 	}
