@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/internal/config"
+	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/rls"
 	"github.com/tollgatehq/tollgate/limiter"
@@ -35,9 +36,10 @@ func (k rlsKeys) TenantOfExternalID(ctx context.Context, ext string) (string, er
 // serveRLS answers Envoy's rate limit service on GRPC_ADDR until ctx ends,
 // with the same limiter, keys and plans as POST /v1/check. Its health is
 // SERVING while Postgres and Redis answer.
-func serveRLS(ctx context.Context, cfg config.Config, ents *entitlements.Service, lim *limiter.Limiter,
+func serveRLS(ctx context.Context, cfg config.Config, ents *entitlements.Service, creds *credits.Service, lim *limiter.Limiter,
 	pool *pgxpool.Pool, rdb redis.UniversalClient, reg prometheus.Registerer, log *slog.Logger, ready func(string)) error {
-	srv, err := rls.New(rlsKeys{ents, lim}, lim, rls.Options{Domain: cfg.GRPCRLSDomain, AdminToken: cfg.AdminToken, Log: log, Registerer: reg})
+	srv, err := rls.New(rlsKeys{ents, lim}, lim, rls.Options{Domain: cfg.GRPCRLSDomain, AdminToken: cfg.AdminToken, Log: log, Registerer: reg,
+		CanGrow: creds.CanGrow})
 	if err != nil {
 		return err
 	}

@@ -216,7 +216,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 		// (a port that cannot be bound) ends both, since an Envoy without
 		// its rate limit service lets every request through.
 		g, gctx := errgroup.WithContext(ctx)
-		g.Go(func() error { return serveRLS(gctx, cfg, ents, lim, pool, rdb, reg, log, nil) })
+		g.Go(func() error { return serveRLS(gctx, cfg, ents, creds, lim, pool, rdb, reg, log, nil) })
 		g.Go(func() error { return httpapi.ListenAndServe(gctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, listening) })
 		err = g.Wait()
 	} else {

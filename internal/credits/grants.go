@@ -470,3 +470,24 @@ UPDATE credit_grants SET voided = voided + remaining, remaining = 0, voided_at =
 	_ = s.Publish(ctx, out.TenantID)
 	return out, nil
 }
+
+// CanGrow says whether units beyond its plan's included quota can reach a
+// tenant's meter: a grant of it that is in effect or not yet in effect and
+// has units left, or a top-up of it to buy. A cost over the included quota
+// is then worth waiting or paying for, so the API answers its refusal 429
+// instead of "can never be admitted" (422).
+func (s *Service) CanGrow(ctx context.Context, tenantID, meter string) (bool, error) {
+	if !ids.IsUUID(tenantID) {
+		return false, nil
+	}
+	var ok bool
+	err := s.db.QueryRow(ctx, `
+SELECT EXISTS (SELECT 1 FROM credit_grants
+                WHERE tenant_id = $1 AND meter = $2 AND voided_at IS NULL AND expired_at IS NULL
+                  AND (expires_at IS NULL OR expires_at > $3) AND remaining > 0)
+    OR EXISTS (SELECT 1 FROM credit_topups WHERE meter = $2)`, tenantID, meter, s.now()).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("credits: can %s grow: %w", meter, err)
+	}
+	return ok, nil
+}

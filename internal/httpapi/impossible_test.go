@@ -2,9 +2,12 @@ package httpapi
 
 import (
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/internal/testkit"
@@ -72,4 +75,75 @@ func TestImpossibleCostIs422(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// A cost over a hard quota's included units is not "never" while credit
+// grants can cover it: with a grant of the meter the refusal is a 429
+// (Retry-After to the grant that takes effect), not a 422; a grant voided
+// makes it 422 again; a top-up of the meter on sale makes it a 429 too,
+// since buying one admits it.
+func TestCostOverIncludedWithGrantsIs429(t *testing.T) {
+	t.Parallel()
+	pool := pgtest.New(t)
+	rdb, prefix := redistest.New(t)
+	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{credits: true})
+	meter := "calls" + strings.ToLower(randName(""))
+	plan := in.newPlan(t, nil, map[string]any{meter: map[string]any{"limit": 100, "mode": "hard"}})
+	tenant, key := in.newTenant(t, plan)
+	check := func(cost int) answer {
+		return in.call(t, http.MethodPost, "/v1/check", key, map[string]any{"cost": cost, "meter": meter})
+	}
+	if a := check(150); a.status != http.StatusUnprocessableEntity || a.body["policy"] != meter {
+		t.Fatalf("cost over the included quota, no grants: %d %s", a.status, a.raw)
+	}
+
+	ctx := t.Context()
+	amount := int64(500)
+	g, err := in.creds.Create(ctx, tenant, credits.GrantInput{Meter: meter, Amount: &amount})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := check(150); a.status != http.StatusOK {
+		t.Fatalf("cost over the included quota with a grant: %d %s", a.status, a.raw)
+	}
+	// 450 left of the grant, none included: 500 is refused, as a 429.
+	a := check(500)
+	if a.status != http.StatusTooManyRequests || a.header.Get("Retry-After") == "" {
+		t.Fatalf("cost over included and grants together: %d %s (Retry-After %q)", a.status, a.raw, a.header.Get("Retry-After"))
+	}
+	// A grant that takes effect in an hour: still a 429, Retry-After to it.
+	hour, later := int64(1000), time.Now().Add(time.Hour)
+	if _, err := in.creds.Create(ctx, tenant, credits.GrantInput{Meter: meter, Amount: &hour, EffectiveAt: &later}); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 10*time.Second, "Retry-After to the pending grant", func() bool {
+		a := check(500)
+		if a.status != http.StatusTooManyRequests {
+			t.Fatalf("with a pending grant: %d %s", a.status, a.raw)
+		}
+		ra, _ := strconv.Atoi(a.header.Get("Retry-After"))
+		return ra > 3000 && ra <= 3600
+	})
+
+	// Both voided: nothing can cover it any more.
+	list, err := in.creds.List(ctx, tenant)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range list {
+		if _, err := in.creds.Void(ctx, l.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a := check(150); a.status != http.StatusUnprocessableEntity {
+		t.Fatalf("after voiding %s: %d %s", g.ID, a.status, a.raw)
+	}
+	// A top-up of the meter on sale: buying one admits it.
+	n := int64(1000)
+	if _, _, err := in.creds.PutTopup(ctx, "price_"+randName(""), credits.TopupInput{Meter: meter, Amount: &n}); err != nil {
+		t.Fatal(err)
+	}
+	if a := check(150); a.status != http.StatusTooManyRequests {
+		t.Fatalf("with a top-up on sale: %d %s", a.status, a.raw)
+	}
 }

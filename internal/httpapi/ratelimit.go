@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -48,7 +49,7 @@ func (s *Server) decide(c echo.Context, req limiter.Request) (*limiter.Decision,
 		return nil, s.limiterError(c, err)
 	}
 	if !d.Allowed {
-		if p := impossible(d, req); p != nil {
+		if p := impossible(d, req); p != nil && !s.grantsCanCover(c.Request().Context(), tenant, p) {
 			// Waiting would never help: a client honouring Retry-After
 			// would loop forever. 422 says so, with the headers every /v1
 			// answer carries.
@@ -121,6 +122,24 @@ func impossible(d *limiter.Decision, req limiter.Request) *limiter.PolicyStatus 
 		}
 	}
 	return nil
+}
+
+// grantsCanCover says whether credit grants could still admit a cost over
+// quota p's included units: a grant of the meter in effect or pending, or
+// a top-up of it to buy. The refusal is then an ordinary 429 (its
+// Retry-After the limiter's: the period end or a grant taking effect), not
+// "never". A failure to ask is logged and taken as yes: a wrong 429 costs
+// the client a retry, a wrong 422 a request that could have run.
+func (s *Server) grantsCanCover(ctx context.Context, tenant string, p *limiter.PolicyStatus) bool {
+	if s.Credits == nil || p.Name == keyspace.PolicyRate || tgserver.IsWindow(p) || p.Name == keyspace.PolicyConcurrency {
+		return false
+	}
+	ok, err := s.Credits.CanGrow(ctx, tenant, p.Name)
+	if err != nil {
+		s.log.WarnContext(ctx, "asking for credit grants failed; answering 429", "tenant_id", tenant, "meter", p.Name, "err", err)
+		return true
+	}
+	return ok
 }
 
 func costProblem(d *limiter.Decision, p *limiter.PolicyStatus, req limiter.Request) map[string]any {

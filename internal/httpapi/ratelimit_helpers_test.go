@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
@@ -37,12 +38,17 @@ type limitInstance struct {
 	ents *entitlements.Service
 	rdb  *redis.Client
 	reg  *prometheus.Registry
+	// creds is the credits service when limitSetup.credits asked for it.
+	creds *credits.Service
 }
 
 type limitSetup struct {
 	opts     limiter.Options   // Prefix, Loader and Hooks are filled in
 	authOpts *AuthLimitOptions // nil: the default AuthLimiter
 	log      *slog.Logger      // nil: discarded
+	// credits wires grants as cmd/api does: written to Redis, drawn by the
+	// limiter, answered by the admin API.
+	credits bool
 }
 
 // newLimitInstance starts an instance on Redis at addr (a redis:// URL's
@@ -78,6 +84,11 @@ func newLimitInstance(t *testing.T, pool *pgxpool.Pool, addr, prefix string, set
 	opts.Loader = ents.LoadSnapshot
 	opts.UsageLoader = meter.LoadUsage
 	opts.Hooks = m.Hooks()
+	var creds *credits.Service
+	if set.credits {
+		creds = credits.NewService(pool, ents, nil, credits.Options{Grants: store})
+		opts.GrantLoader = creds.RedisGrants
+	}
 	if opts.Timeout == 0 {
 		// The production 50 ms is a fail-mode test's business
 		// (ratelimit_failure_test.go sets its own); on 2 loaded cores under
@@ -93,7 +104,7 @@ func newLimitInstance(t *testing.T, pool *pgxpool.Pool, addr, prefix string, set
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lim.Close(); limRDB.Close() })
-	d := Deps{Log: set.log, DB: pool, Redis: rdb, Registry: reg, AdminToken: limitTestAdminToken, Entitlements: ents, Metering: meter, Limiter: lim}
+	d := Deps{Log: set.log, DB: pool, Redis: rdb, Registry: reg, AdminToken: limitTestAdminToken, Entitlements: ents, Metering: meter, Limiter: lim, Credits: creds}
 	if set.authOpts != nil {
 		d.AuthLimiter = NewAuthLimiter(lim, *set.authOpts)
 	}
@@ -103,7 +114,7 @@ func newLimitInstance(t *testing.T, pool *pgxpool.Pool, addr, prefix string, set
 	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	return &limitInstance{srv: srv, ts: ts, lim: lim, ents: ents, rdb: rdb, reg: reg}
+	return &limitInstance{srv: srv, ts: ts, lim: lim, ents: ents, rdb: rdb, reg: reg, creds: creds}
 }
 
 // redisAddr is the host:port of the shared test Redis.

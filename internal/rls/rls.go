@@ -98,6 +98,11 @@ type Options struct {
 	Log *slog.Logger
 	// Registerer receives the metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
+	// CanGrow says whether credit grants can still bring units to a
+	// tenant's meter (credits.Service.CanGrow): a cost over a hard quota's
+	// included units is then an ordinary refusal, not cost-exceeds-limit.
+	// nil: no grants.
+	CanGrow func(ctx context.Context, tenantID, meter string) (bool, error)
 }
 
 // Server answers ShouldRateLimit.
@@ -257,7 +262,7 @@ func (s *Server) descriptor(ctx context.Context, req *rlsv3.RateLimitRequest, d 
 	st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	if !dec.Allowed {
 		st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-		if p := impossible(dec, cost); p != "" {
+		if p := impossible(dec, cost); p != nil && !s.grantsCanCover(ctx, tenant, p) {
 			h.Set(ReasonHeader, "cost-exceeds-limit")
 			h.Del("Retry-After") // waiting never helps
 		}
@@ -391,18 +396,35 @@ func rateLimitOf(p *limiter.PolicyStatus) *rlsv3.RateLimitResponse_RateLimit {
 	return rl
 }
 
-// impossible names the policy of a refusal no wait can lift (a cost above
-// the burst or a hard quota's whole limit), as POST /v1/check's 422 does.
-func impossible(d *limiter.Decision, cost int64) string {
+// impossible is the policy of a refusal no wait can lift (a cost above the
+// burst or a hard quota's whole limit), as POST /v1/check's 422 does.
+func impossible(d *limiter.Decision, cost int64) *limiter.PolicyStatus {
 	if d.Fallback != "" || d.Shadow {
-		return ""
+		return nil
 	}
-	for _, p := range d.Policies {
-		if (p.Name == keyspace.PolicyRate || (p.Mode == limiter.ModeHard && p.Unit == "") || tgserver.IsWindow(&p)) && p.Limit < cost {
-			return p.Name
+	for i := range d.Policies {
+		p := &d.Policies[i]
+		if (p.Name == keyspace.PolicyRate || (p.Mode == limiter.ModeHard && p.Unit == "") || tgserver.IsWindow(p)) && p.Limit < cost {
+			return p
 		}
 	}
-	return ""
+	return nil
+}
+
+// grantsCanCover says whether credit grants could still admit a cost over
+// quota p's included units (Options.CanGrow); a failure to ask is logged
+// and taken as yes, as POST /v1/check does: a wrong "cost-exceeds-limit"
+// tells Envoy's client never to retry a request that could run.
+func (s *Server) grantsCanCover(ctx context.Context, tenant string, p *limiter.PolicyStatus) bool {
+	if s.opts.CanGrow == nil || p.Name == keyspace.PolicyRate || tgserver.IsWindow(p) {
+		return false
+	}
+	ok, err := s.opts.CanGrow(ctx, tenant, p.Name)
+	if err != nil {
+		s.log.WarnContext(ctx, "rls: asking for credit grants failed; an ordinary refusal", "tenant_id", tenant, "meter", p.Name, "err", err)
+		return true
+	}
+	return ok
 }
 
 func clampU32(f float64) uint32 {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
@@ -39,6 +40,7 @@ const adminToken = "tga_rls_test_admin_token"
 // running), limiter and gRPC listener, on a shared database and prefix.
 type instance struct {
 	ents   *entitlements.Service
+	creds  *credits.Service // with setup.credits
 	client rlsv3.RateLimitServiceClient
 	health healthpb.HealthClient
 	reg    *prometheus.Registry
@@ -48,6 +50,9 @@ type setup struct {
 	addr     string // Redis host:port; "" is the shared test Redis
 	failMode limiter.FailMode
 	timeout  time.Duration
+	// credits wires grants as cmd/api does: written to Redis, drawn by the
+	// limiter, and asked by CanGrow.
+	credits bool
 }
 
 func newInstance(t *testing.T, pool *pgxpool.Pool, prefix string, set setup) *instance {
@@ -80,13 +85,21 @@ func newInstance(t *testing.T, pool *pgxpool.Pool, prefix string, set setup) *in
 	// first handshakes (it writes the shared options when the server lacks
 	// maintenance notifications), which -race reported.
 	limRDB := redis.NewClient(&redis.Options{Addr: set.addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-	lim, err := limiter.New(limRDB, limiter.Options{Prefix: prefix, Loader: ents.LoadSnapshot, UsageLoader: meter.LoadUsage, ExternalLoader: ents.LoadExternal,
-		Timeout: timeout, FailMode: limiter.FailModes{Rate: mode, Quota: mode, Concurrency: mode, Window: mode}})
+	lopts := limiter.Options{Prefix: prefix, Loader: ents.LoadSnapshot, UsageLoader: meter.LoadUsage, ExternalLoader: ents.LoadExternal,
+		Timeout: timeout, FailMode: limiter.FailModes{Rate: mode, Quota: mode, Concurrency: mode, Window: mode}}
+	ropts := rls.Options{AdminToken: adminToken}
+	var creds *credits.Service
+	if set.credits {
+		creds = credits.NewService(pool, ents, nil, credits.Options{Grants: store})
+		lopts.GrantLoader, ropts.CanGrow = creds.RedisGrants, creds.CanGrow
+	}
+	lim, err := limiter.New(limRDB, lopts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	srv, err := rls.New(keys{ents, lim}, lim, rls.Options{AdminToken: adminToken, Registerer: reg})
+	ropts.Registerer = reg
+	srv, err := rls.New(keys{ents, lim}, lim, ropts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +132,7 @@ func newInstance(t *testing.T, pool *pgxpool.Pool, prefix string, set setup) *in
 		rdb.Close() // ends Run's pub/sub read
 		<-runDone
 	})
-	return &instance{ents: ents, client: rlsv3.NewRateLimitServiceClient(conn), health: healthpb.NewHealthClient(conn), reg: reg}
+	return &instance{ents: ents, creds: creds, client: rlsv3.NewRateLimitServiceClient(conn), health: healthpb.NewHealthClient(conn), reg: reg}
 }
 
 type keys struct {
@@ -299,6 +312,28 @@ func TestHitsAddendIsTheCostAndARefusedCostTakesNothing(t *testing.T) {
 	}
 	if resp := ask(t, in, ctx, 0, keyDescriptor(key)); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("the 31st unit was admitted: %v", resp)
+	}
+}
+
+// With a credit grant of the meter, a cost over the hard quota's included
+// units is drawn from it, and a refusal of what included and grants
+// together cannot cover is an ordinary OVER_LIMIT: waiting for a grant or
+// buying one lifts it, so no cost-exceeds-limit.
+func TestACostOverIncludedUnitsWithGrantsIsNotImpossible(t *testing.T) {
+	pool := pgtest.New(t)
+	in := newInstance(t, pool, redistest.Prefix(), setup{credits: true})
+	tenant, key := tenantWithKey(t, in, 10000, 10000, 30)
+	ctx := context.Background()
+	amount := int64(100)
+	if _, err := in.creds.Create(ctx, tenant, credits.GrantInput{Meter: "requests", Amount: &amount}); err != nil {
+		t.Fatal(err)
+	}
+	if resp := ask(t, in, ctx, 31, keyDescriptor(key)); resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("cost 31 on a hard 30 with a grant of 100: %v", resp)
+	}
+	resp := ask(t, in, ctx, 200, keyDescriptor(key))
+	if resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || header(resp, rls.ReasonHeader) == "cost-exceeds-limit" {
+		t.Fatalf("cost 200 with 99 left of included and grant: %v (reason %q)", resp, header(resp, rls.ReasonHeader))
 	}
 }
 
