@@ -376,11 +376,9 @@ func loadTenantsPeriods(ctx context.Context, q postgres.Querier, tenants []strin
 	slices.Sort(uniq)
 	uniq = slices.Compact(uniq)
 	rows, err := q.Query(ctx, `
-SELECT t.id::text, t.period_anchor, s.current_period_start, s.current_period_end, p.quota_window
+SELECT tp.tenant_id::text, tp.period_anchor, tp.current_period_start, tp.current_period_end, tp.quota_window
 FROM unnest($1::uuid[]) u(id)
-JOIN tenants t ON t.id = u.id
-JOIN plans p ON p.key = t.plan_key
-LEFT JOIN LATERAL (SELECT * FROM current_subscriptions c WHERE c.tenant_id = t.id LIMIT 1) s ON true`, uniq)
+JOIN tenant_accounts tp ON tp.tenant_id = u.id`, uniq)
 	if err != nil {
 		return nil, fmt.Errorf("metering: tenant periods: %w", err)
 	}

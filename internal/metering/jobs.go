@@ -64,9 +64,8 @@ RETURNING tenant_id::text, meter, period_start, period_end, used`, now, now.Add(
 		// once the grace has passed as for any other window (issue 25).
 		rows, err = tx.Query(ctx, `
 UPDATE usage_periods u SET closed_at = $1, updated_at = $1, period_end = s.current_period_start
-  FROM tenants t
-  JOIN LATERAL (SELECT * FROM current_subscriptions c WHERE c.tenant_id = t.id LIMIT 1) s ON true
- WHERE u.tenant_id = t.id AND u.closed_at IS NULL AND s.current_period_start IS NOT NULL
+  FROM tenant_accounts s
+ WHERE u.tenant_id = s.tenant_id AND u.closed_at IS NULL AND s.current_period_start IS NOT NULL
    AND u.period_start < s.current_period_start AND u.period_end > s.current_period_start
    AND s.current_period_start <= $2
 RETURNING u.tenant_id::text, u.meter, u.period_start, u.period_end, u.used`, now, now.Add(-s.opts.CloseGrace))

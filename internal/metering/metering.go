@@ -212,11 +212,9 @@ func loadTenantPeriods(ctx context.Context, q postgres.Querier, tenantID string)
 	var tp tenantPeriods
 	var start, end *time.Time
 	err := q.QueryRow(ctx, `
-SELECT t.period_anchor, s.current_period_start, s.current_period_end, p.quota_window
-FROM tenants t
-JOIN plans p ON p.key = t.plan_key
-LEFT JOIN LATERAL (SELECT * FROM current_subscriptions c WHERE c.tenant_id = t.id LIMIT 1) s ON true
-WHERE t.id = $1`, tenantID).Scan(&tp.anchor, &start, &end, &tp.window)
+SELECT period_anchor, current_period_start, current_period_end, quota_window
+FROM tenant_accounts
+WHERE tenant_id = $1`, tenantID).Scan(&tp.anchor, &start, &end, &tp.window)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return tp, apperr.New(apperr.NotFound, "tenant %s not found", tenantID)
 	}

@@ -64,7 +64,7 @@ func (s *Service) storeRefusals(ctx context.Context, m limitstore.RefusalMark, c
 			err := tx.QueryRow(ctx, `
 WITH old AS (SELECT refused FROM refusals_daily WHERE tenant_id = $1 AND day = $2::date AND policy = $3)
 INSERT INTO refusals_daily AS r (tenant_id, day, policy, refused)
-SELECT $1, $2::date, $3, $4 WHERE EXISTS (SELECT 1 FROM tenants WHERE id = $1)
+SELECT $1, $2::date, $3, $4 WHERE EXISTS (SELECT 1 FROM tenant_accounts WHERE tenant_id = $1)
 ON CONFLICT (tenant_id, day, policy) DO UPDATE SET refused = GREATEST(r.refused, EXCLUDED.refused)
 RETURNING coalesce((SELECT refused FROM old), 0)`,
 				m.Tenant, m.Day.Format(time.DateOnly), policy, n).Scan(&before)

@@ -216,8 +216,7 @@ func (s *Service) recordReports(ctx context.Context, st *ReportStats) error {
 SELECT up.tenant_id, up.meter, up.period_start, up.period_end, q.stripe_meter_event, q.stripe_report,
        up.used, q.quota_limit, coalesce(r.reported, 0), coalesce(r.n, 0)
   FROM usage_periods up
-  JOIN tenants t ON t.id = up.tenant_id AND t.stripe_customer_id IS NOT NULL
-  JOIN plan_quotas q ON q.plan_key = t.plan_key AND q.meter = up.meter AND q.stripe_meter_event IS NOT NULL
+  JOIN tenant_reported_quotas q ON q.tenant_id = up.tenant_id AND q.meter = up.meter
   LEFT JOIN LATERAL (SELECT sum(quantity) AS reported, count(*) AS n FROM stripe_meter_reports mr
                       WHERE mr.tenant_id = up.tenant_id AND mr.meter = up.meter AND mr.period_start = up.period_start) r ON true
  WHERE up.period_end > $1 AND up.used > coalesce(r.reported, 0)
@@ -357,8 +356,8 @@ WITH c AS (
    LIMIT $5
    FOR UPDATE SKIP LOCKED)
 UPDATE stripe_meter_reports r SET claimed_until = $3
-  FROM c, tenants t, usage_periods up
- WHERE r.identifier = c.identifier AND t.id = r.tenant_id AND t.stripe_customer_id IS NOT NULL
+  FROM c, tenant_accounts t, usage_periods up
+ WHERE r.identifier = c.identifier AND t.tenant_id = r.tenant_id AND t.stripe_customer_id IS NOT NULL
    AND up.tenant_id = r.tenant_id AND up.meter = r.meter AND up.period_start = r.period_start
 RETURNING r.identifier, r.event_name, t.stripe_customer_id, r.quantity, r.tenant_id, r.period_start, up.period_end`,
 		now.Add(-resendWindow), now, now.Add(s.opts.ReportLease), tried, claimBatch)

@@ -35,11 +35,6 @@ var debts = map[string]map[string]string{
 		"subscriptions":        "billing still stores subscriptions itself (substore.go); they belong behind entitlements' writer",
 		"subscription_items":   "as subscriptions",
 	},
-	"internal/metering": {
-		"tenants":     "period starts join the tenant's anchor and current subscription in the flush's hot query",
-		"plans":       "the quota window of the tenant's plan, in the same query",
-		"plan_quotas": "the Stripe meter report joins the plan's reported quotas",
-	},
 }
 
 // tableRef finds the table a statement reads or writes after FROM, JOIN,
