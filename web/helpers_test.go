@@ -21,6 +21,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/internal/audit"
+	"github.com/tollgatehq/tollgate/internal/audit/readers"
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
@@ -136,7 +137,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 		plans, upgrades, topups = bill, bill, bill
 	}
 	b.trail = audit.New(pool, log)
-	b.trail.Read(audit.KindGrant, audit.Reader{State: b.creds.State, TenantOf: b.creds.TenantOf})
+	readers.Register(b.trail, b.ents, bill, b.creds)
 	named := map[string]string{"alice": b.alice}
 	w, err := New(Deps{Log: log, DB: pool, Limits: b.store, Snapshots: b.ents, Usage: b.meter, AdminToken: b.admin, DefaultPlan: b.free,
 		Entitlements: b.ents, Billing: bill, Metering: b.meter,

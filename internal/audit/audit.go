@@ -2,7 +2,9 @@
 // credential), when, through what (the API or the console), what, and the
 // state of the subject (tenant, plan, add-on, service token or Stripe
 // event) before and after. It owns the audit_log table. The HTTP layers
-// wrap each admin action in Do; the services stay unaware of it.
+// wrap each admin action in Do; the services stay unaware of it. The
+// subjects' states are read through their owners (Log.Read; the
+// audit/readers package registers them at wiring).
 package audit
 
 import (
@@ -80,9 +82,12 @@ type Subject struct {
 	kind, stateOf Kind // of the route (Route.Subject)
 }
 
-// Reader reads, for the audit trail, the subjects of one kind that another
-// package owns (credits' grants and top-ups), so that neither the API nor
-// the console knows whose tables they are in.
+// Reader reads, for the audit trail, the subjects of one kind as the
+// package that owns them shows them (billing's Stripe events,
+// entitlements' plans and add-ons, credits' grants and top-ups), so that
+// neither the trail, the API nor the console knows whose tables they are
+// in. A kind named by the entry's Target (a grant, a top-up) is read by
+// it; the others by their own Subject field.
 type Reader struct {
 	// State is the object's state as its owner shows it; nil when it
 	// does not exist.
@@ -90,6 +95,25 @@ type Reader struct {
 	// TenantOf is the tenant the object belongs to; "" when none. Nil for
 	// a kind that belongs to no tenant.
 	TenantOf func(ctx context.Context, id string) string
+}
+
+// own is the kind and id of the subject whose state an entry records, in
+// the order state has always chosen: a Stripe event, a tenant, a plan, an
+// add-on, a service token.
+func (s Subject) own() (Kind, string) {
+	switch {
+	case s.EventID != "":
+		return KindEvent, s.EventID
+	case ids.IsUUID(s.TenantID):
+		return KindTenant, s.TenantID
+	case s.PlanKey != "":
+		return KindPlan, s.PlanKey
+	case s.AddonPriceID != "":
+		return KindAddon, s.AddonPriceID
+	case ids.IsUUID(s.ServiceTokenID):
+		return KindServiceToken, s.ServiceTokenID
+	}
+	return 0, ""
 }
 
 // named says whether the subject names anything whose state can be read.
@@ -241,7 +265,7 @@ func (l *Log) List(ctx context.Context, f Filter) ([]Entry, error) {
 // resolve finds the tenant of an API key, a Stripe event or an object of
 // a registered kind, and that kind's state reader.
 func (l *Log) resolve(ctx context.Context, sub *Subject) {
-	if r, ok := l.readers[sub.stateOf]; ok && sub.State == nil {
+	if r, ok := l.readers[sub.stateOf]; ok && sub.State == nil && sub.stateOf.targeted() {
 		sub.State = r.State
 	}
 	if sub.TenantID != "" {
@@ -260,7 +284,10 @@ func (l *Log) resolve(ctx context.Context, sub *Subject) {
 			sub.Target = sub.KeyID
 		}
 	case sub.EventID != "":
-		err = l.db.QueryRow(ctx, `SELECT tenant_id::text FROM stripe_events WHERE id = $1`, sub.EventID).Scan(&tid)
+		if r, ok := l.readers[KindEvent]; ok && r.TenantOf != nil {
+			sub.TenantID = r.TenantOf(ctx, sub.EventID)
+		}
+		return
 	default:
 		return
 	}
@@ -272,30 +299,31 @@ func (l *Log) resolve(ctx context.Context, sub *Subject) {
 	}
 }
 
-// state is the subject as people compare it: a Stripe event's status, else
-// a tenant's plan, overrides and keys, else a plan's limits, else an
-// add-on's grant, else a service token's name and whether it is revoked.
-// nil when the subject does not exist (yet, or any more).
+// state is the subject as people compare it, as its owner shows it (the
+// reader registered for its kind): a Stripe event's status, else a
+// tenant's plan, overrides and keys, else a plan's limits, else an add-on's
+// grant, else a service token's name and whether it is revoked. nil when
+// the subject does not exist (yet, or any more).
 func (l *Log) state(ctx context.Context, sub Subject) json.RawMessage {
 	if sub.State != nil {
 		return sub.State(ctx, sub.Target)
 	}
+	k, id := sub.own()
+	if r, ok := l.readers[k]; ok && r.State != nil {
+		return r.State(ctx, id)
+	}
 	var q string
-	var arg any
-	switch {
-	case sub.EventID != "":
-		q, arg = eventState, sub.EventID
-	case ids.IsUUID(sub.TenantID):
-		q, arg = tenantState, sub.TenantID
-	case sub.PlanKey != "":
-		q, arg = planState, sub.PlanKey
-	case sub.AddonPriceID != "":
-		q, arg = addonState, sub.AddonPriceID
-	case ids.IsUUID(sub.ServiceTokenID):
-		q, arg = serviceTokenState, sub.ServiceTokenID
+	switch k {
+	case KindTenant:
+		q = tenantState
+	case KindServiceToken:
+		q = serviceTokenState
 	default:
+		// A kind whose owner registered no reader (Log.Read): nothing to
+		// compare, the entry still says who did what.
 		return nil
 	}
+	arg := id
 	var b []byte
 	err := l.db.QueryRow(ctx, q, arg).Scan(&b)
 	if err != nil {
@@ -318,24 +346,6 @@ SELECT jsonb_build_object(
         'revoked', k.revoked_at IS NOT NULL) ORDER BY k.created_at)
       FROM api_keys k WHERE k.tenant_id = t.id), '[]'::jsonb))
 FROM tenants t WHERE t.id = $1`
-
-const planState = `
-SELECT jsonb_build_object(
-  'name', p.name, 'stripe_price_id', p.stripe_price_id, 'rate_per_second', p.rate_per_second,
-  'rate_burst', p.rate_burst, 'concurrency', p.concurrency, 'features', p.features,
-  'quotas', COALESCE((SELECT jsonb_object_agg(q.meter, jsonb_build_object('limit', q.quota_limit, 'mode', q.mode))
-      FROM plan_quotas q WHERE q.plan_key = p.key), '{}'::jsonb),
-  'tenants', (SELECT count(*) FROM tenants t WHERE t.plan_key = p.key))
-  || COALESCE((SELECT jsonb_build_object('public', to_jsonb(p) -> 'public') WHERE to_jsonb(p) ? 'public'), '{}'::jsonb)
-FROM plans p WHERE p.key = $1`
-
-const eventState = `
-SELECT jsonb_build_object('type', e.type, 'status', e.status, 'attempts', e.attempts, 'last_error', e.last_error)
-FROM stripe_events e WHERE e.id = $1`
-
-const addonState = `
-SELECT jsonb_build_object('name', a.name, 'quotas', a.quotas, 'features', to_jsonb(a.features))
-FROM addon_grants a WHERE a.stripe_price_id = $1`
 
 // serviceTokenState leaves out the hash and the prefix: the trail is read by
 // every admin and must hold nothing of the secret.

@@ -12,6 +12,10 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tollgatehq/tollgate/internal/audit"
+	"github.com/tollgatehq/tollgate/internal/audit/readers"
+	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/jobs"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 )
 
@@ -73,6 +77,18 @@ func only(t *testing.T, l *audit.Log, actor string) audit.Entry {
 func TestDoRecordsEachSubjectsStateBeforeAndAfter(t *testing.T) {
 	pool := pgtest.New(t)
 	l := audit.New(pool, nil)
+	// Events, plans and add-ons are read through their owners, as cmd/api
+	// registers them.
+	ins, err := jobs.NewInsertClient(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents := entitlements.NewService(pool, nil, nil, entitlements.Options{})
+	bill, err := billing.New(pool, ents, ins, nil, billing.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readers.Register(l, ents, bill, nil)
 	planA, planB := uniq("plan-a"), uniq("plan-b")
 	exec(t, pool, `INSERT INTO plans (key, name) VALUES ($1, 'A'), ($2, 'B')`, planA, planB)
 	tenant := scan(t, pool, `INSERT INTO tenants (name, plan_key) VALUES ('Audit Co', $1) RETURNING id::text`, planA)

@@ -18,6 +18,12 @@ const (
 	KindTopup // a top-up mapping named by its Stripe price
 )
 
+// targeted says whether subjects of kind k are named by the entry's Target
+// alone (no Subject field of their own), so that their reader is given it.
+func (k Kind) targeted() bool {
+	return k == KindGrant || k == KindTopup || k == KindWebhookEndpoint
+}
+
 // Route declares one audited route, the only place that says what it
 // records: its action and where its subject comes from. The API and the
 // console look their routes up here (RouteOf) rather than guessing the

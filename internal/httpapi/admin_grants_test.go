@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/audit"
+	"github.com/tollgatehq/tollgate/internal/audit/readers"
 	"github.com/tollgatehq/tollgate/internal/credits"
 )
 
@@ -18,8 +19,7 @@ func grantsAPI(t *testing.T) *testAPI {
 	return newTestAPI(t, testAPIOptions{Deps: func(d *Deps) {
 		d.Audit = audit.New(d.DB, d.Log)
 		d.Credits = credits.NewService(d.DB, d.Entitlements, d.Log, credits.Options{})
-		d.Audit.Read(audit.KindGrant, audit.Reader{State: d.Credits.State, TenantOf: d.Credits.TenantOf})
-		d.Audit.Read(audit.KindTopup, audit.Reader{State: d.Credits.TopupState})
+		readers.Register(d.Audit, d.Entitlements, nil, d.Credits)
 	}})
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tollgatehq/tollgate/internal/audit"
+	"github.com/tollgatehq/tollgate/internal/audit/readers"
 )
 
 // Tenants carry the backend's own id: created with it, found by it, edited
@@ -17,6 +18,7 @@ func TestTenantExternalIDAdminAPI(t *testing.T) {
 	var trail *audit.Log
 	a := newTestAPI(t, testAPIOptions{Deps: func(d *Deps) {
 		trail = audit.New(d.DB, d.Log)
+		readers.Register(trail, d.Entitlements, nil, nil)
 		d.Audit = trail
 	}})
 	plan := a.createPlan(t, map[string]any{})

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/audit"
+	"github.com/tollgatehq/tollgate/internal/audit/readers"
 	"github.com/tollgatehq/tollgate/internal/notify"
 )
 
@@ -26,6 +27,7 @@ func webhookAPIWith(t *testing.T, opts notify.Options) (*testAPI, **notify.Servi
 	svc := new(*notify.Service)
 	return newTestAPI(t, testAPIOptions{Deps: func(d *Deps) {
 		d.Audit = audit.New(d.DB, d.Log)
+		readers.Register(d.Audit, d.Entitlements, nil, nil)
 		if opts.SecretKey == nil {
 			opts.SecretKey = make([]byte, 32) // WEBHOOK_SECRET_KEY
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/audit"
+	"github.com/tollgatehq/tollgate/internal/audit/readers"
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/jobs"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
@@ -33,6 +34,7 @@ func auditAPI(t *testing.T, actor, token string) *testAPI {
 			t.Fatal(err)
 		}
 		d.Billing = b
+		readers.Register(d.Audit, d.Entitlements, b, nil)
 		// Minting a link reads no counter: the store is never used.
 		links, err := web.New(web.Deps{DB: d.DB, Limits: limitstore.New(d.Redis, redistest.Prefix()), Snapshots: d.Entitlements,
 			Usage: d.Metering, AdminToken: d.AdminToken, Entitlements: d.Entitlements, Billing: b, Metering: d.Metering})

@@ -25,9 +25,10 @@ var debts = map[string]map[string]string{
 		"tenants": "bench cleanup deletes its seeded tenants in bulk (entitlements has no tenant delete)",
 	},
 	"internal/audit": {
-		"tenants": "before/after states of audited subjects are read as JSON in one query each", "api_keys": "audit state",
-		"quota_overrides": "audit state", "plans": "audit state", "plan_quotas": "audit state",
-		"stripe_events": "audit state and subject resolution", "addon_grants": "audit state", "service_tokens": "audit state",
+		"tenants":         "a tenant's before/after state (with its overrides and keys) is read as JSON in one query; moves to a reader once API keys have their own owner",
+		"api_keys":        "the tenant state's keys, and a key's tenant",
+		"quota_overrides": "the tenant state's overrides",
+		"service_tokens":  "a service token's audit state",
 	},
 	"internal/billing": {
 		"tenants":              "resync and plan changes join tenants to the current subscription",

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgatehq/tollgate/internal/audit"
+	"github.com/tollgatehq/tollgate/internal/audit/readers"
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/config"
 	"github.com/tollgatehq/tollgate/internal/credits"
@@ -49,10 +50,11 @@ func Credits(pool *pgxpool.Pool, ents *entitlements.Service, log *slog.Logger, o
 }
 
 // Audit is the trail of admin actions of the API and the console, reading
-// the grants and top-ups it records through their owner, credits.
-func Audit(pool *pgxpool.Pool, log *slog.Logger, creds *credits.Service) *audit.Log {
+// each subject it records through its owner: Stripe events through billing,
+// plans and add-ons through entitlements, grants and top-ups through
+// credits.
+func Audit(pool *pgxpool.Pool, log *slog.Logger, ents *entitlements.Service, bill *billing.Service, creds *credits.Service) *audit.Log {
 	trail := audit.New(pool, log)
-	trail.Read(audit.KindGrant, audit.Reader{State: creds.State, TenantOf: creds.TenantOf})
-	trail.Read(audit.KindTopup, audit.Reader{State: creds.TopupState})
+	readers.Register(trail, ents, bill, creds)
 	return trail
 }
