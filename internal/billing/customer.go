@@ -53,11 +53,8 @@ func (s *Service) applyCustomerDeleted(ctx context.Context, w *entitlements.Writ
 	}
 	// Deleting a customer cancels its subscriptions; Stripe's own deleted
 	// events may come later, or not at all for our purposes.
-	_, err = w.Tx().Exec(ctx, `UPDATE subscriptions SET status = 'canceled', canceled_at = COALESCE(canceled_at, $2),
-			past_due_since = NULL, grace_ends_at = NULL, last_event_at = GREATEST(last_event_at, $3), updated_at = now()
-		WHERE stripe_customer_id = $1 AND status NOT IN ('canceled', 'incomplete_expired')`, customer, s.opts.Now(), ev.Created)
-	if err != nil {
-		return outcome{}, fmt.Errorf("billing: cancel subscriptions: %w", err)
+	if err := w.CancelCustomerSubscriptions(ctx, customer, s.opts.Now(), ev.Created); err != nil {
+		return outcome{}, err
 	}
 	if tenant == "" {
 		return ignored("", "%s %s: no tenant has this stripe_customer_id", reasonUnknownCustomer, customer), nil

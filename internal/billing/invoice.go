@@ -52,8 +52,7 @@ func (s *Service) applySubscriptionInvoice(ctx context.Context, w *entitlements.
 			return r, err
 		}
 	}
-	tx := w.Tx()
-	cur, err := loadSub(ctx, tx, inv.Subscription)
+	cur, err := loadSub(ctx, w, inv.Subscription)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -107,12 +106,12 @@ func (s *Service) applySubscriptionInvoice(ctx context.Context, w *entitlements.
 		customer = ev.Customer
 	}
 	if customer == "" {
-		if err := tx.QueryRow(ctx, `SELECT stripe_customer_id FROM subscriptions WHERE id = $1`, inv.Subscription).Scan(&customer); err != nil {
+		if customer, err = w.SubscriptionCustomer(ctx, inv.Subscription); err != nil {
 			return outcome{}, err
 		}
 	}
 	next.Items = nil // unchanged
-	if err := saveSub(ctx, tx, inv.Subscription, customer, &next); err != nil {
+	if err := saveSub(ctx, w, inv.Subscription, customer, &next); err != nil {
 		return outcome{}, err
 	}
 	next.Items = cur.Items

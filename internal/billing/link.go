@@ -70,7 +70,7 @@ func (s *Service) link(ctx context.Context, w *entitlements.Writes, tid, custome
 		return tid, "", nil
 	}
 	if linked != "" {
-		live, err := customerLive(ctx, w.Tx(), linked)
+		live, err := w.CustomerLive(ctx, linked)
 		if err != nil {
 			return "", "", err
 		}
@@ -99,17 +99,6 @@ func customerDeleted(ctx context.Context, tx pgx.Tx, customer string) (bool, err
 	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM stripe_events WHERE stripe_customer_id = $1 AND type = 'customer.deleted')`, customer).Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("billing: customer deleted: %w", err)
-	}
-	return ok, nil
-}
-
-// customerLive: the customer has a subscription that is not terminal.
-func customerLive(ctx context.Context, tx pgx.Tx, customer string) (bool, error) {
-	var ok bool
-	err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM subscriptions WHERE stripe_customer_id = $1
-		AND status NOT IN ('canceled', 'incomplete_expired'))`, customer).Scan(&ok)
-	if err != nil {
-		return false, fmt.Errorf("billing: customer live: %w", err)
 	}
 	return ok, nil
 }

@@ -117,12 +117,20 @@ func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (ent
 	}
 	// The subscription the limiter enforces; only a live one goes through
 	// Stripe, otherwise the change is local.
-	var sub planSub
+	// The version first: a change after it shows as a newer version when
+	// the change is applied.
+	tenant, err := s.ents.GetTenantRow(ctx, tenantID)
+	if apperr.CodeOf(err) == apperr.NotFound {
+		return s.ents.SetPlan(ctx, tenantID, planKey, reason) // answers the missing tenant as it always has
+	}
+	if err != nil {
+		return entitlements.TenantDetail{}, fmt.Errorf("billing: load tenant: %w", err)
+	}
+	sub := planSub{Version: tenant.EntitlementVersion}
 	var status string
-	err := s.db.QueryRow(ctx, `
-		SELECT s.id, s.stripe_customer_id, COALESCE(s.stripe_item_id, ''), COALESCE(s.stripe_price_id, ''), t.entitlement_version, s.status
-		FROM tenants t JOIN LATERAL (SELECT * FROM current_subscriptions c WHERE c.tenant_id = t.id LIMIT 1) s ON true
-		WHERE t.id = $1`, tenantID).Scan(&sub.ID, &sub.Customer, &sub.ItemID, &sub.PriceID, &sub.Version, &status)
+	err = s.db.QueryRow(ctx, `
+		SELECT s.id, s.stripe_customer_id, COALESCE(s.stripe_item_id, ''), COALESCE(s.stripe_price_id, ''), s.status
+		FROM current_subscriptions s WHERE s.tenant_id = $1`, tenantID).Scan(&sub.ID, &sub.Customer, &sub.ItemID, &sub.PriceID, &status)
 	if errors.Is(err, pgx.ErrNoRows) || (err == nil && !entitlements.Live(status)) {
 		return s.ents.SetPlan(ctx, tenantID, planKey, reason)
 	}
@@ -166,14 +174,8 @@ func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (ent
 		if err := lockCustomer(ctx, tx, sub.Customer); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE subscriptions SET stripe_price_id = $2, updated_at = now(),
-				stripe_item_id = COALESCE(NULLIF($4, ''), stripe_item_id),
-				last_event_at = GREATEST(COALESCE(last_event_at, $3), $3) WHERE id = $1`, sub.ID, plan.StripePriceID, sent, sub.ItemID); err != nil {
-			return fmt.Errorf("billing: set subscription price: %w", err)
-		}
-		if _, err := tx.Exec(ctx, `UPDATE subscription_items SET price_id = $3 WHERE subscription_id = $1 AND item_id = $2`,
-			sub.ID, sub.ItemID, plan.StripePriceID); err != nil {
-			return fmt.Errorf("billing: set item price: %w", err)
+		if err := w.SetSubscriptionPrice(ctx, sub.ID, sub.ItemID, plan.StripePriceID, sent); err != nil {
+			return err
 		}
 		if _, err := w.SetPlan(ctx, tenantID, planKey); err != nil {
 			return err

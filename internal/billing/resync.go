@@ -2,7 +2,6 @@ package billing
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -45,15 +44,15 @@ func (s *Service) ResyncTenant(ctx context.Context, tenantID string) ([]DriftRep
 	if !ids.IsUUID(tenantID) {
 		return nil, apperr.New(apperr.NotFound, "no tenant %q", tenantID)
 	}
-	var customer *string
-	err := s.db.QueryRow(ctx, `SELECT stripe_customer_id FROM tenants WHERE id = $1`, tenantID).Scan(&customer)
-	if errors.Is(err, pgx.ErrNoRows) {
+	tenant, err := s.ents.GetTenantRow(ctx, tenantID)
+	if apperr.CodeOf(err) == apperr.NotFound {
 		return nil, apperr.New(apperr.NotFound, "no tenant %q", tenantID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("billing: load tenant: %w", err)
 	}
-	if customer == nil {
+	customer := &tenant.StripeCustomerID
+	if *customer == "" {
 		return nil, apperr.New(apperr.Conflict, "tenant %s has no Stripe customer to resync with", tenantID)
 	}
 	st, err := s.fetchCustomer(ctx, *customer)
@@ -145,11 +144,11 @@ func (s *Service) repair(ctx context.Context, tenantID, customer string, st stri
 				continue
 			}
 			ss := viewOf(raw)
-			cur, err := loadSub(ctx, tx, ss.ID)
+			cur, err := loadSub(ctx, w, ss.ID)
 			if err != nil {
 				return err
 			}
-			next := subRow{TenantID: tenantID, PlanQuantity: 1}
+			next := subRow{StoredSubscription: entitlements.StoredSubscription{TenantID: tenantID, PlanQuantity: 1}}
 			if cur != nil {
 				next = *cur
 			} else {
@@ -213,7 +212,7 @@ func (s *Service) repair(ctx context.Context, tenantID, customer string, st stri
 			if next.LastEventAt == nil || next.LastEventAt.Before(at) {
 				next.LastEventAt = &at
 			}
-			if err := saveSub(ctx, tx, ss.ID, customer, &next); err != nil {
+			if err := saveSub(ctx, w, ss.ID, customer, &next); err != nil {
 				return err
 			}
 		}
@@ -233,9 +232,9 @@ func (s *Service) repair(ctx context.Context, tenantID, customer string, st stri
 			_ = tx.QueryRow(ctx, `SELECT id FROM current_subscriptions s WHERE s.tenant_id = $1`, tenantID).Scan(&currentSub)
 			note(currentSub, "plan", strp(ours), strp(now))
 		}
-		var features []string
-		if err := tx.QueryRow(ctx, `SELECT stripe_features FROM tenants WHERE id = $1`, tenantID).Scan(&features); err != nil {
-			return fmt.Errorf("billing: load features: %w", err)
+		features, err := w.StripeFeatures(ctx, tenantID)
+		if err != nil {
+			return err
 		}
 		if strings.Join(normalizeKeys(features), ",") != strings.Join(st.features, ",") {
 			note("", "features", strp(strings.Join(normalizeKeys(features), ",")), strp(strings.Join(st.features, ",")))
@@ -351,13 +350,9 @@ func (w *ResyncWorker) Work(ctx context.Context, _ *river.Job[ResyncArgs]) error
 	if w.S.stripe == nil {
 		return nil
 	}
-	rows, err := w.S.db.Query(ctx, `SELECT id::text FROM tenants WHERE stripe_customer_id IS NOT NULL ORDER BY id`)
+	ids, err := w.S.ents.LinkedTenants(ctx)
 	if err != nil {
-		return fmt.Errorf("billing: list linked tenants: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("billing: list linked tenants: %w", err)
+		return fmt.Errorf("billing: %w", err)
 	}
 	failed := 0
 	for _, id := range ids {
@@ -395,17 +390,9 @@ func (w *GraceWorker) Work(ctx context.Context, _ *river.Job[GraceArgs]) error {
 
 // ExpireGrace is GraceWorker's work; it returns the tenants refreshed.
 func (s *Service) ExpireGrace(ctx context.Context) ([]string, error) {
-	rows, err := s.db.Query(ctx, `
-		SELECT DISTINCT s.tenant_id::text FROM subscriptions s
-		WHERE s.status = 'past_due' AND s.grace_ends_at <= $1
-		  AND NOT EXISTS (SELECT 1 FROM entitlement_versions v WHERE v.tenant_id = s.tenant_id AND v.created_at >= s.grace_ends_at)`,
-		s.opts.Now())
+	ids, err := s.ents.TenantsPastGrace(ctx, s.opts.Now())
 	if err != nil {
-		return nil, fmt.Errorf("billing: ended grace periods: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("billing: ended grace periods: %w", err)
+		return nil, fmt.Errorf("billing: %w", err)
 	}
 	for _, id := range ids {
 		if _, err := s.ents.Refresh(ctx, id, "stripe: past_due grace period ended"); err != nil {

@@ -3,7 +3,6 @@ package billing
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -60,7 +59,7 @@ func (s *Service) applySubscription(ctx context.Context, w *entitlements.Writes,
 		return ignored("", "%s %s: %s", reasonUnknownCustomer, customer, why), nil
 	}
 	tx := w.Tx()
-	cur, err := loadSub(ctx, tx, sub.ID)
+	cur, err := loadSub(ctx, w, sub.ID)
 	if err != nil {
 		return outcome{}, err
 	}
@@ -126,7 +125,7 @@ func (s *Service) applySubscription(ctx context.Context, w *entitlements.Writes,
 				sub.ID, strings.Join(prices, ", ")), nil
 		}
 	}
-	next := subRow{TenantID: tenant, PlanQuantity: 1}
+	next := subRow{StoredSubscription: entitlements.StoredSubscription{TenantID: tenant, PlanQuantity: 1}}
 	if cur != nil {
 		next = *cur
 	}
@@ -187,7 +186,7 @@ func (s *Service) applySubscription(ctx context.Context, w *entitlements.Writes,
 		}
 		return outcome{status: StatusProcessed, tenantID: tenant}, nil
 	}
-	if err := saveSub(ctx, tx, sub.ID, customer, &next); err != nil {
+	if err := saveSub(ctx, w, sub.ID, customer, &next); err != nil {
 		return outcome{}, err
 	}
 	res := outcome{status: StatusProcessed, tenantID: tenant}
@@ -217,15 +216,9 @@ func (s *Service) applySubscription(ctx context.Context, w *entitlements.Writes,
 // plan as it is (the status sends the tenant to the default plan; an admin
 // may have assigned another since).
 func (s *Service) recomputePlan(ctx context.Context, w *entitlements.Writes, tenant string) error {
-	var status, price, product string
-	err := w.Tx().QueryRow(ctx, `SELECT status, coalesce(stripe_price_id, ''),
-		coalesce((SELECT i.product_id FROM subscription_items i WHERE i.subscription_id = s.id AND i.item_id = s.stripe_item_id), '')
-		FROM current_subscriptions s WHERE s.tenant_id = $1`, tenant).Scan(&status, &price, &product)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("billing: current subscription: %w", err)
+	status, price, product, ok, err := w.CurrentPlanItem(ctx, tenant)
+	if err != nil || !ok {
+		return err
 	}
 	if terminal(status) || price == "" {
 		return nil

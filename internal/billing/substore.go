@@ -2,123 +2,48 @@ package billing
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v79"
+
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
-// subRow is our copy of a subscription (table subscriptions, entitlements';
-// billing still writes it here, a debt internal/ownership lists).
+// subRow is a subscription as billing works on it: the stored copy
+// (entitlements' table subscriptions, read and written through
+// entitlements.Writes) with its items as billing parses them.
 type subRow struct {
-	TenantID           string
-	PriceID            *string // the plan item's price
-	ItemID             *string // the plan item
-	PlanQuantity       int64   // the plan item's quantity (seats)
-	Status             string
-	PeriodStart        *time.Time
-	PeriodEnd          *time.Time
-	CancelAtPeriodEnd  bool
-	TrialEnd           *time.Time
-	TrialWillEndAt     *time.Time
-	PastDueSince       *time.Time
-	GraceEndsAt        *time.Time
-	PaymentAttempts    int
-	NextPaymentAttempt *time.Time
-	CanceledAt         *time.Time
-	LastEventAt        *time.Time
-	LastEventID        *string
-	LatestInvoiceID    *string
-	FetchedAt          *time.Time
-	PauseCollection    *string
-	StartDate          *time.Time // Stripe's start_date
-	StripeCreated      *time.Time // Stripe's created
-	// HasPlanItem is false for a subscription none of whose items maps to
-	// a plan (an add-on billed on its own): it never carries the plan.
-	HasPlanItem bool
+	entitlements.StoredSubscription
 	// Items are all items (subscription_items); nil when not loaded.
 	Items []itemView
 }
 
-func loadSub(ctx context.Context, tx pgx.Tx, id string) (*subRow, error) {
-	var r subRow
-	err := tx.QueryRow(ctx, `
-		SELECT tenant_id, stripe_price_id, stripe_item_id, plan_quantity, status, current_period_start, current_period_end,
-			cancel_at_period_end, trial_end, trial_will_end_at, past_due_since, grace_ends_at,
-			payment_attempts, next_payment_attempt, canceled_at, last_event_at, last_event_id, latest_invoice_id,
-			fetched_at, pause_collection, start_date, stripe_created, has_plan_item
-		FROM subscriptions WHERE id = $1 FOR UPDATE`, id).Scan(
-		&r.TenantID, &r.PriceID, &r.ItemID, &r.PlanQuantity, &r.Status, &r.PeriodStart, &r.PeriodEnd,
-		&r.CancelAtPeriodEnd, &r.TrialEnd, &r.TrialWillEndAt, &r.PastDueSince, &r.GraceEndsAt,
-		&r.PaymentAttempts, &r.NextPaymentAttempt, &r.CanceledAt, &r.LastEventAt, &r.LastEventID, &r.LatestInvoiceID,
-		&r.FetchedAt, &r.PauseCollection, &r.StartDate, &r.StripeCreated, &r.HasPlanItem)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
+// loadSub reads subscription id, locked for w's transaction; nil when none
+// is stored.
+func loadSub(ctx context.Context, w *entitlements.Writes, id string) (*subRow, error) {
+	sub, items, err := w.LoadSubscription(ctx, id)
+	if err != nil || sub == nil {
+		return nil, err
 	}
-	if err != nil {
-		return nil, fmt.Errorf("billing: load subscription: %w", err)
+	r := &subRow{StoredSubscription: *sub, Items: make([]itemView, len(items))}
+	for i, it := range items {
+		r.Items[i] = itemView{ID: it.ID, PriceID: it.PriceID, ProductID: it.ProductID, Quantity: it.Quantity}
 	}
-	rows, err := tx.Query(ctx, `SELECT item_id, price_id, coalesce(product_id, ''), quantity FROM subscription_items WHERE subscription_id = $1 ORDER BY item_id`, id)
-	if err != nil {
-		return nil, fmt.Errorf("billing: load subscription items: %w", err)
-	}
-	var it itemView
-	r.Items = []itemView{}
-	if _, err := pgx.ForEachRow(rows, []any{&it.ID, &it.PriceID, &it.ProductID, &it.Quantity}, func() error {
-		r.Items = append(r.Items, it)
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("billing: load subscription items: %w", err)
-	}
-	return &r, nil
+	return r, nil
 }
 
 // saveSub writes the row and, when r.Items is not nil, replaces its items.
-func saveSub(ctx context.Context, tx pgx.Tx, id, customer string, r *subRow) error {
-	_, err := tx.Exec(ctx, `
-		INSERT INTO subscriptions (id, tenant_id, stripe_customer_id, stripe_price_id, stripe_item_id, status,
-			current_period_start, current_period_end, cancel_at_period_end, trial_end, trial_will_end_at,
-			past_due_since, grace_ends_at, payment_attempts, next_payment_attempt, canceled_at, last_event_at,
-			plan_quantity, last_event_id, latest_invoice_id, fetched_at, pause_collection, start_date, stripe_created, has_plan_item)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25)
-		ON CONFLICT (id) DO UPDATE SET tenant_id = EXCLUDED.tenant_id, stripe_customer_id = EXCLUDED.stripe_customer_id,
-			stripe_price_id = EXCLUDED.stripe_price_id, stripe_item_id = EXCLUDED.stripe_item_id, status = EXCLUDED.status,
-			current_period_start = EXCLUDED.current_period_start, current_period_end = EXCLUDED.current_period_end,
-			cancel_at_period_end = EXCLUDED.cancel_at_period_end, trial_end = EXCLUDED.trial_end,
-			trial_will_end_at = EXCLUDED.trial_will_end_at, past_due_since = EXCLUDED.past_due_since,
-			grace_ends_at = EXCLUDED.grace_ends_at, payment_attempts = EXCLUDED.payment_attempts,
-			next_payment_attempt = EXCLUDED.next_payment_attempt, canceled_at = EXCLUDED.canceled_at,
-			last_event_at = EXCLUDED.last_event_at, plan_quantity = EXCLUDED.plan_quantity,
-			last_event_id = EXCLUDED.last_event_id, latest_invoice_id = EXCLUDED.latest_invoice_id,
-			fetched_at = EXCLUDED.fetched_at, pause_collection = EXCLUDED.pause_collection,
-			start_date = EXCLUDED.start_date, stripe_created = EXCLUDED.stripe_created, has_plan_item = EXCLUDED.has_plan_item,
-			updated_at = now()`,
-		id, r.TenantID, customer, r.PriceID, r.ItemID, r.Status, r.PeriodStart, r.PeriodEnd, r.CancelAtPeriodEnd,
-		r.TrialEnd, r.TrialWillEndAt, r.PastDueSince, r.GraceEndsAt, r.PaymentAttempts, r.NextPaymentAttempt,
-		r.CanceledAt, r.LastEventAt, max(r.PlanQuantity, 0), r.LastEventID, r.LatestInvoiceID, r.FetchedAt, r.PauseCollection,
-		r.StartDate, r.StripeCreated, r.HasPlanItem)
-	if err != nil {
-		return fmt.Errorf("billing: save subscription: %w", err)
-	}
-	if r.Items == nil {
-		return nil
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM subscription_items WHERE subscription_id = $1`, id); err != nil {
-		return fmt.Errorf("billing: save subscription items: %w", err)
-	}
-	for _, it := range r.Items {
-		if it.ID == "" || it.PriceID == "" {
-			continue
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO subscription_items (subscription_id, item_id, price_id, product_id, quantity)
-			VALUES ($1, $2, $3, nullif($4, ''), $5) ON CONFLICT DO NOTHING`, id, it.ID, it.PriceID, it.ProductID, max(it.Quantity, 0)); err != nil {
-			return fmt.Errorf("billing: save subscription items: %w", err)
+func saveSub(ctx context.Context, w *entitlements.Writes, id, customer string, r *subRow) error {
+	var items []entitlements.SubscriptionItem
+	if r.Items != nil {
+		items = make([]entitlements.SubscriptionItem, len(r.Items))
+		for i, it := range r.Items {
+			items[i] = entitlements.SubscriptionItem{ID: it.ID, PriceID: it.PriceID, ProductID: it.ProductID, Quantity: it.Quantity}
 		}
 	}
-	return nil
+	return w.SaveSubscription(ctx, id, customer, &r.StoredSubscription, items)
 }
 
 // terminal statuses: Stripe never brings such a subscription back.
