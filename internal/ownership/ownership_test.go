@@ -20,21 +20,11 @@ import (
 // not listed here and on a listed one that is gone, so the list only
 // shrinks: remove an entry when its query moves behind the owner.
 var debts = map[string]map[string]string{
-	"bench/cmd/bench": {
-		"plans":   "bench cleanup deletes its seeded plan (entitlements has no plan delete)",
-		"tenants": "bench cleanup deletes its seeded tenants in bulk (entitlements has no tenant delete)",
-	},
 	"internal/audit": {
 		"tenants":         "a tenant's before/after state (with its overrides and keys) is read as JSON in one query; moves to a reader once API keys have their own owner",
 		"api_keys":        "the tenant state's keys, and a key's tenant",
 		"quota_overrides": "the tenant state's overrides",
 		"service_tokens":  "a service token's audit state",
-	},
-	"internal/billing": {
-		"tenants":              "resync and plan changes join tenants to the current subscription",
-		"entitlement_versions": "resync's drift check compares the last version's snapshot",
-		"subscriptions":        "billing still stores subscriptions itself (substore.go); they belong behind entitlements' writer",
-		"subscription_items":   "as subscriptions",
 	},
 }
 

@@ -82,6 +82,7 @@ func benchHTTP(ctx context.Context, c config, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "machine: %s\nprefix: %s, %d tenants, %v clients, %d runs of %v in %v slices\n",
 		m, prefix, c.tenants, c.goroutines, c.runs, c.duration, c.slice)
 	runID := strings.TrimPrefix(prefix, "tgbench")
+	ents := entitlements.NewService(pool, limitstore.New(rdb, prefix), log, entitlements.Options{Redis: rdb, Prefix: prefix})
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
@@ -90,12 +91,11 @@ func benchHTTP(ctx context.Context, c config, stdout io.Writer) error {
 		} else {
 			fmt.Fprintf(stdout, "cleanup: unlinked %d keys\n", n)
 		}
-		if err := deleteBenchTenants(cctx, pool, runID); err != nil {
+		if err := deleteBenchTenants(cctx, ents, runID); err != nil {
 			fmt.Fprintf(stdout, "cleanup: postgres: %v\n", err)
 		}
 	}()
 
-	ents := entitlements.NewService(pool, limitstore.New(rdb, prefix), log, entitlements.Options{Redis: rdb, Prefix: prefix})
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
 	go func() { _ = ents.Run(runCtx) }()
@@ -265,13 +265,10 @@ func seedTenants(ctx context.Context, ents *entitlements.Service, runID string, 
 	return keys, nil
 }
 
-// deleteBenchTenants removes what seedTenants made; the rows referencing
-// the tenants (keys, versions, usage) go with them by ON DELETE CASCADE.
-func deleteBenchTenants(ctx context.Context, pool *pgxpool.Pool, runID string) error {
-	if _, err := pool.Exec(ctx, `DELETE FROM tenants WHERE name LIKE $1`, "bench-"+runID+"-%"); err != nil {
-		return err
-	}
-	_, err := pool.Exec(ctx, `DELETE FROM plans WHERE key = $1`, "bench-"+runID)
+// deleteBenchTenants removes what seedTenants made: the bench plan and its
+// tenants, with their keys, versions and usage (entitlements.PurgePlan).
+func deleteBenchTenants(ctx context.Context, ents *entitlements.Service, runID string) error {
+	_, err := ents.PurgePlan(ctx, "bench-"+runID)
 	return err
 }
 
