@@ -149,7 +149,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	subDone := make(chan struct{})
 	go func() { defer close(subDone); _ = ents.Run(subCtx) }()
 	defer func() { stopSub(); <-subDone }()
-	bill, err := wire.Billing(pool, ents, cfg, log, reg)
+	bill, err := wire.Billing(pool, ents, cfg, log, reg, limitstore.New(rdb, keyspace.DefaultPrefix))
 	if err != nil {
 		return err
 	}

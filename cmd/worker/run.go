@@ -127,7 +127,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	// loader would see them as unknown tenants).
 	river.AddWorker(workers, &entitlements.RepublishWorker{Service: ents})
 	periodic = append(periodic, entitlements.RepublishPeriodic())
-	bill, err := wire.Billing(pool, ents, cfg, log, reg)
+	bill, err := wire.Billing(pool, ents, cfg, log, reg, limitstore.New(rdb, keyspace.DefaultPrefix))
 	if err != nil {
 		return err
 	}

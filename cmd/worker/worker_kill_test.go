@@ -70,7 +70,7 @@ func TestKilledWorkersStripeEventRunsAgainWithinSeconds(t *testing.T) {
 	}
 	log := slog.New(slog.DiscardHandler)
 	ents := entitlements.NewService(pool, nil, log, entitlements.Options{DefaultPlan: "free"})
-	bill, err := wire.Billing(pool, ents, cfg, log, prometheus.NewRegistry())
+	bill, err := wire.Billing(pool, ents, cfg, log, prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,10 @@ type prefetched struct {
 	// lineItemsRead (top-ups).
 	lineItems     []credits.PurchaseLine
 	lineItemsRead bool
+	// creditPrices are the prices a credit grant covers, read from Stripe
+	// when creditPricesRead (Stripe billing credits).
+	creditPrices     []meteredPrice
+	creditPricesRead bool
 }
 
 // prefetch calls Stripe before the transaction (never inside one). With a
@@ -53,6 +57,12 @@ func (s *Service) prefetch(ctx context.Context, ev storedEvent) (prefetched, err
 		if v, err := parseCheckout(raw); err == nil && v.Mode == "payment" {
 			return s.prefetchTopup(ctx, v)
 		}
+	}
+	if isCreditGrantEvent(ev.Type) {
+		if s.opts.Credits == nil || s.stripe == nil {
+			return pre, nil // apply says why
+		}
+		return s.prefetchCreditPrices(ctx, raw)
 	}
 	switch {
 	case ev.Type == "entitlements.active_entitlement_summary.updated":
@@ -170,6 +180,8 @@ func (s *Service) apply(ctx context.Context, w *entitlements.Writes, ev storedEv
 		return s.applySummary(ctx, w, ev, v, pre)
 	case ev.Type == "customer.deleted":
 		return s.applyCustomerDeleted(ctx, w, ev)
+	case isCreditGrantEvent(ev.Type):
+		return s.applyCreditGrant(ctx, w, ev, pre)
 	case ev.Type == "price.updated":
 		var p struct {
 			ID      string          `json:"id"`

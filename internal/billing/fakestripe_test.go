@@ -34,6 +34,7 @@ type fakeStripe struct {
 	pending bool
 	saved   map[string]fakeAnswer     // idempotency key → answer
 	prices  map[string]map[string]any // id → price (GET /v1/prices/{id})
+	meters  map[string]map[string]any // id → Billing Meter (GET /v1/billing/meters/{id})
 	posts   []fakePost
 	gets    int
 }
@@ -66,6 +67,30 @@ func (f *fakeStripe) setPrice(id, interval, currency string, amount int64) {
 	}
 	f.prices[id] = map[string]any{"id": id, "object": "price", "active": true, "currency": currency, "unit_amount": amount, "type": "recurring",
 		"recurring": map[string]any{"interval": interval, "interval_count": 1, "usage_type": "licensed"}}
+}
+
+// setMeteredPrice makes the fake answer a metered price on Billing Meter
+// meter (event name event) at unitAmountDecimal per divideBy units (the
+// shape of the 2024-06-20 price: recurring.meter, transform_quantity).
+func (f *fakeStripe) setMeteredPrice(id, currency, unitAmountDecimal string, divideBy int64, meter, event string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.prices == nil {
+		f.prices = map[string]map[string]any{}
+	}
+	if f.meters == nil {
+		f.meters = map[string]map[string]any{}
+	}
+	var transform any
+	if divideBy > 1 {
+		transform = map[string]any{"divide_by": divideBy, "round": "up"}
+	}
+	f.prices[id] = map[string]any{"id": id, "object": "price", "active": true, "currency": currency, "billing_scheme": "per_unit",
+		"unit_amount": nil, "unit_amount_decimal": unitAmountDecimal, "type": "recurring", "transform_quantity": transform,
+		"recurring": map[string]any{"interval": "month", "interval_count": 1, "usage_type": "metered", "meter": meter, "aggregate_usage": nil}}
+	f.meters[meter] = map[string]any{"id": meter, "object": "billing.meter", "event_name": event, "display_name": event, "status": "active",
+		"customer_mapping": map[string]any{"event_payload_key": "stripe_customer_id", "type": "by_id"},
+		"default_aggregation": map[string]any{"formula": "sum"}, "value_settings": map[string]any{"event_payload_key": "value"}}
 }
 
 // fakeSub builds a subscription at the pinned version (2024-06-20 shape:
@@ -128,6 +153,13 @@ func (f *fakeStripe) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, p)
+	case r.Method == http.MethodGet && strings.HasPrefix(path, "/v1/billing/meters/"):
+		m, ok := f.meters[strings.TrimPrefix(path, "/v1/billing/meters/")]
+		if !ok {
+			stripeErr(w, http.StatusNotFound, "invalid_request_error", "No such billing meter")
+			return
+		}
+		writeJSON(w, m)
 	case r.Method == http.MethodGet && path == "/v1/subscriptions":
 		list := []any{}
 		for _, s := range f.subs {

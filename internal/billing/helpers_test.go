@@ -105,7 +105,8 @@ func newEnvOn(t testing.TB, pool *pgxpool.Pool, rdb *redis.Client, prefix string
 	}
 	var creds *credits.Service
 	if o.credits {
-		creds = credits.NewService(pool, ents, nil, credits.Options{})
+		// Grants are written to Redis (the limiter draws them there).
+		creds = credits.NewService(pool, ents, nil, credits.Options{Grants: store})
 		bo.Credits = creds
 	}
 	if o.stripeBase != "" {

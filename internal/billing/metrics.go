@@ -17,6 +17,8 @@ type metrics struct {
 	failures  *prometheus.CounterVec // type
 	lag       prometheus.Histogram   // received → applied
 	drift     *prometheus.CounterVec // field
+	// creditSkipped: Stripe credit grants not mirrored, by reason.
+	creditSkipped *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -42,6 +44,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "tollgate_stripe_drift_repairs_total",
 			Help: "Differences from Stripe repaired by resync, by field.",
 		}, []string{"field"}),
+		creditSkipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tollgate_stripe_credit_grants_skipped_total",
+			Help: "Stripe credit grant events acknowledged without a grant, by reason (unknown_customer, currency, unmapped_price, not_monetary, scope, no_secret_key, tollgate_meter, too_small, bad_payload, credits_off).",
+		}, []string{"reason"}),
 	}
 	var err error
 	m.webhook, err = register(reg, m.webhook)
@@ -53,6 +59,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	if err == nil {
 		m.lag, err = register(reg, m.lag)
+	}
+	if err == nil {
+		m.creditSkipped, err = register(reg, m.creditSkipped)
 	}
 	if err == nil {
 		m.drift, err = register(reg, m.drift)
@@ -70,6 +79,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.failures.WithLabelValues("other")
 	m.drift.WithLabelValues("plan")
+	for _, r := range creditSkipReasons {
+		m.creditSkipped.WithLabelValues(r)
+	}
 	return m, nil
 }
 
@@ -89,6 +101,8 @@ var knownTypes = map[string]bool{
 	"customer.deleted":                                true,
 	"product.updated":                                 true,
 	"price.updated":                                   true,
+	"billing.credit_grant.created":                    true,
+	"billing.credit_grant.updated":                    true,
 }
 
 func typeLabel(t string) string {

@@ -58,6 +58,12 @@ type outcome struct {
 	status   string // processed, ignored or failed
 	reason   string // why ignored or failed
 	tenantID string // the tenant the event concerned, when known
+	// publishGrants: the tenant's grants changed (a Stripe credit grant
+	// mirrored or voided); they are written to Redis after the commit.
+	publishGrants bool
+	// creditSkip: a Stripe credit grant not mirrored, and why (the label
+	// of tollgate_stripe_credit_grants_skipped_total).
+	creditSkip string
 }
 
 func ignored(tenantID, format string, args ...any) outcome {
@@ -139,6 +145,15 @@ func (s *Service) ProcessEvent(ctx context.Context, eventID string, replay bool)
 	}
 	if res.status == "" {
 		return nil
+	}
+	if res.creditSkip != "" {
+		s.m.creditSkipped.WithLabelValues(res.creditSkip).Inc()
+	}
+	if res.publishGrants && s.opts.Credits != nil {
+		// Committed: the limiter draws (or stops drawing) them from its
+		// next read of the list. A failed write is logged by credits and
+		// repaired by its sweep.
+		_ = s.opts.Credits.Publish(ctx, res.tenantID)
 	}
 	s.m.processed.WithLabelValues(typeLabel(ev.Type), res.status).Inc()
 	s.m.lag.Observe(s.opts.Now().Sub(ev.ReceivedAt).Seconds())

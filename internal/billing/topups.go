@@ -27,6 +27,10 @@ type Credits interface {
 	HasTopups(ctx context.Context) (bool, error)
 	GetTopup(ctx context.Context, priceID string) (credits.Topup, error)
 	GrantPurchaseTx(ctx context.Context, tx pgx.Tx, p credits.Purchase) (credits.PurchaseResult, error)
+	// Stripe billing credits (creditgrants.go).
+	MirrorStripeCreditTx(ctx context.Context, tx pgx.Tx, c credits.StripeCredit) (credits.StripeCreditResult, error)
+	// Publish writes a tenant's grants where the limiter draws them.
+	Publish(ctx context.Context, tenantID string) error
 }
 
 // Metadata a session Tollgate creates for a top-up carries, so that its

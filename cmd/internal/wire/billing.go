@@ -22,16 +22,20 @@ import (
 // insert-only River client in the same transaction as it stores), the
 // admin's Stripe views and plan changes through Stripe; in the worker its
 // workers apply events, expire grace periods and resync, inserting follow-up
-// jobs with the same kind of client.
-func Billing(pool *pgxpool.Pool, ents *entitlements.Service, cfg config.Config, log *slog.Logger, reg prometheus.Registerer) (*billing.Service, error) {
+// jobs with the same kind of client. grants (limitstore's Store; nil:
+// none) writes the grants a Stripe credit grant event made or voided to
+// Redis right after the event commits, so that a void stops draws within
+// a second.
+func Billing(pool *pgxpool.Pool, ents *entitlements.Service, cfg config.Config, log *slog.Logger, reg prometheus.Registerer, grants credits.GrantWriter) (*billing.Service, error) {
 	ins, err := jobs.NewInsertClient(pool, log)
 	if err != nil {
 		return nil, err
 	}
 	return billing.New(pool, ents, ins, log, billing.Options{
-		// Top-ups bought through Stripe become grants (credits stores them).
-		// (Their grants reach Redis by the worker's sweep, within 10 s.)
-		Credits:               Credits(pool, ents, log, credits.Options{}),
+		// Top-ups bought through Stripe become grants (credits stores them;
+		// they reach Redis by the worker's sweep, within 10 s); Stripe
+		// credit grants are mirrored as grants, written to Redis at once.
+		Credits:               Credits(pool, ents, log, credits.Options{Grants: grants}),
 		WebhookSecret:         cfg.StripeWebhookSecret,
 		WebhookSecretPrevious: cfg.StripeWebhookSecretPrevious,
 		SecretKey:             cfg.StripeSecretKey,
