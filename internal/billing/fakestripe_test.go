@@ -89,7 +89,7 @@ func (f *fakeStripe) setMeteredPrice(id, currency, unitAmountDecimal string, div
 		"unit_amount": nil, "unit_amount_decimal": unitAmountDecimal, "type": "recurring", "transform_quantity": transform,
 		"recurring": map[string]any{"interval": "month", "interval_count": 1, "usage_type": "metered", "meter": meter, "aggregate_usage": nil}}
 	f.meters[meter] = map[string]any{"id": meter, "object": "billing.meter", "event_name": event, "display_name": event, "status": "active",
-		"customer_mapping": map[string]any{"event_payload_key": "stripe_customer_id", "type": "by_id"},
+		"customer_mapping":    map[string]any{"event_payload_key": "stripe_customer_id", "type": "by_id"},
 		"default_aggregation": map[string]any{"formula": "sum"}, "value_settings": map[string]any{"event_payload_key": "value"}}
 }
 
