@@ -7,15 +7,20 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
+	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/testkit"
+	"github.com/tollgatehq/tollgate/limiter"
 )
 
 // creditPlan is a plan with two soft quotas reported to Stripe meters
@@ -245,7 +250,10 @@ func TestStripeCreditGrantCoveringSeveralMeters(t *testing.T) {
 	e.processed(subEvent(t, "customer.subscription.created", newEventID(t), p.customer, sub, "active", p.price, time.Now()))
 
 	split := newCreditGrantID()
-	e.processed(creditEvent(t, "billing.credit_grant.created", split, p.customer, 1001, time.Now(), nil)) // the fixture's scope: price_type metered
+	// The fixture's scope: price_type metered. Sent twice (a replay, and
+	// its .updated): still one grant per meter.
+	e.processed(creditEvent(t, "billing.credit_grant.created", split, p.customer, 1001, time.Now(), nil))
+	e.processed(creditEvent(t, "billing.credit_grant.updated", split, p.customer, 1001, time.Now(), nil))
 	one := newCreditGrantID()
 	e.processed(creditEvent(t, "billing.credit_grant.created", one, p.customer, 1000, time.Now(), func(o map[string]any) {
 		o["metadata"] = map[string]any{billing.MetaCreditMeter: "images"}
@@ -271,6 +279,9 @@ func TestStripeCreditGrantCoveringSeveralMeters(t *testing.T) {
 	}
 	// 1001 cents: 500 each (1 cent left over); 500 / 2.5 = 200 tokens,
 	// 500 / (100 / 10) = 50 images.
+	if n := len(e.stripeCredits(p.tenant)); n != 3 {
+		t.Fatalf("%d grants, want 3: one per meter of the split credit, one of the images credit", n)
+	}
 	if got := units[split]; len(got) != 2 || got["tokens"] != 200 || got["images"] != 50 {
 		t.Fatalf("split credit: %v, want 200 tokens and 50 images", got)
 	}
@@ -407,5 +418,100 @@ func TestStripeCreditGrantOnANewerAPIVersion(t *testing.T) {
 	g := e.stripeCredits(p.tenant)
 	if len(g) != 1 || g[0].Amount != 400 || g[0].Priority != 20 || g[0].ExpiresAt != nil || !strings.Contains(g[0].Reason, "Prepaid usage") {
 		t.Fatalf("endive credit grant: %+v", g)
+	}
+}
+
+// meterEventsSent sums the meter events of event name for customer the
+// fake Stripe accepted.
+func (f *fakeStripe) meterEventsSent(t *testing.T, name, customer string) int64 {
+	t.Helper()
+	var n int64
+	for _, p := range f.postsTo("/v1/billing/meter_events") {
+		if p.Form.Get("event_name") == name && p.Form.Get("payload[stripe_customer_id]") == customer {
+			v, err := strconv.ParseInt(p.Form.Get("payload[value]"), 10, 64)
+			if err != nil {
+				t.Fatalf("meter event value %q: %v", p.Form.Get("payload[value]"), err)
+			}
+			n += v
+		}
+	}
+	return n
+}
+
+// Issue 26 point 5 end to end: a Stripe credit grant mirrored from a
+// signed billing.credit_grant.created is drawn by the limiter after the
+// included quota, flushed, and its units ARE reported to Stripe as usage
+// (Stripe applies the credit on the invoice); an admin grant drawn in the
+// same window is NOT reported (the tenant prepaid it here). 220 tokens on
+// an included 100, a Stripe credit of 100 tokens (priority 10, drawn
+// first) and an admin grant of 50 (priority 20): the report is 100, the
+// Stripe credit's units; 0 would discount them twice, 120 would bill the
+// admin grant's 20.
+func TestStripeCreditUnitsAreReportedAndPrepaidUnitsAreNot(t *testing.T) {
+	f := newFakeStripe(t)
+	e := newEnv(t, envOpts{credits: true, stripeBase: f.URL})
+	ctx := context.Background()
+	p := e.creditPlan(f)
+	store := limitstore.New(e.rdb, e.prefix)
+	meter := metering.NewService(e.pool, store, nil, metering.Options{Snapshot: e.ents.Current, Prepaid: e.creds.PrepaidConsumed,
+		GrantDraws: func(ctx context.Context, tx pgx.Tx, ds []metering.GrantDraw) error {
+			in := make([]credits.Draw, len(ds))
+			for i, d := range ds {
+				in[i] = credits.Draw{FlushID: d.FlushID, GrantID: d.GrantID, PeriodStart: d.PeriodStart, Units: d.Units}
+			}
+			_, err := e.creds.RecordDrawsTx(ctx, tx, in)
+			return err
+		}})
+	lim, err := limiter.New(e.rdb, limiter.Options{Prefix: e.prefix, Timeout: 5 * time.Second, Loader: e.ents.LoadSnapshot,
+		UsageLoader: meter.LoadUsage, GrantLoader: e.creds.RedisGrants})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lim.Close() })
+
+	// 250 cents at 2.5 cents a token: 100 tokens.
+	id := newCreditGrantID()
+	e.processed(creditEvent(t, "billing.credit_grant.created", id, p.customer, 250, time.Now(), func(o map[string]any) {
+		scopePrices(p.tokPrice)(o)
+		o["priority"] = 10
+	}))
+	sc := e.stripeCredits(p.tenant)
+	if len(sc) != 1 || sc[0].Amount != 100 {
+		t.Fatalf("mirrored: %+v", sc)
+	}
+	amount, prio := int64(50), 20
+	admin, err := e.creds.Create(ctx, p.tenant, credits.GrantInput{Meter: "tokens", Amount: &amount, Priority: &prio})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 22 {
+		d, err := lim.Allow(ctx, p.tenant, limiter.Request{Meter: "tokens", Cost: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			t.Fatalf("request %d refused on a soft quota: %+v", i, d)
+		}
+	}
+	if _, err := meter.FlushOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []struct {
+		id   string
+		want int64
+	}{{sc[0].ID, 100}, {admin.ID, 20}} {
+		g, err := e.creds.Get(ctx, w.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Consumed != w.want {
+			t.Fatalf("grant %s (%s): consumed %d after the flush, want %d", g.ID, g.Source, g.Consumed, w.want)
+		}
+	}
+	if _, err := meter.ReportToStripe(ctx, metering.NewStripeMeterSender("sk_test_123", f.URL)); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.meterEventsSent(t, p.tokEvent, p.customer); got != 100 {
+		t.Fatalf("reported %d tokens to Stripe, want 100: 220 used − 100 included − 20 of the admin grant; the Stripe credit's 100 stay reported", got)
 	}
 }

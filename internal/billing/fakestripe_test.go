@@ -160,6 +160,12 @@ func (f *fakeStripe) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, m)
+	case r.Method == http.MethodPost && path == "/v1/billing/meter_events":
+		// metering's report (the end-to-end credit test): accepted and kept.
+		form, _ := url.ParseQuery(string(body))
+		f.posts = append(f.posts, fakePost{Path: path, Form: form})
+		writeJSON(w, map[string]any{"object": "billing.meter_event", "event_name": form.Get("event_name"), "identifier": form.Get("identifier"),
+			"livemode": false, "payload": map[string]any{}, "created": 1, "timestamp": 1})
 	case r.Method == http.MethodGet && path == "/v1/subscriptions":
 		list := []any{}
 		for _, s := range f.subs {
