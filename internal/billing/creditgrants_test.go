@@ -26,13 +26,12 @@ import (
 // creditPlan is a plan with two soft quotas reported to Stripe meters
 // (tokens and images) and a plan price, all names of its own.
 type creditPlan struct {
-	key, price          string
-	tokEvent, imgEvent  string
-	tokPrice, imgPrice  string
-	tokMeter, imgMeter  string
-	tokLimit, imgLimit  int64
-	customer, tenant    string
-	subscription, items string
+	key, price         string
+	tokEvent, imgEvent string
+	tokPrice, imgPrice string
+	tokMeter, imgMeter string
+	tokLimit, imgLimit int64
+	customer, tenant   string
 }
 
 func (e *env) creditPlan(f *fakeStripe) creditPlan {
