@@ -19,6 +19,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
+	"github.com/tollgatehq/tollgate/internal/stripemock"
 	"github.com/tollgatehq/tollgate/internal/testkit"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -512,5 +513,20 @@ func TestStripeCreditUnitsAreReportedAndPrepaidUnitsAreNot(t *testing.T) {
 	}
 	if got := f.meterEventsSent(t, p.tokEvent, p.customer); got != 100 {
 		t.Fatalf("reported %d tokens to Stripe, want 100: 220 used − 100 included − 20 of the admin grant; the Stripe credit's 100 stay reported", got)
+	}
+}
+
+// The prices a credit grant covers are read through stripe-go from an API
+// that answers in Stripe's spec shape (stripe-mock): its canned price has no
+// Billing Meter, so the credit grant is ignored saying so, not failed and
+// not retried.
+func TestStripeCreditGrantPricesReadFromStripeMock(t *testing.T) {
+	base := stripemock.Start(t)
+	e := newEnv(t, envOpts{credits: true, stripeBase: base})
+	p := e.creditPlan(nil)
+	r := e.waitEvent(e.postOK(creditEvent(t, "billing.credit_grant.created", newCreditGrantID(), p.customer, 1000, time.Now(), scopePrices(p.tokPrice))))
+	t.Logf("stripe-mock: %s %s", r.Status, deref(r.Reason))
+	if r.Status != billing.StatusIgnored || !strings.Contains(deref(r.Reason), "has no Billing Meter") || r.Attempts != 1 {
+		t.Fatalf("credit grant against stripe-mock: %s (attempts %d) %s %s", r.Status, r.Attempts, deref(r.Reason), deref(r.LastErr))
 	}
 }
