@@ -165,7 +165,7 @@ func (s *Service) prefetchCreditPrices(ctx context.Context, raw json.RawMessage)
 	}
 	prices := v.Prices
 	if len(prices) == 0 && v.PriceType == "metered" && v.Customer != "" {
-		if prices, err = s.customerItemPrices(ctx, v.Customer); err != nil {
+		if prices, err = s.ents.CustomerItemPrices(ctx, v.Customer); err != nil {
 			return pre, err
 		}
 	}
@@ -179,30 +179,6 @@ func (s *Service) prefetchCreditPrices(ctx context.Context, raw json.RawMessage)
 	}
 	pre.creditPricesRead = true
 	return pre, nil
-}
-
-// customerItemPrices are the prices on the customer's live subscriptions
-// (the ones a price_type "metered" credit may apply to on its invoices).
-func (s *Service) customerItemPrices(ctx context.Context, customer string) ([]string, error) {
-	rows, err := s.db.Query(ctx, `
-SELECT DISTINCT i.price_id FROM subscription_items i JOIN subscriptions s ON s.id = i.subscription_id
- WHERE s.stripe_customer_id = $1 AND s.status NOT IN ('canceled', 'incomplete_expired') ORDER BY 1`, customer)
-	if err != nil {
-		return nil, fmt.Errorf("billing: prices of %s: %w", customer, err)
-	}
-	var out []string
-	for rows.Next() {
-		var p string
-		if err := rows.Scan(&p); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("billing: prices of %s: %w", customer, err)
-		}
-		out = append(out, p)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("billing: prices of %s: %w", customer, err)
-	}
-	return out, nil
 }
 
 // readMeteredPrice is GET /v1/prices/{id} and, for a price on a Billing

@@ -242,3 +242,20 @@ func (w *Writes) CurrentPlanItem(ctx context.Context, tenantID string) (status, 
 	}
 	return status, price, product, true, nil
 }
+
+// CustomerItemPrices are the prices on the items of customer's stored
+// subscriptions that are not over (the ones a Stripe credit grant of
+// price_type "metered" may apply to on its invoices), in order.
+func (s *Service) CustomerItemPrices(ctx context.Context, customer string) ([]string, error) {
+	rows, err := s.db.Query(ctx, `
+SELECT DISTINCT i.price_id FROM subscription_items i JOIN subscriptions s ON s.id = i.subscription_id
+ WHERE s.stripe_customer_id = $1 AND s.status NOT IN ('canceled', 'incomplete_expired') ORDER BY 1`, customer)
+	if err != nil {
+		return nil, fmt.Errorf("entitlements: prices of %s: %w", customer, err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("entitlements: prices of %s: %w", customer, err)
+	}
+	return out, nil
+}
