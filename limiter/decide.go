@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // This file runs the decision script, rebuilds missing quota counters and
@@ -87,9 +88,13 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 			if err != nil {
 				return nil, err
 			}
-			want := 0 // what follows the numbers: the stored snapshot, when due
+			want := 0 // what follows the numbers: the stored snapshot, when due, and the draws
 			if due != nil {
 				want = 1
+			}
+			drawn := req.Reserve && !req.Peek && pl.grants
+			if drawn {
+				want++
 			}
 			if len(rest) != want {
 				return nil, fmt.Errorf("limiter: script reply has %d elements after its numbers, want %d", len(rest), want)
@@ -117,6 +122,9 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 				}
 			}
 			d, err := l.decision(pl, req, ints, leaseID)
+			if err == nil && drawn && d.rsv != nil {
+				d.rsv.drawn, _ = rest[len(rest)-1].(string)
+			}
 			if err == nil && pl.fast != nil && !req.Peek {
 				if q := pl.pol[1]; q.quota.hard {
 					pl.raiseFloor(ints[9], q.limit-ints[7])
@@ -143,7 +151,10 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 // has it, refusals counted, no peek), decideBody's otherwise. With readBack
 // the script also returns the stored snapshot (the last KEY).
 func (l *Limiter) decideArgs(pl *plan, req *Request, readBack bool, leaseID string, seed bool) (*redis.Script, []any) {
-	if pl.fast != nil && !req.Peek && !req.leaseTake && seed == (l.opts.UsageLoader != nil) && !l.opts.generalScript {
+	// A reservation of a tenant with grants goes the general way, whose
+	// reply says what it drew from each grant (for the settle's refund).
+	drawn := req.Reserve && !req.Peek && pl.grants
+	if pl.fast != nil && !req.Peek && !req.leaseTake && !drawn && seed == (l.opts.UsageLoader != nil) && !l.opts.generalScript {
 		n := 1 + len(pl.fast)
 		if readBack {
 			n++
@@ -161,7 +172,10 @@ func (l *Limiter) decideArgs(pl *plan, req *Request, readBack bool, leaseID stri
 		return fastScript, args
 	}
 	n := 3 + len(pl.args)
-	if readBack {
+	if readBack || drawn {
+		n++
+	}
+	if drawn {
 		n++
 	}
 	args := make([]any, n)
@@ -173,8 +187,12 @@ func (l *Limiter) decideArgs(pl *plan, req *Request, readBack bool, leaseID stri
 	}
 	args[2] = boolArg(!req.leaseTake) // a refused lease take is not a refused request
 	copy(args[3:], pl.args)
-	if readBack {
-		args[n-1] = "1" // one more ARGV: read the snapshot (the last KEY) back
+	if readBack || drawn {
+		// one more ARGV: read the snapshot (the last KEY) back, or not
+		args[3+len(pl.args)] = boolArg(readBack)
+	}
+	if drawn {
+		args[n-1] = "1" // and one more: report the grants drawn
 	}
 	if leaseID != "" {
 		args[4] = leaseID
@@ -411,6 +429,9 @@ func (l *Limiter) decision(pl *plan, req *Request, ints []int64, leaseID string)
 			ps.Window = p.quota.windows[period]
 			if req.Reserve && !req.Peek && ints[0] == 1 {
 				d.rsv = &rsvTarget{h: pl.hash, q: p.quota.fields[2*period], mark: pl.mark(p.quota, period), dirty: pl.dirty + "q"}
+				if p.quota.grants {
+					d.rsv.g = keyspace.GrantsOf(p.quota.meter)
+				}
 			}
 		case 'c':
 			ps.Unit = unitConcurrent

@@ -28,6 +28,10 @@ type Reservation struct {
 // the decision took from, and the counter's mark and dirty set.
 type rsvTarget struct {
 	h, q, mark, dirty string
+	// g is the state hash's field of the meter's grants and drawn what the
+	// decision took of the included units and the grants (decideBody's
+	// report), both "" for a tenant without grants of the meter.
+	g, drawn string
 }
 
 // reserve records the reservation of an admitted decision. The estimate is
@@ -44,7 +48,7 @@ func (l *Limiter) reserve(ctx context.Context, tenant string, req *Request, d *D
 	err := l.call(ctx, "reserve", func(ctx context.Context) error {
 		k := l.keys.reservation(tenant, id)
 		_, err := l.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.HSet(ctx, k, "n", req.Cost, "h", t.h, "q", t.q, "m", t.mark, "d", t.dirty)
+			p.HSet(ctx, k, "n", req.Cost, "h", t.h, "q", t.q, "m", t.mark, "d", t.dirty, "g", t.g, "k", t.drawn)
 			p.PExpire(ctx, k, l.opts.ReservationTTL)
 			return nil
 		})
@@ -69,26 +73,17 @@ func (l *Limiter) reserve(ctx context.Context, tenant string, req *Request, d *D
 //
 // KEYS: reservation. ARGV: actual cost. Reply: the estimate, or -1 when
 // the reservation does not exist.
-var settleScript = redis.NewScript(`
-local r = redis.call('HMGET', KEYS[1], 'n', 'h', 'q', 'm', 'd')
-if not r[1] then return -1 end
-redis.call('DEL', KEYS[1])
-local n = tonumber(r[1])
-local diff = tonumber(ARGV[1]) - n
-if diff ~= 0 and r[2] and r[2] ~= '' then
-  local h = r[2]
-  if redis.call('HEXISTS', h, r[3]) == 1 then
-    redis.call('HINCRBY', h, r[3], diff)
-  else
-    redis.call('HINCRBY', h, 'g' .. string.sub(r[3], 2), diff)
-    if redis.call('PTTL', h) < 0 then redis.call('PEXPIRE', h, 3456000000) end
-  end
-  -- the counter has unflushed usage now (or a refund): mark it
-  redis.call('SADD', r[5], r[4])
-  redis.call('EXPIRE', r[5], 3456000)
-end
-return n
-`)
+//
+// With grants, the record also names the meter's grants field (g) and
+// what the decision took of the included units and of each grant (k):
+// the settlement gives back to the grants, or draws from them, as
+// settle_grants (lua/settle.lua) says, in the same script, so that the
+// flush's claim carries each grant's draws as Redis finally kept them
+// (a refund after a flush claimed the draw is a negative draw, which the
+// ledger records as units given back to the grant).
+var settleLua = luaFill("settle", map[string]string{"grants": grantsLua})
+
+var settleScript = redis.NewScript(settleLua)
 
 // Settle charges the actual cost of a reservation instead of its estimate:
 // the difference is refunded or charged to the quota the reservation took

@@ -47,7 +47,7 @@ var countRefusalBody = luaFragment("count_refusal")
 // status 1 allowed, 0 refused, 2 needs seed: then the reply is
 // {2, n, epoch, idx1, period1, ...} naming the quotas whose counter is
 // missing, with the hash's epoch for the seed script.
-var decideBody = luaFill("decide_func", map[string]string{"count_refusal": countRefusalBody, "grants": grantsLua})
+var decideBody = luaFill("decide_func", map[string]string{"count_refusal": countRefusalBody, "grants": grantsLua, "grant_drawn": luaFragment("grant_drawn")})
 
 // fastBody is decideBody's decision for the common plan, a token bucket
 // and one quota, checked and taken at cost (no peek, no concurrency slot,

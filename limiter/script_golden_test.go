@@ -24,6 +24,7 @@ func TestScriptsMatchGolden(t *testing.T) {
 		"put_limits.lua":  putLimLua,
 		"seed.lua":        seedLua,
 		"rebase.lua":      rebaseLua,
+		"settle.lua":      settleLua,
 	}
 	dir := filepath.Join("testdata", "scripts")
 	if *updateScripts {

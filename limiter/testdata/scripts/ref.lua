@@ -83,6 +83,9 @@ local w = {}    -- field, value pairs for the hash's HSET
 local nw = 0
 local need = 0  -- the expiry (ms) the written fields need at least
 
+-- a reservation's decision reports what it took of the included units
+-- and of each grant (see reserve.go's settle)
+local drawn = ARGV[o + 2] == '1' and ''
 local refuse_idx = 0
 local refuse_retry = -1
 local needs = false
@@ -184,6 +187,21 @@ local function grant_take(G, now_ms, d)
   return G
 end
 
+-- grant_drawn returns what each grant gave between G0 and G1 (the same
+-- list before and after grant_take): "<id> <units> " per grant drawn, in
+-- draw order.
+local function grant_drawn(G0, G1)
+  local n = struct.unpack('<d', G0)
+  local out, j = '', 0
+  for id in string.gmatch(string.sub(G0, 9 + 24 * n), '(%S+) ') do
+    local o = 25 + 24 * j
+    local d = struct.unpack('<d', G0, o) - struct.unpack('<d', G1, o)
+    if d > 0 then out = out .. id .. ' ' .. string.format('%d', d) .. ' ' end
+    j = j + 1
+  end
+  return out
+end
+
       local av, gp = grant_sum(G, now_ms)
       local inc = a - used
       if inc < 0 then inc = 0 end
@@ -191,7 +209,9 @@ end
       if asked < 0 then asked = 0 end
       if taken < 0 then taken = 0 end
       if taken > av then taken = av end
-      s.g = {G = G, f = 'G:' .. s.name, d = taken, take = grant_take}
+      local ti = inc
+      if ti > cost then ti = cost end
+      s.g = {G = G, f = 'G:' .. s.name, d = taken, take = grant_take, drawn = grant_drawn, inc = ti}
       s.rem0 = inc + av
       if b == 1 and asked > av then
         s.ok = false
@@ -322,8 +342,13 @@ else
           w[nw + 1] = s.ff; w[nw + 2] = s.fl; nw = nw + 2
           if s.hasg then redis.call('HDEL', h, s.gf) end
         end
-        if s.g and s.g.d > 0 then
-          w[nw + 1] = s.g.f; w[nw + 2] = s.g.take(s.g.G, now_ms, s.g.d); nw = nw + 2
+        if s.g then
+          local G1 = s.g.G
+          if s.g.d > 0 then
+            G1 = s.g.take(G1, now_ms, s.g.d)
+            w[nw + 1] = s.g.f; w[nw + 2] = G1; nw = nw + 2
+          end
+          if drawn then drawn = string.format('%d %d ', s.g.inc, s.a) .. s.g.drawn(s.g.G, G1) end
         end
         -- Kept until a week past the period's end, for the last flush.
         local e = s.pend + 604800000
@@ -376,10 +401,11 @@ for i = 1, n do
   r[ri + 1] = rem; r[ri + 2] = reset; r[ri + 3] = s.period
   ri = ri + 3
 end
-if #ARGV > o then
+if ARGV[o + 1] == '1' then
   -- the cached snapshot is past its safety TTL: send the stored one back
   r[#r + 1] = redis.call('GET', KEYS[#KEYS])
 end
+if drawn then r[#r + 1] = drawn end
 return r
 end
 
