@@ -12,6 +12,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // Issue 26's exactness target end to end: 4 limiters × 50 clients against
@@ -172,4 +173,145 @@ func TestUsageShowsGrants(t *testing.T) {
 	if len(m.Grants) != 1 || m.Grants[0].ID != g.ID || m.Grants[0].Remaining != 30 || m.Grants[0].Source != credits.SourceAdmin || m.Grants[0].ExpiresAt != nil {
 		t.Fatalf("grants %+v, want %s with Redis's 30 left", m.Grants, g.ID)
 	}
+}
+
+// Reservations settled below, at and above their estimates (and
+// cancelled) by 4 limiters while flushes run: a settlement gives back to
+// the grants what the reservation drew and did not use (a refund after a
+// flush recorded the draw is a negative draw), so that once the last
+// flush is done Postgres holds each grant's remaining exactly as Redis
+// decided it, and the usage Redis counted.
+func TestFlushRecordsSettledGrantDraws(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	ents := entitlements.NewService(b.db, b.store, nil, entitlements.Options{Prefix: b.prefix})
+	creds := credits.NewService(b.db, ents, nil, credits.Options{Grants: b.store})
+	b.svc.opts.GrantDraws = func(ctx context.Context, tx pgx.Tx, ds []GrantDraw) error {
+		in := make([]credits.Draw, len(ds))
+		for i, d := range ds {
+			in[i] = credits.Draw{FlushID: d.FlushID, GrantID: d.GrantID, PeriodStart: d.PeriodStart, Units: d.Units}
+		}
+		_, err := creds.RecordDrawsTx(ctx, tx, in)
+		return err
+	}
+	limit := int64(100)
+	plan := "p" + randHex(6)
+	if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: plan, Quotas: map[string]*entitlements.QuotaInput{
+		"requests": {Limit: &limit, Mode: "hard"}}}); err != nil {
+		t.Fatal(err)
+	}
+	tn, err := ents.CreateTenant(ctx, entitlements.TenantInput{Name: "settle", Plan: plan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	amount := func(n int64) *int64 { return &n }
+	prio := func(n int) *int { return &n }
+	var grants []credits.Grant
+	for i, n := range []int64{1500, 20000} {
+		g, err := creds.Create(ctx, tn.ID, credits.GrantInput{Meter: "requests", Amount: amount(n), Priority: prio(i + 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		grants = append(grants, g)
+	}
+	var ls []*limiter.Limiter
+	for range 4 {
+		l, err := limiter.New(b.rdb, limiter.Options{Prefix: b.prefix, Timeout: 10 * time.Second, Loader: ents.LoadSnapshot,
+			UsageLoader: b.svc.LoadUsage, GrantLoader: creds.RedisGrants})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		ls = append(ls, l)
+	}
+	done := make(chan struct{})
+	flushed := make(chan error, 1)
+	go func() {
+		// flushes while reservations are made and settled: some refunds
+		// come after their draws were recorded
+		for {
+			if _, err := b.svc.FlushOnce(ctx); err != nil {
+				flushed <- err
+				return
+			}
+			select {
+			case <-done:
+				flushed <- nil
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	var settled atomic.Int64
+	var wg sync.WaitGroup
+	for c := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 25 {
+				l := ls[(c+i)%len(ls)]
+				est := int64(1 + (c*7+i*3)%10)
+				d, err := l.Allow(ctx, tn.ID, limiter.Request{Cost: est, Reserve: true})
+				if err != nil || !d.Allowed || d.Reservation == nil {
+					t.Errorf("reserve %d: %+v, %v", est, d, err)
+					return
+				}
+				actual := int64((c*5 + i*11) % 13) // below, at or above the estimate; 0 cancels
+				if _, err := ls[(c+i+1)%len(ls)].Settle(ctx, tn.ID, d.Reservation.ID, actual); err != nil {
+					t.Error(err)
+					return
+				}
+				settled.Add(actual)
+			}
+		}()
+	}
+	wg.Wait()
+	close(done)
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	if t.Failed() {
+		return
+	}
+	if _, err := b.svc.FlushOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keys := keyspace.Keys{Prefix: b.prefix}
+	raw, err := b.rdb.HGet(ctx, keys.State(tn.ID), keyspace.GrantsOf("requests")).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inRedis, err := keyspace.ParseGrants("requests", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var drew int64
+	for _, g := range grants {
+		pg, err := creds.Get(ctx, g.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rem int64 = -1
+		for _, r := range inRedis {
+			if r.ID == g.ID {
+				rem = r.Remaining
+			}
+		}
+		if pg.Remaining != rem || pg.Consumed != pg.Amount-rem {
+			t.Fatalf("grant of %d: Postgres remaining %d, consumed %d; Redis remaining %d", pg.Amount, pg.Remaining, pg.Consumed, rem)
+		}
+		drew += pg.Consumed
+	}
+	snap, err := ents.LoadSnapshot(ctx, tn.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used, err := b.svc.LoadUsage(ctx, tn.ID, "requests", snap.PeriodStart)
+	if err != nil || used != settled.Load() {
+		t.Fatalf("durable usage %d (%v), settled %d", used, err, settled.Load())
+	}
+	if inc := used - drew; inc < 0 || inc > limit {
+		t.Fatalf("usage %d, grants consumed %d: the included units gave %d, want 0 to %d", used, drew, inc, limit)
+	}
+	t.Logf("settled %d, grants consumed %d", used, drew)
 }
