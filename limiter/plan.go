@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // This file turns a snapshot or explicit limits into a plan: the policies of
@@ -237,6 +239,10 @@ func (pl *plan) finish(seed bool) {
 			binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
 		}
 		pl.fast = []any{string(b) + f[0] + f[1] + pl.base + pl.dirty + q.meter + f[2] + f[3]}
+		if pl.grants {
+			// fastGrantsBody's field of the meter's grants, at the end
+			pl.fast[0] = pl.fast[0].(string) + keyspace.GrantsOf(q.meter)
+		}
 	}
 }
 

@@ -16,7 +16,7 @@ local pend0 = pend
 local period, qf, ff
 if now_ms >= pend then
   local o = R + lb + ld + lm
-  period, pend, qf, ff, fl0 = 1, nxt, sub(P, o + 1, o + lq), sub(P, o + lq + 1), fl1
+  period, pend, qf, ff, fl0 = 1, nxt, sub(P, o + 1, o + lq), sub(P, o + lq + 1, o + 2 * lq), fl1
 else
   period, qf, ff = 0, sub(P, 121, 120 + l0), sub(P, 121 + l0, R)
 end
@@ -28,7 +28,7 @@ if not usedS then
   local o = R + lb + ld + lm
   local A = {ARGV[1], '0', '1', sub(P, R + 1, R + lb), '', '0', 2, sub(P, R + lb + 1, R + lb + ld),
     'r', 'rate', ei, burst, 'q', sub(P, R + lb + ld + 1, o), lim, hard, pend0, nxt,
-    sub(P, 121, 120 + l0), sub(P, 121 + l0, R), sub(P, o + 1, o + lq), sub(P, o + lq + 1), st}
+    sub(P, 121, 120 + l0), sub(P, 121 + l0, R), sub(P, o + 1, o + lq), sub(P, o + lq + 1, o + 2 * lq), st}
   if seed == 1 then A[6] = '1' end
   if ARGV[3] then A[24] = '1' end
 

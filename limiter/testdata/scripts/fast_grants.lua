@@ -1,39 +1,43 @@
 
--- A meter's grants as the state hash holds them (keyspace.GrantsOf): their
--- count, then per grant effective ms, expires ms (0 never) and remaining
--- units, little-endian doubles, in draw order (then their ids, which only
--- the server's scripts read). grant_sum returns the active ones' remaining
--- by Redis's clock and the ms until the earliest pending one takes effect
--- (false: none).
-local function grant_sum(G, now_ms)
-  local n = struct.unpack('<d', G)
-  local av, pend = 0, false
-  for o = 9, 24 * n, 24 do
-    local eff, exp, rem = struct.unpack('<ddd', G, o)
+-- grant_scan is grant_sum and grant_take (lua/grants.lua) in one pass, for
+-- the common decision: the active grants' remaining, the ms until the
+-- earliest pending one takes effect (false: none), and G with need units
+-- drawn from the active grants in order (G itself when nothing is drawn).
+-- One struct call per grant (the first reads the count too) and no second
+-- walk: each costs Redis more than the arithmetic. A draw is made before
+-- the caller knows whether the grants cover it; a hard quota's refusal
+-- (rare here: the limiter caches them) just drops it.
+local function grant_scan(G, now_ms, need)
+  local unpack = struct.unpack
+  local n, eff, exp, rem = unpack('<dddd', G)
+  local av, pend, G1 = 0, false, G
+  local o = 9
+  for i = 1, n do
+    if i > 1 then eff, exp, rem = unpack('<ddd', G, o) end
     if exp == 0 or now_ms < exp then
       if now_ms >= eff then
         av = av + rem
+        if need > 0 and rem > 0 then
+          local t = rem
+          if t > need then t = need end
+          -- a string made is what a decision costs most (its allocation
+          -- and collection): struct's cN copies the head in the pack
+          local hf = false
+          if i == 1 then hf = '<c24d' elseif i == 2 then hf = '<c48d' elseif i == 3 then hf = '<c72d' end
+          if hf then
+            G1 = struct.pack(hf, G1, rem - t) .. string.sub(G1, o + 24)
+          else
+            G1 = string.sub(G1, 1, o + 15) .. struct.pack('<d', rem - t) .. string.sub(G1, o + 24)
+          end
+          need = need - t
+        end
       elseif (exp == 0 or eff < exp) and (not pend or eff - now_ms < pend) then
         pend = eff - now_ms
       end
     end
+    o = o + 24
   end
-  return av, pend
-end
--- grant_take returns G with d units drawn from its active grants, in order.
-local function grant_take(G, now_ms, d)
-  local n = struct.unpack('<d', G)
-  for o = 9, 24 * n, 24 do
-    if d <= 0 then break end
-    local eff, exp, rem = struct.unpack('<ddd', G, o)
-    if rem > 0 and now_ms >= eff and (exp == 0 or now_ms < exp) then
-      local t = rem
-      if t > d then t = d end
-      G = string.sub(G, 1, o + 15) .. struct.pack('<d', rem - t) .. string.sub(G, o + 24)
-      d = d - t
-    end
-  end
-  return G
+  return av, pend, G1
 end
 local KEYS, ARGV = KEYS, ARGV
 local floor, ceil, sub = math.floor, math.ceil, string.sub
@@ -52,12 +56,12 @@ local pend0 = pend
 local period, qf, ff
 if now_ms >= pend then
   local o = R + lb + ld + lm
-  period, pend, qf, ff, fl0 = 1, nxt, sub(P, o + 1, o + lq), sub(P, o + lq + 1), fl1
+  period, pend, qf, ff, fl0 = 1, nxt, sub(P, o + 1, o + lq), sub(P, o + lq + 1, o + 2 * lq), fl1
 else
   period, qf, ff = 0, sub(P, 121, 120 + l0), sub(P, 121 + l0, R)
 end
 local h = KEYS[1]
-local gfn = 'G:' .. sub(P, R + lb + ld + 1, R + lb + ld + lm)
+local gfn = sub(P, R + lb + ld + lm + 2 * lq + 1) -- made in Go: a string made here costs
 local hv = redis.call('HMGET', h, 'x', 'r', qf, ff, gfn)
 local usedS = hv[3]
 if not usedS then
@@ -65,7 +69,7 @@ if not usedS then
   local o = R + lb + ld + lm
   local A = {ARGV[1], '0', '1', sub(P, R + 1, R + lb), '', '0', 2, sub(P, R + lb + 1, R + lb + ld),
     'r', 'rate', ei, burst, 'q', sub(P, R + lb + ld + 1, o), lim, hard, pend0, nxt,
-    sub(P, 121, 120 + l0), sub(P, 121 + l0, R), sub(P, o + 1, o + lq), sub(P, o + lq + 1), st}
+    sub(P, 121, 120 + l0), sub(P, 121 + l0, R), sub(P, o + 1, o + lq), sub(P, o + lq + 1, o + 2 * lq), st}
   if seed == 1 then A[6] = '1' end
   if ARGV[3] then A[24] = '1' end
   A[16] = hard + 2
@@ -504,14 +508,14 @@ local diff = now_us - (tat + cost * ei - boff)
 local left = pend - now_ms
 if left < 1000 then left = 1000 end
 local x = tonumber(hv[1]) or 0
-local G = hv[5]
-local gav, gpend = 0, false
-if G then gav, gpend = grant_sum(G, now_ms) end
 -- what the included quota cannot cover, and what the grants give of it
 local gneed = lim - used
 if gneed < 0 then gneed = 0 end
 gneed = cost - gneed
 if gneed < 0 then gneed = 0 end
+local G = hv[5]
+local gav, gpend = 0, false
+if G then gav, gpend, G = grant_scan(G, now_ms, gneed) end
 local gd = gneed
 if gd > gav then gd = gav end
 local r
@@ -524,13 +528,13 @@ if diff >= 0 and not (hard == 1 and gneed > gav) then
     x = need + 86400000
     redis.call('HSET', h, 'r', fmt('%d', ntat), qf, fmt('%d', used + cost), 'x', x)
     redis.call('PEXPIREAT', h, x)
-    if gd > 0 then redis.call('HSET', h, gfn, grant_take(G, now_ms, gd)) end
+    if gd > 0 then redis.call('HSET', h, gfn, G) end
   else
     -- formatted here: Redis turns a Lua number into a string with a
     -- shortest-round-trip dtoa, twice the instructions of a %d (both exact
     -- for these integers)
     if gd > 0 then
-      redis.call('HSET', h, 'r', fmt('%d', ntat), qf, fmt('%d', used + cost), gfn, grant_take(G, now_ms, gd))
+      redis.call('HSET', h, 'r', fmt('%d', ntat), qf, fmt('%d', used + cost), gfn, G)
     else
       redis.call('HSET', h, 'r', fmt('%d', ntat), qf, fmt('%d', used + cost))
     end
