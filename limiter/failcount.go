@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // This file counts what the fail modes admit: every quota unit admitted
@@ -18,11 +19,40 @@ import (
 // settleScript does: to q when it exists, else to g, which the counter's
 // rebuild adds; the counter's dirty mark sends it to Postgres.
 //
-// KEYS: state hash. ARGV: q field, n, mark, dirty set.
-var chargeScript = redis.NewScript(`
+// For a quota with grants (ARGV 5 the meter's grants field, 6 the
+// included limit) the units a fail mode admitted are drawn as a decision
+// would draw them, by Redis's clock now: what the included units left
+// cannot cover comes from the active grants in order (then overage, never
+// refused), so that units the fail mode gave out of the grants are not
+// given again. A refund (a late Redis answer that took the units itself)
+// goes to the counter only: the grants keep what they gave, which errs
+// toward fewer units, never more. A counter missing (Redis lost the hash,
+// and the grants are rebuilt from the ledger) draws nothing: those units
+// count as included or overage usage.
+//
+// KEYS: state hash. ARGV: q field, n, mark, dirty set, the meter's grants
+// field, included limit.
+var chargeScript = redis.NewScript(grantsLua + `
 local h = KEYS[1]
-if redis.call('HEXISTS', h, ARGV[1]) == 1 then
+local used = redis.call('HGET', h, ARGV[1])
+if used then
   redis.call('HINCRBY', h, ARGV[1], ARGV[2])
+  local n = tonumber(ARGV[2])
+  if n > 0 and ARGV[5] ~= '' then
+    local G = redis.call('HGET', h, ARGV[5])
+    if G then
+      local free = tonumber(ARGV[6]) - tonumber(used)
+      if free < 0 then free = 0 end
+      local beyond = n - free
+      if beyond > 0 then
+        local t = redis.call('TIME')
+        local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+        local av = grant_sum(G, now_ms)
+        if beyond > av then beyond = av end
+        if beyond > 0 then redis.call('HSET', h, ARGV[5], grant_take(G, now_ms, beyond)) end
+      end
+    end
+  end
 else
   redis.call('HINCRBY', h, 'g' .. string.sub(ARGV[1], 2), ARGV[2])
   if redis.call('PTTL', h) < 0 then redis.call('PEXPIRE', h, 3456000000) end
@@ -38,6 +68,10 @@ return 1
 type chargeKey struct {
 	h, q, mark, dirty string
 	ref, policy       string
+	// g is the meter's grants field and lim the included limit the charge
+	// draws grants beyond
+	g   string
+	lim int64
 }
 
 type chargeTally struct {
@@ -72,6 +106,9 @@ func (pl *plan) chargeKeyOf(p *policy, now time.Time) chargeKey {
 	if localQuota(p) {
 		k.ref, k.policy = pl.refKey, p.name
 	}
+	// Whether the tenant has grants is Redis's to say (the near-cache may
+	// have lost what it knew with the outage): the charge reads the field.
+	k.g, k.lim = keyspace.GrantsOf(p.quota.meter), p.limit
 	return k
 }
 
@@ -100,7 +137,7 @@ func (l *Limiter) flushCharges(ctx context.Context) error {
 				continue
 			}
 			keys = append(keys, k)
-			cmds = append(cmds, chargeScript.Eval(ctx, p, []string{k.h}, k.q, n, k.mark, k.dirty))
+			cmds = append(cmds, chargeScript.Eval(ctx, p, []string{k.h}, k.q, n, k.mark, k.dirty, k.g, k.lim))
 		}
 		return nil
 	})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -306,4 +307,107 @@ func TestRefusalCacheSurvivesLostSubscription(t *testing.T) {
 			t.Fatalf("#%d after the subscription's loss: %+v %v", i, d, err)
 		}
 	}
+}
+
+// The local fail mode admits a tenant with grants up to what Redis last
+// said was left, grants included; once Redis answers again the units it
+// admitted are drawn from the grants as a decision would draw them, so
+// that none is given twice: over the whole run the tenant gets at most
+// its included 10 and its grant's 20, and Redis's counter holds every
+// unit admitted. (Without the draw the grant kept its 20 and Redis gave
+// them again after the outage.)
+func TestLocalModeDrawsGrantsAfterwards(t *testing.T) {
+	srv := startPrivate(t)
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	st := newStore(rdb, "")
+	s := snapshot("granted", hardQuota(10, limiter.ModeHard))
+	put(t, st, s)
+	putGrants(t, st, "granted", grant("gl", 20))
+	l := newLimiter(t, rdb, limiter.Options{
+		Timeout: 50 * time.Millisecond, Cooldown: 20 * time.Millisecond, ExpectedInstances: 1,
+		FailMode: limiter.FailModes{Rate: limiter.FailLocal, Quota: limiter.FailLocal},
+		Loader: func(ctx context.Context, tenant string) (limiter.Snapshot, error) {
+			_ = st.PutSnapshot(ctx, s) // the server's loader writes it back, when Redis answers
+			return s, nil
+		},
+	})
+	admitted := int64(0)
+	allow := func(cost int64) *limiter.Decision {
+		t.Helper()
+		d, err := l.Allow(ctx, "granted", limiter.Request{Cost: cost})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted += cost
+		}
+		return d
+	}
+	if d := allow(5); !d.Allowed || d.Fallback != "" {
+		t.Fatalf("before the outage: %+v", d)
+	}
+	if err := srv.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	t.Cleanup(func() {
+		if stopped {
+			_ = srv.Signal(syscall.SIGCONT)
+		}
+	})
+	local, lost := int64(0), int64(0)
+	for i := 0; i < 60; i++ {
+		d, err := l.Allow(ctx, "granted", limiter.Request{Cost: 1})
+		if errors.Is(err, limiter.ErrUnavailable) {
+			lost++ // a hang is told from a stall only once failures keep on
+			continue
+		}
+		if err != nil || d.Fallback != limiter.FailLocal {
+			t.Fatalf("Redis stopped: %+v, %v", d, err)
+		}
+		if d.Allowed {
+			admitted++
+			local++
+		}
+	}
+	if local == 0 || local > 25 {
+		t.Fatalf("admitted %d locally, want some and at most the 25 Redis said were left", local)
+	}
+	if err := srv.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	// The charges' flush adds the local admissions to Redis's counter and
+	// takes what went beyond the included 10 out of the grant.
+	var used int64
+	limitertest.Eventually(t, 20*time.Second, "the local admissions reach Redis", func() bool {
+		used, _, _ = st.Used(ctx, "granted", "requests", s.PeriodStart)
+		return used >= admitted
+	})
+	// A lost call Redis ran once it woke took a unit nobody was told of
+	// (given back when its late answer is reconciled): at most one each.
+	if used-admitted > lost {
+		t.Fatalf("counter %d, admitted %d, %d calls lost", used, admitted, lost)
+	}
+	if left := grantLeft(t, st, "granted", "gl"); left != max(0, 20-(used-10)) {
+		t.Fatalf("grant left %d with a counter of %d, want %d", left, used, max(0, 20-(used-10)))
+	}
+	// Back on Redis, the tenant gets what is left, if anything, then is
+	// refused.
+	limitertest.Eventually(t, 20*time.Second, "Redis refuses the tenant", func() bool {
+		d, err := l.Allow(ctx, "granted", limiter.Request{Cost: 1})
+		if err != nil {
+			return false
+		}
+		if d.Allowed {
+			admitted++
+		}
+		return !d.Allowed && d.Fallback == ""
+	})
+	if admitted != 30 {
+		t.Fatalf("admitted %d in all (%d locally), want 10 included + 20 granted: grant units given twice, or lost", admitted, local)
+	}
+	t.Logf("admitted %d (%d locally), counter %d", admitted, local, used)
 }
