@@ -82,17 +82,19 @@ func TestSettleRefundsGrants(t *testing.T) {
 // what was settled beyond the included units: with none included, the
 // grants' draws equal the counter; with some, the counter less the draws
 // (what the included units gave) is between 0 and the included units.
-// Without the settlement's refund the draws exceed the counter.
+// Without the settlement's refund the draws exceed the counter. Batched
+// decisions too.
 func TestSettleRefundsGrantsConcurrent(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
 		for _, c := range []struct {
 			name     string
 			included int64
-		}{{"none-included", 0}, {"included", 300}} {
+			batching bool
+		}{{"none-included", 0, false}, {"included", 300, false}, {"batching", 0, true}} {
 			t.Run(c.name, func(t *testing.T) {
 				ctx := context.Background()
 				tenant := "rsv-conc-" + c.name
-				ls, st := fleet(t, b, limiter.Options{Timeout: 30 * time.Second})
+				ls, st := fleet(t, b, limiter.Options{Timeout: 30 * time.Second, Batching: c.batching})
 				s := snapshot(tenant, hardQuota(c.included, limiter.ModeHard))
 				put(t, st, s)
 				const ga, gb = 3000, 100000
