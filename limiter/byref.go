@@ -169,12 +169,18 @@ func (l *Limiter) byRef(ctx context.Context, tenant string, req *Request) (d *De
 			if pl, _, _, err = l.refPlan(tenant, base, dirty, req, fields, true); err != nil {
 				return nil, false, err
 			}
-			if err := l.seed(ctx, pl, res); err != nil {
+			meters, err := l.seed(ctx, pl, res)
+			if err != nil {
 				if errors.Is(err, errRedisDown) {
 					return nil, false, err
 				}
 				d, err := l.unbuilt(pl, req)
 				return d, true, err
+			}
+			if len(meters) > 0 {
+				// Grants were rebuilt, which decisions by reference do not
+				// draw: the caller decides from the snapshot.
+				return nil, false, nil
 			}
 			continue
 		}

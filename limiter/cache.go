@@ -273,6 +273,17 @@ func (c *snapCache) endFill(tenant string, f *fillState, p *prepared, now time.T
 	c.lru.put(tenant, e)
 }
 
+// replace puts p in old's place in the tenant's entry (the same snapshot
+// made again with the grants a rebuild wrote), leaving an entry that no
+// longer holds old alone.
+func (c *snapCache) replace(tenant string, old, p *prepared) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.lru.peek(tenant); ok && e.p == old {
+		e.p = p
+	}
+}
+
 // invalidate marks a tenant's entry stale unless it already holds version
 // (or newer); version < 0 always invalidates.
 func (c *snapCache) invalidate(tenant string, version int64) {

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -137,11 +138,20 @@ func (l *Limiter) decide(ctx context.Context, pl *plan, req *Request, due *prepa
 			script, args = l.decideArgs(pl, req, due != nil, leaseID, false)
 			continue
 		}
-		if err := l.seed(ctx, pl, res); err != nil {
+		meters, err := l.seed(ctx, pl, res)
+		if err != nil {
 			if errors.Is(err, errRedisDown) || errors.Is(err, ErrOverloaded) {
 				return nil, err // not the UsageLoader's failure
 			}
 			return l.unbuilt(pl, req)
+		}
+		if np := l.withGrants(pl, req, meters); np != nil {
+			pl = np
+			keys = pl.keys
+			if due != nil {
+				keys = append(keys[:len(keys):len(keys)], due.entKey)
+			}
+			script, args = l.decideArgs(pl, req, due != nil, leaseID, l.opts.UsageLoader != nil)
 		}
 	}
 }
@@ -260,28 +270,33 @@ func fellBack(err error, d *Decision) {
 // a flush acknowledgement moved the epoch meanwhile is simply not done:
 // the caller's next attempt sees the counter still missing and reads
 // Postgres again.
-func (l *Limiter) seed(ctx context.Context, pl *plan, res []any) error {
+//
+// It returns the meters the GrantLoader gave grants of (nil without any):
+// a plan made while Redis held none of them (it had lost them) is made
+// again with them (withGrants), or the decision after would not draw them.
+func (l *Limiter) seed(ctx context.Context, pl *plan, res []any) (map[string]bool, error) {
 	n, err := toInt64(res[1])
 	if err != nil || int(n)*2+3 > len(res) {
-		return fmt.Errorf("limiter: malformed seed reply")
+		return nil, fmt.Errorf("limiter: malformed seed reply")
 	}
 	epoch, err := toInt64(res[2])
 	if err != nil {
-		return fmt.Errorf("limiter: malformed seed reply")
+		return nil, fmt.Errorf("limiter: malformed seed reply")
 	}
+	var meters map[string]bool
 	if l.opts.GrantLoader != nil {
 		// A counter is missing: so may the grants be (Redis lost the
 		// hash). They are rebuilt under the same epoch, before the
 		// counter, so that the decision after draws what the ledger has.
-		if err := l.rebuildGrants(ctx, pl.tenant, epoch); err != nil {
-			return err
+		if meters, err = l.rebuildGrants(ctx, pl.tenant, epoch); err != nil {
+			return nil, err
 		}
 	}
 	for i := 0; i < int(n); i++ {
 		idx, err1 := toInt64(res[3+2*i])
 		period, err2 := toInt64(res[4+2*i])
 		if err1 != nil || err2 != nil || idx < 1 || int(idx) > len(pl.pol) || period < 0 || period > 1 || pl.pol[idx-1].quota == nil {
-			return fmt.Errorf("limiter: malformed seed reply")
+			return nil, fmt.Errorf("limiter: malformed seed reply")
 		}
 		q := pl.pol[idx-1].quota
 		durable, err := l.opts.UsageLoader(ctx, pl.tenant, q.meter, q.starts[period])
@@ -289,16 +304,16 @@ func (l *Limiter) seed(ctx context.Context, pl *plan, res []any) error {
 			if h := l.opts.Hooks.OnRedisError; h != nil {
 				h("usage", err)
 			}
-			return fmt.Errorf("limiter: usage of %q %s: %w", pl.tenant, q.meter, err)
+			return nil, fmt.Errorf("limiter: usage of %q %s: %w", pl.tenant, q.meter, err)
 		}
 		expireAt := q.endsT[period].Add(7 * 24 * time.Hour).UnixMilli()
 		if err := l.call(ctx, "seed", func(ctx context.Context) error {
 			return seedScript.Run(ctx, l.rdb, []string{pl.hash}, q.sfx[period], durable, expireAt, epoch, pl.mark(q, period), pl.dirty+"q").Err()
 		}); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return meters, nil
 }
 
 // rebuildGrants writes the tenant's grants as the GrantLoader reads them
@@ -306,18 +321,53 @@ func (l *Limiter) seed(ctx context.Context, pl *plan, res []any) error {
 // epoch, which the seed reply carried from before this read: then the
 // counter's seed is refused too and the caller's next attempt reads both
 // again. Grants Redis has keep Redis's remaining.
-func (l *Limiter) rebuildGrants(ctx context.Context, tenant string, epoch int64) error {
+func (l *Limiter) rebuildGrants(ctx context.Context, tenant string, epoch int64) (map[string]bool, error) {
 	grants, err := l.opts.GrantLoader(ctx, tenant)
 	if err != nil {
 		if h := l.opts.Hooks.OnLoaderError; h != nil {
 			h("grants", err)
 		}
-		return fmt.Errorf("limiter: grants of %q: %w", tenant, err)
+		return nil, fmt.Errorf("limiter: grants of %q: %w", tenant, err)
 	}
-	return l.call(ctx, "grants", func(ctx context.Context) error {
+	var meters map[string]bool
+	for _, g := range grants {
+		if meters == nil {
+			meters = map[string]bool{}
+		}
+		meters[g.Meter] = true
+	}
+	return meters, l.call(ctx, "grants", func(ctx context.Context) error {
 		_, err := l.keys.ks.PutGrantsAt(ctx, l.rdb, tenant, epoch, grants)
 		return err
 	})
+}
+
+// withGrants is pl made again from its snapshot with the grants of meters
+// (a seed's rebuild), when pl was made without some of them; nil when
+// nothing changes. The near-cache keeps the new form, so that the
+// tenant's next decisions draw the grants too.
+func (l *Limiter) withGrants(pl *plan, req *Request, meters map[string]bool) *plan {
+	p := pl.src
+	if p == nil || len(meters) == 0 {
+		return nil
+	}
+	missing := false
+	for m := range meters {
+		if !p.grants[m] {
+			missing = true
+		}
+	}
+	if !missing {
+		return nil
+	}
+	all := maps.Clone(meters)
+	for m := range p.grants {
+		all[m] = true
+	}
+	np := l.keys.prepareWith(p.snap, all)
+	np.floors, np.fromLoader = p.floors, p.fromLoader
+	l.cache.replace(p.snap.TenantID, p, np)
+	return l.snapshotPlan(np, req)
 }
 
 // rebase checks a counter the fast script found below its floor against

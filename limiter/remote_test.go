@@ -19,6 +19,7 @@ import (
 // the real api is exercised by examples/backend's end-to-end test.
 type fakeTollgate struct {
 	snap   limiter.Snapshot
+	grants atomic.Value // string: the grants route's JSON body; unset: []
 	used   atomic.Int64
 	calls  atomic.Int64
 	delay  atomic.Int64 // ns slept before answering
@@ -68,6 +69,21 @@ func (f *fakeTollgate) start(t *testing.T) *httptest.Server {
 			return
 		}
 		_ = json.NewEncoder(w).Encode(map[string]any{"used": f.used.Load()})
+	})
+	mux.HandleFunc("GET /service/v1/tenants/{id}/grants", func(w http.ResponseWriter, r *http.Request) {
+		if !auth(w, r) {
+			return
+		}
+		if r.PathValue("id") != f.snap.TenantID {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"detail":"no tenant"}`))
+			return
+		}
+		body, _ := f.grants.Load().(string)
+		if body == "" {
+			body = `{"tenant_id":"` + f.snap.TenantID + `","grants":[]}`
+		}
+		_, _ = w.Write([]byte(body))
 	})
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
@@ -120,6 +136,49 @@ func TestRemoteLoaders(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	if rec.Code != http.StatusUnauthorized {
 		t.Fatalf("unknown tenant through the middleware: %d", rec.Code)
+	}
+}
+
+// TestRemoteGrantsRebuildAfterRedisLoss: a backend whose limiter loads
+// from Tollgate rebuilds the credit grants Redis lost from Tollgate's
+// ledger (remote.Client.Grants as GrantLoader) before it decides: with its
+// 5 included units used, exactly the 3 units the ledger says remain are
+// admitted after the loss, never the grant's whole amount again, and never
+// none. A malformed answer is an error, not free units.
+func TestRemoteGrantsRebuildAfterRedisLoss(t *testing.T) {
+	b := singleRedis(t)
+	ctx := context.Background()
+	f, r := remoteFixture(t)
+	f.used.Store(5)
+	exp := time.Now().Add(24 * time.Hour).UTC().Format(time.RFC3339)
+	from := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	f.grants.Store(`{"tenant_id":"acme","grants":[{"id":"g1","meter":"requests","effective_at":"` + from + `","expires_at":"` + exp + `","remaining":3}]}`)
+	gs, err := r.Grants(ctx, "acme")
+	if err != nil || len(gs) != 1 || gs[0].ID != "g1" || gs[0].Remaining != 3 || gs[0].ExpiresAt.IsZero() {
+		t.Fatalf("Grants = %+v, %v", gs, err)
+	}
+	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix, Timeout: 2 * time.Second, Loader: r.Snapshot, UsageLoader: r.Usage, GrantLoader: r.Grants})
+	admitted := 0
+	for i := 0; i < 10; i++ {
+		d, err := l.Allow(ctx, "acme", limiter.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("admitted %d with 5 of 5 included used and 3 left in the grant, want 3", admitted)
+	}
+	for _, bad := range []string{`{"tenant_id":"acme"}`, `{"grants":[{"id":"","meter":"requests","remaining":1}]}`, `{"grants":[{"id":"g","meter":"requests","remaining":-1}]}`} {
+		f.grants.Store(bad)
+		if _, err := r.Grants(ctx, "acme"); err == nil {
+			t.Errorf("Grants accepted %s", bad)
+		}
+	}
+	if _, err := r.Grants(ctx, "globex"); !errors.Is(err, limiter.ErrUnknownTenant) {
+		t.Errorf("grants of an unknown tenant: %v", err)
 	}
 }
 

@@ -79,6 +79,7 @@ func run(ctx context.Context, getenv func(string) string, log *slog.Logger) erro
 	lim, err := limiter.New(rdb, limiter.Options{
 		Loader:      tg.Snapshot, // a snapshot Redis lost comes back from Tollgate
 		UsageLoader: tg.Usage,    // so does a lost quota counter: never a fresh quota
+		GrantLoader: tg.Grants,   // and lost credit grants: never free units, none taken away
 		Hooks: limiter.Hooks{
 			OnLoaderError: func(loader string, err error) { log.Warn("tollgate did not answer", "loader", loader, "err", err) },
 			OnRedisError:  func(op string, err error) { log.Warn("redis failed", "op", op, "err", err) },

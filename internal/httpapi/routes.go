@@ -103,6 +103,7 @@ func (s *Server) routes() {
 	svc := e.Group("/service/v1", middleware.BodyLimit(bodyLimitDefault), s.authFailures(AuthAdmin), s.requireService)
 	svc.GET("/tenants/:id/snapshot", s.handleServiceSnapshot())
 	svc.GET("/tenants/:id/usage", s.handleServiceUsage())
+	svc.GET("/tenants/:id/grants", s.handleServiceGrants())
 	svc.RouteNotFound("/*", s.routeNotFound)
 
 	// --- admin: dashboard links (web) ---

@@ -116,6 +116,55 @@ func (s *Server) handleServiceUsage() echo.HandlerFunc {
 	}
 }
 
+// ServiceGrants is the body of GET /service/v1/tenants/{id}/grants.
+type ServiceGrants struct {
+	TenantID string         `json:"tenant_id"`
+	Grants   []ServiceGrant `json:"grants"`
+}
+
+// ServiceGrant is one grant as the limiter seeds it into Redis.
+type ServiceGrant struct {
+	ID          string     `json:"id"`
+	Meter       string     `json:"meter"`
+	EffectiveAt time.Time  `json:"effective_at"`
+	ExpiresAt   *time.Time `json:"expires_at"`
+	Remaining   int64      `json:"remaining"`
+}
+
+// handleServiceGrants returns the tenant's grants the limiter draws, in
+// draw order, with the ledger's remaining: what a remote loader's limiter
+// rebuilds grants Redis lost from (remote.Client.Grants).
+func (s *Server) handleServiceGrants() echo.HandlerFunc {
+	return func(c echo.Context) error {
+		id, err := s.tenantParam(c)
+		if err != nil {
+			return err
+		}
+		ctx := c.Request().Context()
+		if _, err := s.Entitlements.GetTenantRow(ctx, id); err != nil {
+			return err
+		}
+		cr, err := s.creditsService()
+		if err != nil {
+			return err
+		}
+		gs, err := cr.RedisGrants(ctx, id)
+		if err != nil {
+			return err
+		}
+		out := ServiceGrants{TenantID: id, Grants: make([]ServiceGrant, len(gs))}
+		for i, g := range gs {
+			out.Grants[i] = ServiceGrant{ID: g.ID, Meter: g.Meter, EffectiveAt: g.EffectiveAt.UTC(), Remaining: g.Remaining}
+			if !g.ExpiresAt.IsZero() {
+				exp := g.ExpiresAt.UTC()
+				out.Grants[i].ExpiresAt = &exp
+			}
+		}
+		c.Response().Header().Set("Cache-Control", "no-store")
+		return c.JSON(http.StatusOK, out)
+	}
+}
+
 func validMeterName(m string) bool {
 	if m == "" {
 		return false

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/redistest"
@@ -98,4 +99,67 @@ func TestServiceRoutes(t *testing.T) {
 	a.admin(t, http.MethodDelete, "/admin/v1/service-tokens/"+id, nil, http.StatusNoContent)
 	assertProblem(t, "revoked token", a.do(t, http.MethodGet, snapPath, token, nil), http.StatusUnauthorized)
 	assertProblem(t, "revoke unknown", a.admin(t, http.MethodDelete, "/admin/v1/service-tokens/nope", nil, 0), http.StatusNotFound)
+}
+
+// TestServiceGrantsRoute: the remote loaders' grants route answers a
+// service token and ADMIN_TOKEN with the grants the limiter draws (in
+// effect or pending, units left), in draw order, without voided ones; a
+// tenant API key is refused; an unknown tenant is 404; without credits the
+// route is 503, never an empty list that would read as "no grants".
+func TestServiceGrantsRoute(t *testing.T) {
+	t.Parallel()
+	a := grantsAPI(t)
+	plan := a.createPlan(t, map[string]any{"quotas": map[string]any{"requests": map[string]any{"limit": 30, "mode": "hard"}}})
+	tenant := a.createTenant(t, plan)
+	tenantKey, _ := a.issueKey(t, tenant)
+	token, _ := a.admin(t, http.MethodPost, "/admin/v1/service-tokens", map[string]any{"name": "backend"}, http.StatusCreated).JSON["token"].(string)
+	ctx := t.Context()
+	in24, later := time.Now().Add(24*time.Hour), time.Now().Add(time.Hour)
+	n := func(v int64) *int64 { return &v }
+	p10, p60 := 10, 60
+	second, err := a.Srv.Credits.Create(ctx, tenant, credits.GrantInput{Meter: "requests", Amount: n(50), Priority: &p60})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := a.Srv.Credits.Create(ctx, tenant, credits.GrantInput{Meter: "requests", Amount: n(20), Priority: &p10, ExpiresAt: &in24})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, err := a.Srv.Credits.Create(ctx, tenant, credits.GrantInput{Meter: "requests", Amount: n(5), EffectiveAt: &later})
+	if err != nil {
+		t.Fatal(err)
+	}
+	voided, err := a.Srv.Credits.Create(ctx, tenant, credits.GrantInput{Meter: "requests", Amount: n(9)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Srv.Credits.Void(ctx, voided.ID); err != nil {
+		t.Fatal(err)
+	}
+	path := "/service/v1/tenants/" + tenant + "/grants"
+	for _, tok := range []string{token, testAdminToken} {
+		r := a.do(t, http.MethodGet, path, tok, nil)
+		if r.Status != http.StatusOK || r.Header.Get("Cache-Control") != "no-store" {
+			t.Fatalf("grants with %.6s…: %d %s", tok, r.Status, r.Raw)
+		}
+		var body ServiceGrants
+		r.Decode(t, &body)
+		var got []string
+		for _, g := range body.Grants {
+			got = append(got, g.ID)
+		}
+		want := []string{first.ID, pending.ID, second.ID} // priority 10, 50, 60
+		if body.TenantID != tenant || strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Fatalf("grants %s, want %v", r.Raw, want)
+		}
+		if g := body.Grants[0]; g.Remaining != 20 || g.ExpiresAt == nil || !g.ExpiresAt.Equal(first.ExpiresAt.UTC()) || body.Grants[2].ExpiresAt != nil {
+			t.Fatalf("grant fields %s", r.Raw)
+		}
+	}
+	assertProblem(t, "tenant key", a.do(t, http.MethodGet, path, tenantKey, nil), http.StatusUnauthorized)
+	assertProblem(t, "unknown tenant", a.do(t, http.MethodGet, "/service/v1/tenants/00000000-0000-4000-8000-000000000000/grants", token, nil), http.StatusNotFound)
+
+	plain := newTestAPI(t, testAPIOptions{})
+	other := plain.createTenant(t, plain.createPlan(t, map[string]any{}))
+	assertProblem(t, "no credits", plain.do(t, http.MethodGet, "/service/v1/tenants/"+other+"/grants", testAdminToken, nil), http.StatusServiceUnavailable)
 }

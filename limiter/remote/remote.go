@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
 // Options configure New. The zero value is usable.
@@ -42,11 +43,13 @@ type Options struct {
 
 // Client loads what the limiter needs from Tollgate's API when Redis does
 // not have it: the tenant's entitlement snapshot (GET
-// /service/v1/tenants/{id}/snapshot) and the durable usage a lost quota
-// counter is rebuilt from (GET /service/v1/tenants/{id}/usage). It is how a
-// backend outside Tollgate keeps Tollgate's Redis-loss guarantees: a flushed
-// or failed-over Redis neither makes a live tenant unknown nor restarts its
-// quotas at zero.
+// /service/v1/tenants/{id}/snapshot), the durable usage a lost quota
+// counter is rebuilt from (GET /service/v1/tenants/{id}/usage) and the
+// credit grants lost grants are rebuilt from (GET
+// /service/v1/tenants/{id}/grants). It is how a backend outside Tollgate
+// keeps Tollgate's Redis-loss guarantees: a flushed or failed-over Redis
+// neither makes a live tenant unknown, nor restarts its quotas at zero, nor
+// gives its grants again or loses them.
 //
 // Tollgate writes a loaded snapshot back to Redis, so other processes find
 // it there. The calls are authorized by a service token (POST
@@ -138,6 +141,41 @@ func (r *Client) Usage(ctx context.Context, tenant, meter string, periodStart ti
 		return 0, errors.New("remote: usage: reply without \"used\"")
 	}
 	return *body.Used, nil
+}
+
+// Grants is a limiter GrantLoader (Options.GrantLoader): the tenant's
+// credit grants the limiter draws, in draw order, with what Tollgate's
+// ledger says remains, from which the limiter rebuilds grants Redis lost
+// before it decides (so a Redis that lost them gives no free units and
+// takes none away).
+func (r *Client) Grants(ctx context.Context, tenant string) ([]keyspace.Grant, error) {
+	var body struct {
+		Grants *[]struct {
+			ID          string     `json:"id"`
+			Meter       string     `json:"meter"`
+			EffectiveAt time.Time  `json:"effective_at"`
+			ExpiresAt   *time.Time `json:"expires_at"`
+			Remaining   int64      `json:"remaining"`
+		} `json:"grants"`
+	}
+	if err := r.get(ctx, "tenants/"+url.PathEscape(tenant)+"/grants", nil, &body); err != nil {
+		return nil, err
+	}
+	if body.Grants == nil {
+		return nil, errors.New("remote: grants: reply without \"grants\"")
+	}
+	out := make([]keyspace.Grant, 0, len(*body.Grants))
+	for _, g := range *body.Grants {
+		if g.ID == "" || g.Meter == "" || g.Remaining < 0 {
+			return nil, fmt.Errorf("remote: grants: a grant without id or meter, or with a negative remaining (%q)", g.ID)
+		}
+		kg := keyspace.Grant{ID: g.ID, Meter: g.Meter, EffectiveAt: g.EffectiveAt, Remaining: g.Remaining}
+		if g.ExpiresAt != nil {
+			kg.ExpiresAt = *g.ExpiresAt
+		}
+		out = append(out, kg)
+	}
+	return out, nil
 }
 
 // remoteError is a failed call: status 0 when Tollgate did not answer.
