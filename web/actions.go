@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/limiter"
@@ -39,13 +40,13 @@ type AddonAdmin interface {
 	DeleteAddon(ctx context.Context, priceID string) error
 }
 
-// KeyManager issues, revokes and checks API keys (entitlements.Service).
+// KeyManager issues, revokes and checks API keys (credentials.Service).
 type KeyManager interface {
-	IssueKey(ctx context.Context, tenantID, name string) (entitlements.IssuedKey, error)
+	IssueKey(ctx context.Context, tenantID, name string) (credentials.IssuedKey, error)
 	RevokeKey(ctx context.Context, keyID string) error
 	// AuthenticateKey checks a key; with suspect, a key the in-process key
 	// index does not know is refused without a database lookup.
-	AuthenticateKey(ctx context.Context, rawKey string, suspect bool) (entitlements.KeyInfo, error)
+	AuthenticateKey(ctx context.Context, rawKey string, suspect bool) (credentials.KeyInfo, error)
 }
 
 // EventReplayer queues a stored Stripe event to be processed again

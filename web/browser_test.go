@@ -509,7 +509,7 @@ func TestBrowser(t *testing.T) {
 		if st := step(t, keyUser, "submit", chromedp.Click(chromedp.CSS(`form[action$="/revoke"] button`))); st != http.StatusNotFound {
 			t.Fatalf("revoking another tenant's key: %d, want 404", st)
 		}
-		if _, err := b.ents.Authenticate(b.ctx, otherKey.Key); err != nil {
+		if _, err := b.keys.Authenticate(b.ctx, otherKey.Key); err != nil {
 			t.Fatalf("the other tenant's key was revoked: %v", err)
 		}
 	})

@@ -68,7 +68,7 @@ func TestBrowserConsoleConfirmations(t *testing.T) {
 		if got := text(t, admin, `[data-fact="Dashboard sessions it ends"]`); got != "1" {
 			t.Fatalf("the confirmation says it ends %q sessions, want 1", got)
 		}
-		if _, err := b.ents.Authenticate(b.ctx, k.Key); err != nil {
+		if _, err := b.keys.Authenticate(b.ctx, k.Key); err != nil {
 			t.Fatalf("the key was revoked before the confirmation: %v", err)
 		}
 		screenshot(t, admin, "admin-confirm-revoke-1280", 1280)
@@ -91,7 +91,7 @@ func TestBrowserConsoleConfirmations(t *testing.T) {
 		if n := run(t, admin, "revoke buttons", chromedp.Evaluate[int64](`document.querySelectorAll('`+keyRow+` button').length`)); n != 0 {
 			t.Fatal("a revoked key still has a Revoke button")
 		}
-		if _, err := b.ents.Authenticate(b.ctx, k.Key); err == nil {
+		if _, err := b.keys.Authenticate(b.ctx, k.Key); err == nil {
 			t.Fatal("the key still works after the confirmed revocation")
 		}
 		// The tenant's session ended with its key.

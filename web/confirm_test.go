@@ -114,13 +114,13 @@ func TestConsoleRevokeIsConfirmed(t *testing.T) {
 	r := br.post(path, url.Values{"csrf": {tok}})
 	wantStatus(t, r, http.StatusOK, "revoke without confirmation")
 	wantIn(t, r.body, `data-fact="Key">`+k.Prefix+`…`, `data-fact="Last used">30 Nov 2026 10:00`, `data-fact="Dashboard sessions it ends">1<`)
-	if _, err := b.ents.Authenticate(b.ctx, k.Key); err != nil {
+	if _, err := b.keys.Authenticate(b.ctx, k.Key); err != nil {
 		t.Fatalf("the key was revoked without confirmation: %v", err)
 	}
 	wantStatus(t, dash.get("/dashboard"), http.StatusOK, "the session still works")
 
 	wantRedirect(t, br.post(path, url.Values{"csrf": {tok}, "confirm": {"1"}}), "/admin/tenants/"+tn.ID+"?done=revoked#keys", "confirmed")
-	if _, err := b.ents.Authenticate(b.ctx, k.Key); err == nil {
+	if _, err := b.keys.Authenticate(b.ctx, k.Key); err == nil {
 		t.Fatal("the key still works after the confirmed revocation")
 	}
 	wantRedirect(t, dash.get("/dashboard"), "/dashboard/login", "the session ended with its key")

@@ -80,7 +80,7 @@ func TestConsoleTenantPage(t *testing.T) {
 	if !strings.Contains(r.body, `id="newkey"`) {
 		t.Fatal("issued key not shown")
 	}
-	keys, _ := b.ents.ListKeys(b.ctx, tn.ID)
+	keys, _ := b.keys.ListKeys(b.ctx, tn.ID)
 	if len(keys) != 1 {
 		t.Fatalf("%d keys", len(keys))
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/audit/readers"
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
@@ -45,6 +46,7 @@ type bundle struct {
 	prefix string
 	store  *limitstore.Store
 	ents   *entitlements.Service
+	keys   *credentials.Service
 	meter  *metering.Service
 	web    *Web
 	srv    *httptest.Server
@@ -95,8 +97,9 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	log := slog.New(slog.DiscardHandler)
 	b := &bundle{ctx: ctx, pool: pool, rdb: rdb, prefix: prefix, store: limitstore.New(rdb, prefix),
 		admin: "tga_" + uniq("admin"), alice: "tga_" + uniq("alice-token"), free: uniq("free"), pro: uniq("pro")}
-	b.ents = entitlements.NewService(pool, b.store, log, entitlements.Options{DefaultPlan: b.free, Redis: rdb, Prefix: prefix})
-	// ents.Run is not started: without it Authenticate asks Postgres every
+	b.ents = entitlements.NewService(pool, b.store, log, entitlements.Options{DefaultPlan: b.free})
+	b.keys = credentials.New(pool, b.ents, log, credentials.Options{Redis: rdb, Prefix: prefix})
+	// keys.Run is not started: without it Authenticate asks Postgres every
 	// time, which is what these tests want to see.
 	b.meter = metering.NewService(pool, b.store, log, metering.Options{Snapshot: b.ents.LoadSnapshot})
 	// Grants go to Redis, where the limiter draws them, as in cmd/api.
@@ -140,16 +143,16 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	readers.Register(b.trail, b.ents, bill, b.creds)
 	named := map[string]string{"alice": b.alice}
 	w, err := New(Deps{Log: log, DB: pool, Limits: b.store, Snapshots: b.ents, Usage: b.meter, AdminToken: b.admin, DefaultPlan: b.free,
-		Entitlements: b.ents, Billing: bill, Metering: b.meter,
+		Entitlements: b.ents, Credentials: b.keys, Billing: bill, Metering: b.meter,
 		AdminTokens: named, Audit: b.trail, Upgrades: upgrades, Attempts: lim, BillingContact: o.contact, PublicURL: o.publicURL,
-		Plans: plans, PlanAdmin: b.ents, Addons: b.ents, Keys: b.ents, Overrides: b.ents, Explainer: b.ents, Replayer: bill, Resyncer: bill, Guard: guard,
+		Plans: plans, PlanAdmin: b.ents, Addons: b.ents, Keys: b.keys, Overrides: b.ents, Explainer: b.ents, Replayer: bill, Resyncer: bill, Guard: guard,
 		Tenants: b.ents, Previews: b.ents, Grants: b.creds, Topups: topups})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.web = w
 	api, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, AdminToken: b.admin, AdminTokens: named, Audit: b.trail,
-		Entitlements: b.ents, Metering: b.meter, PlanChanger: plans, Limiter: lim, AuthLimiter: guard, DashboardLinks: w, Credits: b.creds})
+		Entitlements: b.ents, Credentials: b.keys, Metering: b.meter, PlanChanger: plans, Limiter: lim, AuthLimiter: guard, DashboardLinks: w, Credits: b.creds})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,9 +186,9 @@ func (b *bundle) tenant(t testing.TB, name, plan string) entitlements.Tenant {
 	return tn
 }
 
-func (b *bundle) key(t testing.TB, tenantID string) entitlements.IssuedKey {
+func (b *bundle) key(t testing.TB, tenantID string) credentials.IssuedKey {
 	t.Helper()
-	k, err := b.ents.IssueKey(b.ctx, tenantID, "test")
+	k, err := b.keys.IssueKey(b.ctx, tenantID, "test")
 	if err != nil {
 		t.Fatalf("issue key: %v", err)
 	}

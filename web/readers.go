@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/metering"
 )
@@ -13,7 +14,7 @@ import (
 // owners (issue 24), declared here as what the pages ask. cmd/api passes
 // the services themselves.
 
-// EntitlementsReader is what the pages read of tenants, plans, keys,
+// EntitlementsReader is what the pages read of tenants, plans,
 // overrides, versions and subscriptions (*entitlements.Service).
 type EntitlementsReader interface {
 	TenantSummary(ctx context.Context, id string) (entitlements.TenantSummary, error)
@@ -25,11 +26,16 @@ type EntitlementsReader interface {
 	PlanTenantCounts(ctx context.Context) (map[string]int64, error)
 	ListOverrides(ctx context.Context, tenantID string) ([]entitlements.Override, error)
 	ListVersions(ctx context.Context, tenantID string, limit int) ([]entitlements.Version, error)
-	ListKeys(ctx context.Context, tenantID string) ([]entitlements.KeySummary, error)
-	TenantKey(ctx context.Context, tenantID, keyID string) (entitlements.KeySummary, error)
-	KeyLive(ctx context.Context, keyID string) (bool, error)
 	CurrentSubscription(ctx context.Context, tenantID string) (*entitlements.SubscriptionState, error)
 	OtherSubscriptions(ctx context.Context, tenantID string, limit int) ([]entitlements.OtherSubscription, error)
+}
+
+// CredentialsReader is what the pages read of API keys
+// (*credentials.Service).
+type CredentialsReader interface {
+	ListKeys(ctx context.Context, tenantID string) ([]credentials.KeySummary, error)
+	TenantKey(ctx context.Context, tenantID, keyID string) (credentials.KeySummary, error)
+	KeyLive(ctx context.Context, keyID string) (bool, error)
 }
 
 // BillingReader is what the console reads of stored Stripe events and the

@@ -127,8 +127,8 @@ func (s *store) session(ctx context.Context, rawID, kind string, adminHashes [][
 		return Session{}, fmt.Errorf("web: session: %w", err)
 	}
 	if key != nil {
-		// The key is entitlements': a session lives only while it does.
-		live, err := s.ents.KeyLive(ctx, *key)
+		// The key is credentials': a session lives only while it does.
+		live, err := s.creds.KeyLive(ctx, *key)
 		if err != nil {
 			return Session{}, fmt.Errorf("web: session: %w", err)
 		}

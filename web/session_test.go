@@ -106,7 +106,7 @@ func TestAPIKeyLogin(t *testing.T) {
 		t.Fatal("the dashboard must list the key by prefix and never show the key")
 	}
 
-	if err := b.ents.RevokeKey(b.ctx, k.ID); err != nil {
+	if err := b.keys.RevokeKey(b.ctx, k.ID); err != nil {
 		t.Fatal(err)
 	}
 	wantStatus(t, b.browser(t).loginKey(k.Key), http.StatusUnauthorized, "revoked key")
@@ -203,7 +203,7 @@ func TestCSRFRequiredOnEveryForm(t *testing.T) {
 	wantStatus(t, br.post("/dashboard/keys", url.Values{"name": {"x"}}), http.StatusForbidden, "issue key without csrf")
 	wantStatus(t, br.post("/dashboard/keys", url.Values{"name": {"x"}, "csrf": {tok + "x"}}), http.StatusForbidden, "issue key with a wrong csrf")
 	wantStatus(t, br.post("/dashboard/keys/"+k.ID+"/revoke", url.Values{}), http.StatusForbidden, "revoke without csrf")
-	if _, err := b.ents.Authenticate(b.ctx, k.Key); err != nil {
+	if _, err := b.keys.Authenticate(b.ctx, k.Key); err != nil {
 		t.Fatalf("the key must survive a revoke without csrf: %v", err)
 	}
 	// Another session's token is not this session's.
@@ -244,7 +244,7 @@ func TestTenantSessionSeesOnlyItsTenant(t *testing.T) {
 	// B's key id, and garbage ids, are 404 to A; B's key keeps working.
 	wantStatus(t, br.post("/dashboard/keys/"+ok.ID+"/revoke", url.Values{"csrf": {tok}}), http.StatusNotFound, "revoke another tenant's key")
 	wantStatus(t, br.post("/dashboard/keys/nope/revoke", url.Values{"csrf": {tok}}), http.StatusNotFound, "revoke a malformed id")
-	if _, err := b.ents.Authenticate(b.ctx, ok.Key); err != nil {
+	if _, err := b.keys.Authenticate(b.ctx, ok.Key); err != nil {
 		t.Fatalf("tenant B's key was revoked by tenant A: %v", err)
 	}
 	// A's own key: revoked.
@@ -386,7 +386,7 @@ func TestSessionsEndWithTheirCredential(t *testing.T) {
 	br := b.browser(t)
 	wantRedirect(t, br.loginKey(k.Key), "/dashboard", "key login")
 	wantStatus(t, br.get("/dashboard"), http.StatusOK, "dashboard with a live key")
-	if err := b.ents.RevokeKey(b.ctx, k.ID); err != nil {
+	if err := b.keys.RevokeKey(b.ctx, k.ID); err != nil {
 		t.Fatal(err)
 	}
 	wantRedirect(t, br.get("/dashboard"), "/dashboard/login", "dashboard after the key's revocation")
@@ -397,7 +397,7 @@ func TestSessionsEndWithTheirCredential(t *testing.T) {
 	link := b.mint(t, tn.ID)
 	br2.loginLink(link)
 	wantStatus(t, br2.get("/dashboard"), http.StatusOK, "dashboard through a link")
-	if err := b.ents.RevokeKey(b.ctx, k2.ID); err != nil {
+	if err := b.keys.RevokeKey(b.ctx, k2.ID); err != nil {
 		t.Fatal(err)
 	}
 	wantStatus(t, br2.get("/dashboard"), http.StatusOK, "link session after an unrelated revocation")

@@ -26,6 +26,7 @@ import (
 type store struct {
 	db    *pgxpool.Pool
 	ents  EntitlementsReader
+	creds CredentialsReader
 	bill  BillingReader
 	meter MeteringReader
 }

@@ -163,7 +163,7 @@ func (s *store) versions(ctx context.Context, tenantID string, limit int) ([]Ver
 // sessions opened with it that are still live: revoking the key ends them
 // (a session lives only while the key that opened it does).
 func (s *store) keyWithSessions(ctx context.Context, keyID, tenantID string) (KeyRow, int64, error) {
-	k, err := s.ents.TenantKey(ctx, tenantID, keyID)
+	k, err := s.creds.TenantKey(ctx, tenantID, keyID)
 	if err != nil {
 		return KeyRow{}, 0, fmt.Errorf("web: key: %w", err)
 	}

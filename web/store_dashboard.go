@@ -9,7 +9,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/metering"
 )
 
@@ -38,12 +38,12 @@ func (s *store) dailyRefusals(ctx context.Context, tenantID string, from, to tim
 }
 
 // KeyRow is an API key as people see it: never the key, only its prefix.
-type KeyRow = entitlements.KeySummary
+type KeyRow = credentials.KeySummary
 
 // keys are the tenant's last 100 keys, unrevoked ones first, each group
 // newest first.
 func (s *store) keys(ctx context.Context, tenantID string) ([]KeyRow, error) {
-	ks, err := s.ents.ListKeys(ctx, tenantID)
+	ks, err := s.creds.ListKeys(ctx, tenantID)
 	if err != nil {
 		return nil, fmt.Errorf("web: keys: %w", err)
 	}
@@ -58,7 +58,7 @@ func (s *store) keys(ctx context.Context, tenantID string) ([]KeyRow, error) {
 // keyOwnedBy reports whether the key belongs to the tenant: the dashboard
 // checks it before revoking, so that another tenant's key id is a 404.
 func (s *store) keyOwnedBy(ctx context.Context, keyID, tenantID string) error {
-	if _, err := s.ents.TenantKey(ctx, tenantID, keyID); err != nil {
+	if _, err := s.creds.TenantKey(ctx, tenantID, keyID); err != nil {
 		return fmt.Errorf("web: key: %w", err)
 	}
 	return nil

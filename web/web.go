@@ -61,10 +61,12 @@ type Deps struct {
 	// Usage computes the usage of the current period (GET /v1/usage's
 	// function). Required.
 	Usage UsageReader
-	// Entitlements, Billing and Metering are the owners the pages read
-	// tenants, plans, keys and subscriptions; Stripe events and repairs;
-	// usage history and meter reports through (readers.go). Required.
+	// Entitlements, Credentials, Billing and Metering are the owners the
+	// pages read tenants, plans and subscriptions; API keys; Stripe events
+	// and repairs; usage history and meter reports through (readers.go).
+	// Required.
 	Entitlements EntitlementsReader
+	Credentials  CredentialsReader
 	Billing      BillingReader
 	Metering     MeteringReader
 	// AdminToken logs into the console (compared in constant time) as
@@ -147,8 +149,8 @@ func New(d Deps) (*Web, error) {
 	if d.DB == nil || d.Snapshots == nil || d.Usage == nil || d.Limits == nil {
 		return nil, errors.New("web: DB, Limits, Snapshots and Usage are required")
 	}
-	if d.Entitlements == nil || d.Billing == nil || d.Metering == nil {
-		return nil, errors.New("web: Entitlements, Billing and Metering are required")
+	if d.Entitlements == nil || d.Credentials == nil || d.Billing == nil || d.Metering == nil {
+		return nil, errors.New("web: Entitlements, Credentials, Billing and Metering are required")
 	}
 	if d.AdminToken == "" {
 		return nil, errors.New("web: AdminToken is required")
@@ -168,7 +170,7 @@ func New(d Deps) (*Web, error) {
 	if d.AdminTTL <= 0 {
 		d.AdminTTL = 8 * time.Hour
 	}
-	w := &Web{Deps: d, log: d.Log, store: &store{db: d.DB, ents: d.Entitlements, bill: d.Billing, meter: d.Metering}}
+	w := &Web{Deps: d, log: d.Log, store: &store{db: d.DB, ents: d.Entitlements, creds: d.Credentials, bill: d.Billing, meter: d.Metering}}
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err

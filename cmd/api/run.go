@@ -20,6 +20,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/buildinfo"
 	"github.com/tollgatehq/tollgate/internal/config"
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
@@ -143,11 +144,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 		return err
 	}
 	ents := newEntitlements(pool, rdb, cfg, log, hooks.EntitlementsChanged)
+	keys := newCredentials(pool, rdb, ents, cfg, log)
 	// The revocation subscription lives as long as the server; it must end
 	// before rdb is closed.
 	subCtx, stopSub := context.WithCancel(ctx)
 	subDone := make(chan struct{})
-	go func() { defer close(subDone); _ = ents.Run(subCtx) }()
+	go func() { defer close(subDone); _ = keys.Run(subCtx) }()
 	defer func() { stopSub(); <-subDone }()
 	bill, err := wire.Billing(pool, ents, cfg, log, reg, limitstore.New(rdb, keyspace.DefaultPrefix))
 	if err != nil {
@@ -178,17 +180,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	}
 	trail := wire.Audit(pool, log, ents, bill, creds) // who changed what, through the API or the console
 	pages, err := web.New(web.Deps{Log: log, DB: pool, Limits: limitstore.New(rdb, keyspace.DefaultPrefix),
-		Snapshots: ents, Usage: meter, Entitlements: ents, Billing: bill, Metering: meter,
+		Snapshots: ents, Usage: meter, Entitlements: ents, Credentials: keys, Billing: bill, Metering: meter,
 		AdminToken: cfg.AdminToken, AdminTokens: cfg.AdminTokens, Audit: trail,
 		DefaultPlan: cfg.DefaultPlan, PublicURL: cfg.PublicURL, RedisTimeout: cfg.RedisTimeout,
 		BillingContact: cfg.BillingContact, Upgrades: upgrades, Attempts: lim,
-		Plans: planChanger(cfg, ents, bill), PlanAdmin: ents, Addons: ents, Keys: ents, Overrides: ents, Explainer: ents, Replayer: bill, Resyncer: resync, Guard: authLim,
+		Plans: planChanger(cfg, ents, bill), PlanAdmin: ents, Addons: ents, Keys: keys, Overrides: ents, Explainer: ents, Replayer: bill, Resyncer: resync, Guard: authLim,
 		Tenants: ents, Previews: ents, Webhooks: hooks, Grants: creds, Topups: topups})
 	if err != nil {
 		return err
 	}
 	srv, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, Registry: reg, AdminToken: cfg.AdminToken,
-		AdminTokens: cfg.AdminTokens, Audit: trail, Entitlements: ents, PlanChanger: planChanger(cfg, ents, bill), Billing: bill, Metering: meter, Limiter: lim,
+		AdminTokens: cfg.AdminTokens, Audit: trail, Entitlements: ents, Credentials: keys, PlanChanger: planChanger(cfg, ents, bill), Billing: bill, Metering: meter, Limiter: lim,
 		AuthLimiter: authLim, DashboardLinks: pages, Notify: hooks, Credits: creds, RequestTimeout: cfg.DatabaseTimeout, OutboundTimeout: billing.DefaultStripeTimeout,
 		TrustedProxies: cfg.TrustedProxies, MetricsToken: cfg.MetricsToken, MetricsElsewhere: cfg.MetricsAddr != ""})
 	if err != nil {
@@ -216,7 +218,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 		// (a port that cannot be bound) ends both, since an Envoy without
 		// its rate limit service lets every request through.
 		g, gctx := errgroup.WithContext(ctx)
-		g.Go(func() error { return serveRLS(gctx, cfg, ents, creds, lim, pool, rdb, reg, log, nil) })
+		g.Go(func() error { return serveRLS(gctx, cfg, ents, keys, creds, lim, pool, rdb, reg, log, nil) })
 		g.Go(func() error { return httpapi.ListenAndServe(gctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, listening) })
 		err = g.Wait()
 	} else {
@@ -257,7 +259,7 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, to
 }
 
 // newEntitlements builds the entitlements service of a process: snapshots
-// and revocations go through rdb under the limiter's key prefix.
+// go through rdb under the limiter's key prefix.
 // onChange (nil for none) writes the change's webhook events in its
 // transaction.
 func newEntitlements(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg config.Config, log *slog.Logger, onChange func(context.Context, pgx.Tx, entitlements.Change) error) *entitlements.Service {
@@ -266,8 +268,17 @@ func newEntitlements(pool *pgxpool.Pool, rdb redis.UniversalClient, cfg config.C
 		store = limitstore.New(rdb, keyspace.DefaultPrefix)
 	}
 	return entitlements.NewService(pool, store, log, entitlements.Options{
-		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Redis: rdb, Prefix: keyspace.DefaultPrefix,
+		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod,
 		RedisTimeout: cfg.RedisTimeout, OnChange: onChange,
+	})
+}
+
+// newCredentials builds the API key and service token service of a
+// process: revocations go through rdb (nil: none, every check asks
+// Postgres) under the limiter's key prefix.
+func newCredentials(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlements.Service, cfg config.Config, log *slog.Logger) *credentials.Service {
+	return credentials.New(pool, ents, log, credentials.Options{
+		Redis: rdb, Prefix: keyspace.DefaultPrefix, RedisTimeout: cfg.RedisTimeout,
 	})
 }
 
@@ -356,7 +367,7 @@ func seedDemo(ctx context.Context, cfg config.Config, log *slog.Logger, stdout i
 		}
 		tenantID = t.ID
 	}
-	key, err := ents.IssueKey(ctx, tenantID, "seed-demo")
+	key, err := newCredentials(pool, rdb, ents, cfg, log).IssueKey(ctx, tenantID, "seed-demo")
 	if err != nil {
 		return fmt.Errorf("seed-demo: api key: %w", err)
 	}

@@ -120,7 +120,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 		log.Info("webhook secrets sealed at rest", "endpoints", n)
 	}
 	ents := entitlements.NewService(pool, limitstore.New(rdb, keyspace.DefaultPrefix), log, entitlements.Options{
-		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod, Prefix: keyspace.DefaultPrefix,
+		DefaultPlan: cfg.DefaultPlan, GracePeriod: cfg.GracePeriod,
 		OnChange: hooks.EntitlementsChanged,
 	})
 	// Live tenants' snapshots never expire from Redis (a backend without a

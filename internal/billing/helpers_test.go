@@ -22,6 +22,7 @@ import (
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
@@ -71,6 +72,7 @@ type env struct {
 	rdb    *redis.Client
 	prefix string
 	ents   *entitlements.Service
+	keys   *credentials.Service
 	svc    *billing.Service
 	srv    *httptest.Server
 	worker *river.Client[pgx.Tx]
@@ -92,7 +94,7 @@ func newEnv(t testing.TB, o envOpts) *env {
 func newEnvOn(t testing.TB, pool *pgxpool.Pool, rdb *redis.Client, prefix string, o envOpts) *env {
 	t.Helper()
 	store := limitstore.New(rdb, prefix)
-	ents := entitlements.NewService(pool, store, nil, entitlements.Options{DefaultPlan: "free", Prefix: prefix})
+	ents := entitlements.NewService(pool, store, nil, entitlements.Options{DefaultPlan: "free"})
 	inserter, err := jobs.NewInsertClient(pool, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -122,14 +124,15 @@ func newEnvOn(t testing.TB, pool *pgxpool.Pool, rdb *redis.Client, prefix string
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lim.Close() })
-	srv, err := httpapi.NewServer(httpapi.Deps{DB: pool, Redis: rdb, AdminToken: adminToken, Entitlements: ents,
+	keys := credentials.New(pool, ents, nil, credentials.Options{})
+	srv, err := httpapi.NewServer(httpapi.Deps{DB: pool, Redis: rdb, AdminToken: adminToken, Entitlements: ents, Credentials: keys,
 		PlanChanger: svc, Limiter: lim, Billing: svc})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	e := &env{t: t, pool: pool, rdb: rdb, prefix: prefix, ents: ents, svc: svc, srv: ts, reg: reg, creds: creds}
+	e := &env{t: t, pool: pool, rdb: rdb, prefix: prefix, ents: ents, keys: keys, svc: svc, srv: ts, reg: reg, creds: creds}
 	if !o.noWorker {
 		e.startWorker()
 	}

@@ -245,7 +245,7 @@ func TestSubscriptionChangeReachesAnotherInstancesLimiterWithin2s(t *testing.T) 
 	id := newEventID(t)
 	a.post(subEvent(t, "customer.subscription.created", id, cus, sub, "active", "price_pro_test", base))
 	a.waitEvent(id)
-	key, err := a.ents.IssueKey(context.Background(), tenant, "test")
+	key, err := a.keys.IssueKey(context.Background(), tenant, "test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func setup(t *testing.T) bundle {
 	t.Helper()
 	db := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
-	ents := entitlements.NewService(db, limitstore.New(rdb, prefix), nil, entitlements.Options{Prefix: prefix})
+	ents := entitlements.NewService(db, limitstore.New(rdb, prefix), nil, entitlements.Options{})
 	c := &clock{now: time.Now().UTC().Truncate(time.Microsecond)}
 	return bundle{db: db, rdb: rdb, prefix: prefix, ents: ents, clock: c, svc: credits.NewService(db, ents, nil, credits.Options{Now: c.Now})}
 }

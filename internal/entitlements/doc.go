@@ -1,5 +1,6 @@
-// Package entitlements owns what each tenant may do: plans, tenants, their
-// API keys, and the snapshot of limits the limiter enforces.
+// Package entitlements owns what each tenant may do: plans, tenants,
+// overrides, and the snapshot of limits the limiter enforces. API keys and
+// service tokens are internal/credentials'.
 //
 // Rules this package keeps:
 //   - Postgres is the system of record; a snapshot in Redis is only ever a
@@ -14,10 +15,4 @@
 //     default plan. A tenant without a subscription has its plan, "active".
 //   - A fallback never lifts a limit: what the default plan leaves unlimited
 //     keeps the tenant's own plan's limit.
-//   - A raw API key exists only in the response that issued it: the database
-//     keeps its SHA-256 hash, logs and later responses its prefix.
-//   - Authenticate answers from an in-process cache in steady state; a
-//     revocation is published on Redis so every instance drops the key at
-//     once, and an instance that lost that subscription stops trusting its
-//     cache until it is back.
 package entitlements

@@ -362,7 +362,7 @@ func TestFallbackToAMissingDefaultPlanRefusesEveryMeter(t *testing.T) {
 	tn := b.mustTenant(t, paid)
 	b.subscribe(t, tn.ID, "canceled", 1, nil, nil, nil)
 	gone := uniq("gone")
-	svc := entitlements.NewService(b.pool, b.store, nil, entitlements.Options{DefaultPlan: gone, Redis: b.rdb, Prefix: b.prefix})
+	svc := entitlements.NewService(b.pool, b.store, nil, entitlements.Options{DefaultPlan: gone})
 	snap, err := svc.Snapshot(b.ctx, tn.ID)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/ids"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
@@ -127,7 +128,7 @@ func (s *Service) publishAlias(ctx context.Context, tenantID, old, new string, v
 	if s.store == nil || old == new {
 		return
 	}
-	err := s.retried(ctx, func(ctx context.Context) error { return s.store.MoveAlias(ctx, tenantID, old, new, version) })
+	err := limitstore.Retry(ctx, s.opts.RedisTimeout, func(ctx context.Context) error { return s.store.MoveAlias(ctx, tenantID, old, new, version) })
 	if err != nil {
 		s.log.WarnContext(ctx, "tenant external id alias not published", "tenant_id", tenantID, "err", err)
 	}

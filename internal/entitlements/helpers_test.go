@@ -35,26 +35,21 @@ func uniq(name string) string {
 	return name + "-" + hex.EncodeToString(b[:])
 }
 
-// setup gives a test its own default plan, Redis prefix and a Service
-// whose revocation subscription runs until the test ends.
+// setup gives a test its own default plan, Redis prefix and a Service.
 func setup(t testing.TB) *bundle {
 	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context()) // t.Context ends before any Cleanup runs
+	ctx := t.Context()
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	b := &bundle{ctx: ctx, pool: pool, rdb: rdb, prefix: prefix, store: limitstore.New(rdb, prefix), free: uniq("free")}
 	b.svc = b.newService(t)
-	done := make(chan struct{})
-	go func() { defer close(done); _ = b.svc.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
 	b.mustPlan(t, entitlements.PlanInput{Key: b.free, Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](100)}}})
 	return b
 }
 
 func (b *bundle) newService(t testing.TB) *entitlements.Service {
 	return entitlements.NewService(b.pool, b.store, slog.New(slog.NewTextHandler(tlog{t}, nil)), entitlements.Options{
-		DefaultPlan: b.free, GracePeriod: time.Hour, Redis: b.rdb, Prefix: b.prefix,
-	})
+		DefaultPlan: b.free, GracePeriod: time.Hour})
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
@@ -16,7 +17,8 @@ func TestPurgePlanDeletesThePlanAndItsTenants(t *testing.T) {
 	b.mustPlan(t, entitlements.PlanInput{Key: kept})
 	a, c := b.mustTenant(t, seeded), b.mustTenant(t, seeded)
 	other := b.mustTenant(t, kept)
-	if _, err := b.svc.IssueKey(b.ctx, a.ID, "bench"); err != nil {
+	// The key's row goes with its tenant (ON DELETE CASCADE).
+	if _, err := credentials.New(b.pool, b.svc, nil, credentials.Options{}).IssueKey(b.ctx, a.ID, "bench"); err != nil {
 		t.Fatal(err)
 	}
 	n, err := b.svc.PurgePlan(b.ctx, seeded)

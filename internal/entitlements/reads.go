@@ -13,7 +13,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/ids"
 )
 
@@ -239,41 +238,4 @@ SELECT version, reason, created_at FROM entitlement_versions
 		return nil, fmt.Errorf("entitlements: list versions: %w", err)
 	}
 	return out, nil
-}
-
-// TenantKey returns one of the tenant's keys; another tenant's key, an
-// unknown or a malformed id is NotFound, so that a dashboard cannot probe
-// other tenants' keys.
-func (s *Service) TenantKey(ctx context.Context, tenantID, keyID string) (KeySummary, error) {
-	if !ids.IsUUID(keyID) || !ids.IsUUID(tenantID) {
-		return KeySummary{}, apperr.New(apperr.NotFound, "API key not found")
-	}
-	rows, err := s.db.Query(ctx, `
-SELECT id::text, prefix, name, created_at, last_used_at, revoked_at FROM api_keys
- WHERE id = $1 AND tenant_id = $2`, keyID, tenantID)
-	if err != nil {
-		return KeySummary{}, fmt.Errorf("entitlements: tenant key: %w", err)
-	}
-	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[KeySummary])
-	if errors.Is(err, pgx.ErrNoRows) {
-		return KeySummary{}, apperr.New(apperr.NotFound, "API key not found")
-	}
-	if err != nil {
-		return KeySummary{}, fmt.Errorf("entitlements: tenant key: %w", err)
-	}
-	return k, nil
-}
-
-// KeyLive reports whether the key exists and is not revoked: a dashboard
-// session lives only while the key that opened it does.
-func (s *Service) KeyLive(ctx context.Context, keyID string) (bool, error) {
-	if !ids.IsUUID(keyID) {
-		return false, nil
-	}
-	var live bool
-	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = $1 AND revoked_at IS NULL)`, keyID).Scan(&live)
-	if err != nil {
-		return false, fmt.Errorf("entitlements: key live: %w", err)
-	}
-	return live, nil
 }

@@ -44,7 +44,7 @@ VALUES ($1, $2, $3, 'active', $4, $5)`, uniq("sub"), tn.ID, uniq("cus"), start, 
 		}
 		now := d(c.now)
 		svc := entitlements.NewService(b.pool, b.store, slog.New(slog.DiscardHandler), entitlements.Options{
-			DefaultPlan: b.free, Prefix: b.prefix, Now: func() time.Time { return now }})
+			DefaultPlan: b.free, Now: func() time.Time { return now }})
 		snap, err := svc.Refresh(b.ctx, tn.ID, "test")
 		if err != nil {
 			t.Fatal(err)

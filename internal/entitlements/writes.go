@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/ids"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -83,38 +83,11 @@ func (s *Service) Update(ctx context.Context, fn func(ctx context.Context, w *Wr
 // limiter's loader rebuilds the snapshot from Postgres once its cached one
 // is reloaded.
 func (s *Service) publishRetried(ctx context.Context, snap limiter.Snapshot) {
-	err := s.retried(ctx, func(ctx context.Context) error { return s.Publish(ctx, snap) })
+	err := limitstore.Retry(ctx, s.opts.RedisTimeout, func(ctx context.Context) error { return s.Publish(ctx, snap) })
 	if err != nil {
 		s.log.WarnContext(ctx, "entitlement snapshot not published; the limiter reloads it from Postgres",
 			"tenant_id", snap.TenantID, "version", snap.Version, "err", err)
 	}
-}
-
-// retried runs publish up to three times, each attempt bounded by
-// RedisTimeout, with short pauses between: at most about 3 × RedisTimeout
-// + 100ms of a request, however long Redis stays silent. Every publish is
-// idempotent (a snapshot's version, a key's hash), so an attempt that
-// timed out after Redis took it does no harm when repeated.
-func (s *Service) retried(ctx context.Context, publish func(context.Context) error) error {
-	var err error
-	wait := 20 * time.Millisecond
-	for attempt := 0; attempt < 3; attempt++ {
-		if attempt > 0 {
-			select {
-			case <-ctx.Done():
-				return err
-			case <-time.After(wait):
-			}
-			wait *= 4
-		}
-		actx, cancel := context.WithTimeout(ctx, s.opts.RedisTimeout)
-		err = publish(actx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-	}
-	return err
 }
 
 // TenantByCustomer is the tenant linked to a Stripe customer, or "".

@@ -18,7 +18,7 @@ func (s *Server) handleIssueKey() echo.HandlerFunc {
 				return err
 			}
 		}
-		k, err := s.Entitlements.IssueKey(c.Request().Context(), c.Param("id"), body.Name)
+		k, err := s.Credentials.IssueKey(c.Request().Context(), c.Param("id"), body.Name)
 		if err != nil {
 			return err
 		}
@@ -29,7 +29,7 @@ func (s *Server) handleIssueKey() echo.HandlerFunc {
 
 func (s *Server) handleListKeys() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		keys, err := s.Entitlements.ListKeys(c.Request().Context(), c.Param("id"))
+		keys, err := s.Credentials.ListKeys(c.Request().Context(), c.Param("id"))
 		if err != nil {
 			return err
 		}
@@ -39,7 +39,7 @@ func (s *Server) handleListKeys() echo.HandlerFunc {
 
 func (s *Server) handleRevokeKey() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if err := s.Entitlements.RevokeKey(c.Request().Context(), c.Param("id")); err != nil {
+		if err := s.Credentials.RevokeKey(c.Request().Context(), c.Param("id")); err != nil {
 			return err
 		}
 		return c.NoContent(http.StatusNoContent)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/jobs"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
@@ -23,7 +24,8 @@ func TestMintDashboardLink(t *testing.T) {
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	store := limitstore.New(rdb, prefix)
-	ents := entitlements.NewService(pool, store, nil, entitlements.Options{Prefix: prefix})
+	ents := entitlements.NewService(pool, store, nil, entitlements.Options{})
+	keys := credentials.New(pool, ents, nil, credentials.Options{})
 	meter := metering.NewService(pool, store, nil, metering.Options{Snapshot: ents.LoadSnapshot})
 	const token = "tga_links_test"
 	ins, err := jobs.NewInsertClient(pool, nil)
@@ -35,7 +37,7 @@ func TestMintDashboardLink(t *testing.T) {
 		t.Fatal(err)
 	}
 	w, err := web.New(web.Deps{DB: pool, Limits: store, Snapshots: ents, Usage: meter, AdminToken: token,
-		Entitlements: ents, Billing: bill, Metering: meter})
+		Entitlements: ents, Credentials: keys, Billing: bill, Metering: meter})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +49,7 @@ func TestMintDashboardLink(t *testing.T) {
 	}
 
 	newServer := func(links DashboardLinks) *httptest.Server {
-		s, err := NewServer(Deps{DB: pool, Redis: rdb, AdminToken: token, Entitlements: ents, Metering: meter, DashboardLinks: links})
+		s, err := NewServer(Deps{DB: pool, Redis: rdb, AdminToken: token, Entitlements: ents, Credentials: keys, Metering: meter, DashboardLinks: links})
 		if err != nil {
 			t.Fatal(err)
 		}

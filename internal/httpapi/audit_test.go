@@ -37,7 +37,7 @@ func auditAPI(t *testing.T, actor, token string) *testAPI {
 		readers.Register(d.Audit, d.Entitlements, b, nil)
 		// Minting a link reads no counter: the store is never used.
 		links, err := web.New(web.Deps{DB: d.DB, Limits: limitstore.New(d.Redis, redistest.Prefix()), Snapshots: d.Entitlements,
-			Usage: d.Metering, AdminToken: d.AdminToken, Entitlements: d.Entitlements, Billing: b, Metering: d.Metering})
+			Usage: d.Metering, AdminToken: d.AdminToken, Entitlements: d.Entitlements, Credentials: d.Credentials, Billing: b, Metering: d.Metering})
 		if err != nil {
 			t.Fatal(err)
 		}

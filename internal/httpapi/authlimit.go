@@ -54,7 +54,7 @@ type AuthLimitOptions struct {
 // instead of 401 once the address has no failures left). What an exhausted
 // address loses is the database lookup of keys nobody issued: its unknown
 // keys are refused from the in-process key index and negative cache
-// (entitlements.AuthenticateKey with suspect), so a flood of made-up keys
+// (credentials.AuthenticateKey with suspect), so a flood of made-up keys
 // does not reach Postgres.
 //
 // Only addresses that failed recently on this instance pay a look at the

@@ -86,7 +86,7 @@ func TestAuthFailuresNeverBlockAValidCredential(t *testing.T) {
 	a := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{authOpts: opts})
 	plan := a.newPlan(t, map[string]any{"per_second": 1000, "burst": 1000}, nil)
 	_, goodKey := a.newTenant(t, plan)
-	testkit.Eventually(t, 5*time.Second, "key index live", a.ents.KeyIndexLive)
+	testkit.Eventually(t, 5*time.Second, "key index live", a.keys.KeyIndexLive)
 
 	for i := 0; i < 5; i++ {
 		if r := a.call(t, http.MethodGet, "/v1/entitlements", badKey(), nil); r.status != http.StatusUnauthorized {
@@ -130,7 +130,7 @@ func TestAuthFailuresNeverBlockAValidCredential(t *testing.T) {
 	// too refuses made-up keys from its index, and still admits the valid
 	// key, which B has never seen (not in its cache: it is in its index).
 	b := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{authOpts: opts})
-	testkit.Eventually(t, 5*time.Second, "B's key index live", b.ents.KeyIndexLive)
+	testkit.Eventually(t, 5*time.Second, "B's key index live", b.keys.KeyIndexLive)
 	if r := b.call(t, http.MethodGet, "/v1/entitlements", badKey(), nil); r.status != http.StatusTooManyRequests {
 		t.Fatalf("first bad key on B: %d %s", r.status, r.raw)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
@@ -30,14 +31,16 @@ import (
 const testAdminToken = "tga_test_admin_token_0123456789"
 
 // testAPI is one real api instance on httptest: the package's database, the
-// shared Redis under a prefix, the entitlements service with its revocation
-// subscription running, and every log line captured.
+// shared Redis under a prefix, the entitlements service, the credentials
+// service with its revocation subscription running, and every log line
+// captured.
 type testAPI struct {
 	URL    string
 	Pool   *pgxpool.Pool
 	RDB    *redis.Client
 	Prefix string
 	Ents   *entitlements.Service
+	Keys   *credentials.Service
 	Store  *limitstore.Store
 	Srv    *Server
 	Logs   *logBuffer
@@ -63,15 +66,16 @@ func newTestAPI(t *testing.T, opt testAPIOptions) *testAPI {
 	logs := &logBuffer{}
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	store := limitstore.New(rdb, prefix)
-	ents := entitlements.NewService(pool, store, log, entitlements.Options{Redis: rdb, Prefix: prefix})
+	ents := entitlements.NewService(pool, store, log, entitlements.Options{})
+	keys := credentials.New(pool, ents, log, credentials.Options{Redis: rdb, Prefix: prefix})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = ents.Run(ctx) }()
+	go func() { defer close(done); _ = keys.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	// Metering answers GET /v1/usage and the admin API's usage; a test may
 	// replace it through opt.Deps.
 	meter := metering.NewService(pool, store, log, metering.Options{Snapshot: ents.Current})
-	d := Deps{Log: log, DB: pool, Redis: rdb, AdminToken: testAdminToken, Entitlements: ents, Metering: meter}
+	d := Deps{Log: log, DB: pool, Redis: rdb, AdminToken: testAdminToken, Entitlements: ents, Credentials: keys, Metering: meter}
 	if opt.Deps != nil {
 		opt.Deps(&d)
 	}
@@ -81,8 +85,8 @@ func newTestAPI(t *testing.T, opt testAPIOptions) *testAPI {
 	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	a := &testAPI{URL: ts.URL, Pool: pool, RDB: rdb, Prefix: prefix, Ents: ents, Store: store, Srv: srv, Logs: logs}
-	testkit.Eventually(t, 5*time.Second, "API key revocation subscription", ents.KeyCacheLive)
+	a := &testAPI{URL: ts.URL, Pool: pool, RDB: rdb, Prefix: prefix, Ents: ents, Keys: keys, Store: store, Srv: srv, Logs: logs}
+	testkit.Eventually(t, 5*time.Second, "API key revocation subscription", keys.KeyCacheLive)
 	return a
 }
 

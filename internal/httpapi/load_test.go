@@ -235,7 +235,7 @@ func TestUnseenTenantWithRedisRefusing(t *testing.T) {
 	}
 	// The durable figures the instance will have to go by.
 	store := limitstore.New(rdb, prefix)
-	ents := entitlements.NewService(pool, store, nil, entitlements.Options{Redis: rdb, Prefix: prefix})
+	ents := entitlements.NewService(pool, store, nil, entitlements.Options{})
 	meter := metering.NewService(pool, store, nil, metering.Options{Snapshot: ents.Current})
 	for id, want := range map[string]int64{spentID: 30, roomID: 24} {
 		snap, err := ents.LoadSnapshot(context.Background(), id)

@@ -113,7 +113,7 @@ func TestPostgresOutageIs503Everywhere(t *testing.T) {
 	in := newLimitInstance(t, pool, redisAddr(t, rdb), prefix, limitSetup{})
 	plan := in.newPlan(t, map[string]any{"per_second": 1000, "burst": 1000}, map[string]any{"exports": map[string]any{"limit": 100, "mode": "soft"}})
 	tenant, key := in.newTenant(t, plan)
-	testkit.Eventually(t, 5*time.Second, "key cache live", in.ents.KeyCacheLive)
+	testkit.Eventually(t, 5*time.Second, "key cache live", in.keys.KeyCacheLive)
 	if r := in.call(t, http.MethodGet, "/v1/entitlements", key, nil); r.status != http.StatusOK {
 		t.Fatalf("warm-up: %d %s", r.status, r.raw)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
@@ -36,6 +37,7 @@ type limitInstance struct {
 	ts   *httptest.Server
 	lim  *limiter.Limiter
 	ents *entitlements.Service
+	keys *credentials.Service
 	rdb  *redis.Client
 	reg  *prometheus.Registry
 	// creds is the credits service when limitSetup.credits asked for it.
@@ -57,10 +59,11 @@ func newLimitInstance(t *testing.T, pool *pgxpool.Pool, addr, prefix string, set
 	t.Helper()
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	store := limitstore.New(rdb, prefix)
-	ents := entitlements.NewService(pool, store, nil, entitlements.Options{Redis: rdb, Prefix: prefix})
+	ents := entitlements.NewService(pool, store, nil, entitlements.Options{})
+	keys := credentials.New(pool, ents, nil, credentials.Options{Redis: rdb, Prefix: prefix})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = ents.Run(ctx) }()
+	go func() { defer close(done); _ = keys.Run(ctx) }()
 	t.Cleanup(func() {
 		// Run blocks in a pub/sub read that ignores ctx; closing the client
 		// ends it.
@@ -69,7 +72,7 @@ func newLimitInstance(t *testing.T, pool *pgxpool.Pool, addr, prefix string, set
 		select {
 		case <-done:
 		case <-time.After(5 * time.Second):
-			t.Errorf("entitlements.Service.Run did not return after cancel + Close")
+			t.Errorf("credentials.Service.Run did not return after cancel + Close")
 		}
 	})
 
@@ -104,7 +107,7 @@ func newLimitInstance(t *testing.T, pool *pgxpool.Pool, addr, prefix string, set
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lim.Close(); limRDB.Close() })
-	d := Deps{Log: set.log, DB: pool, Redis: rdb, Registry: reg, AdminToken: limitTestAdminToken, Entitlements: ents, Metering: meter, Limiter: lim, Credits: creds}
+	d := Deps{Log: set.log, DB: pool, Redis: rdb, Registry: reg, AdminToken: limitTestAdminToken, Entitlements: ents, Credentials: keys, Metering: meter, Limiter: lim, Credits: creds}
 	if set.authOpts != nil {
 		d.AuthLimiter = NewAuthLimiter(lim, *set.authOpts)
 	}
@@ -114,7 +117,7 @@ func newLimitInstance(t *testing.T, pool *pgxpool.Pool, addr, prefix string, set
 	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	return &limitInstance{srv: srv, ts: ts, lim: lim, ents: ents, rdb: rdb, reg: reg, creds: creds}
+	return &limitInstance{srv: srv, ts: ts, lim: lim, ents: ents, keys: keys, rdb: rdb, reg: reg, creds: creds}
 }
 
 // redisAddr is the host:port of the shared test Redis.

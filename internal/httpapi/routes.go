@@ -36,7 +36,7 @@ func (s *Server) routes() {
 	// idempotent: Idempotency-Key on POSTs (idempotency.go).
 	// audited: the routes audit.Routes declares record their action (audit.go).
 	admin := e.Group("/admin/v1", middleware.BodyLimit(bodyLimitDefault), s.authFailures(AuthAdmin), s.requireAdmin, s.idempotent, s.audited)
-	// --- admin: plans, tenants, plan changes, API keys (entitlements) ---
+	// --- admin: plans, tenants, plan changes (entitlements), API keys (credentials) ---
 	admin.POST("/plans", s.handleCreatePlan())
 	admin.GET("/plans", s.handleListPlans())
 	admin.GET("/plans/:key", s.handleGetPlan())
@@ -72,7 +72,7 @@ func (s *Server) routes() {
 	// --- admin: audit trail ---
 	admin.GET("/audit", s.handleListAudit())
 
-	// --- admin: service tokens (entitlements) ---
+	// --- admin: service tokens (credentials) ---
 	admin.POST("/service-tokens", s.handleIssueServiceToken())
 	admin.GET("/service-tokens", s.handleListServiceTokens())
 	admin.DELETE("/service-tokens/:id", s.handleRevokeServiceToken())

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/idempotency"
@@ -40,8 +41,11 @@ type Deps struct {
 	AdminTokens map[string]string
 	// Audit records every admin action; nil records nothing.
 	Audit *audit.Log
-	// Entitlements serves plans, tenants, API keys and /v1/entitlements.
+	// Entitlements serves plans, tenants and /v1/entitlements.
 	Entitlements *entitlements.Service
+	// Credentials checks the API keys of /v1/* and the service tokens of
+	// the limiter's loaders, and serves their admin routes.
+	Credentials *credentials.Service
 	// Metering records usage events and answers GET /v1/usage.
 	Metering *metering.Service
 	// PlanChanger changes plans for PUT /admin/v1/tenants/{id}/plan; nil
@@ -99,6 +103,9 @@ func NewServer(d Deps) (*Server, error) {
 	}
 	if d.Entitlements == nil {
 		return nil, errors.New("httpapi: Entitlements is required")
+	}
+	if d.Credentials == nil {
+		return nil, errors.New("httpapi: Credentials is required")
 	}
 	if d.OutboundTimeout == 0 {
 		d.OutboundTimeout = defaultOutboundTimeout

@@ -10,7 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
@@ -29,7 +29,7 @@ func (s *Server) requireService(next echo.HandlerFunc) echo.HandlerFunc {
 		if subtle.ConstantTimeCompare(got[:], admin[:]) == 1 {
 			return next(c)
 		}
-		if err := s.Entitlements.AuthenticateService(c.Request().Context(), token); err != nil {
+		if err := s.Credentials.AuthenticateService(c.Request().Context(), token); err != nil {
 			return err
 		}
 		return next(c)
@@ -186,7 +186,7 @@ func (s *Server) handleIssueServiceToken() echo.HandlerFunc {
 		if err := decodeBody(c, &body); err != nil {
 			return err
 		}
-		k, err := s.Entitlements.IssueServiceToken(c.Request().Context(), body.Name)
+		k, err := s.Credentials.IssueServiceToken(c.Request().Context(), body.Name)
 		if err != nil {
 			return err
 		}
@@ -197,17 +197,17 @@ func (s *Server) handleIssueServiceToken() echo.HandlerFunc {
 
 func (s *Server) handleListServiceTokens() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		list, err := s.Entitlements.ListServiceTokens(c.Request().Context())
+		list, err := s.Credentials.ListServiceTokens(c.Request().Context())
 		if err != nil {
 			return err
 		}
-		return c.JSON(http.StatusOK, map[string][]entitlements.ServiceTokenSummary{"service_tokens": list})
+		return c.JSON(http.StatusOK, map[string][]credentials.ServiceTokenSummary{"service_tokens": list})
 	}
 }
 
 func (s *Server) handleRevokeServiceToken() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if err := s.Entitlements.RevokeServiceToken(c.Request().Context(), c.Param("id")); err != nil {
+		if err := s.Credentials.RevokeServiceToken(c.Request().Context(), c.Param("id")); err != nil {
 			return err
 		}
 		return c.NoContent(http.StatusNoContent)

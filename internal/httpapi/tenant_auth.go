@@ -18,7 +18,7 @@ func (s *Server) requireTenant(next echo.HandlerFunc) echo.HandlerFunc {
 			return apperr.New(apperr.Unauthorized, "missing bearer token: send Authorization: Bearer <API key>")
 		}
 		suspect, _ := c.Get(ctxSuspect).(bool)
-		info, err := s.Entitlements.AuthenticateKey(c.Request().Context(), raw, suspect)
+		info, err := s.Credentials.AuthenticateKey(c.Request().Context(), raw, suspect)
 		if err != nil {
 			return err
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/jobs"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
@@ -48,7 +49,7 @@ func whServer(t *testing.T, pool *pgxpool.Pool, o billing.Options) *httptest.Ser
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(Deps{DB: pool, AdminToken: whAdminToken, Entitlements: ents, Billing: b})
+	srv, err := NewServer(Deps{DB: pool, AdminToken: whAdminToken, Entitlements: ents, Credentials: credentials.New(pool, ents, nil, credentials.Options{}), Billing: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +210,8 @@ func TestWebhookWithoutSecretIs503SayingSo(t *testing.T) {
 		t.Fatalf("status %d, want 503 naming STRIPE_WEBHOOK_SECRET: %s", r.status, r.raw)
 	}
 	// A server without billing at all says the same.
-	srv, err := NewServer(Deps{DB: pool, AdminToken: whAdminToken, Entitlements: entitlements.NewService(pool, nil, nil, entitlements.Options{})})
+	ents := entitlements.NewService(pool, nil, nil, entitlements.Options{})
+	srv, err := NewServer(Deps{DB: pool, AdminToken: whAdminToken, Entitlements: ents, Credentials: credentials.New(pool, ents, nil, credentials.Options{})})
 	if err != nil {
 		t.Fatal(err)
 	}

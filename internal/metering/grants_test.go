@@ -23,7 +23,7 @@ import (
 func TestFlushRecordsGrantDrawsAsRedisDecided(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
-	ents := entitlements.NewService(b.db, b.store, nil, entitlements.Options{Prefix: b.prefix})
+	ents := entitlements.NewService(b.db, b.store, nil, entitlements.Options{})
 	creds := credits.NewService(b.db, ents, nil, credits.Options{Grants: b.store})
 	b.svc.opts.GrantDraws = func(ctx context.Context, tx pgx.Tx, ds []GrantDraw) error {
 		in := make([]credits.Draw, len(ds))
@@ -123,7 +123,7 @@ func TestFlushRecordsGrantDrawsAsRedisDecided(t *testing.T) {
 func TestUsageShowsGrants(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
-	ents := entitlements.NewService(b.db, b.store, nil, entitlements.Options{Prefix: b.prefix})
+	ents := entitlements.NewService(b.db, b.store, nil, entitlements.Options{})
 	creds := credits.NewService(b.db, ents, nil, credits.Options{Grants: b.store})
 	b.svc.opts.Snapshot = ents.Snapshot
 	b.svc.opts.Grants = func(ctx context.Context, tenantID, meter string) ([]UsageGrant, error) {
@@ -184,7 +184,7 @@ func TestUsageShowsGrants(t *testing.T) {
 func TestFlushRecordsSettledGrantDraws(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
-	ents := entitlements.NewService(b.db, b.store, nil, entitlements.Options{Prefix: b.prefix})
+	ents := entitlements.NewService(b.db, b.store, nil, entitlements.Options{})
 	creds := credits.NewService(b.db, ents, nil, credits.Options{Grants: b.store})
 	b.svc.opts.GrantDraws = func(ctx context.Context, tx pgx.Tx, ds []GrantDraw) error {
 		in := make([]credits.Draw, len(ds))

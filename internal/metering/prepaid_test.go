@@ -22,7 +22,7 @@ func TestPrepaidUnitsAreNotReportedAsOverage(t *testing.T) {
 	fake := newFakeStripe(t)
 	tenant, customer := b.meteredTenant(t, time.Now().Add(-24*time.Hour), map[string]quotaSpec{
 		"tokens": {100, "overage"}, "seats": {10, "total"}})
-	ents := entitlements.NewService(b.db, b.store, nil, entitlements.Options{Prefix: b.prefix})
+	ents := entitlements.NewService(b.db, b.store, nil, entitlements.Options{})
 	creds := credits.NewService(b.db, ents, nil, credits.Options{})
 	svc := b.withSnapshots(t, Options{Prepaid: creds.PrepaidConsumed}, map[string]map[string]int64{tenant: {"tokens": 100, "seats": 10}})
 	now := time.Now()

@@ -34,7 +34,7 @@ func BenchmarkCrossingToDelivery(b *testing.B) {
 	rdb, prefix := redistest.New(b)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := limitstore.New(rdb, prefix)
-	ents := entitlements.NewService(bd.db, store, log, entitlements.Options{Prefix: prefix})
+	ents := entitlements.NewService(bd.db, store, log, entitlements.Options{})
 	m := metering.NewService(bd.db, store, log, metering.Options{Snapshot: ents.Snapshot, Limits: ents.Current, Crossings: bd.svc.QuotaCrossings})
 	lim, err := limiter.New(rdb, limiter.Options{Prefix: prefix, UsageLoader: m.LoadUsage, Timeout: 5 * time.Second})
 	if err != nil {
@@ -139,7 +139,7 @@ func BenchmarkFlushPass(b *testing.B) {
 			rdb, prefix := redistest.New(b)
 			log := slog.New(slog.NewTextHandler(io.Discard, nil))
 			store := limitstore.New(rdb, prefix)
-			ents := entitlements.NewService(bd.db, store, log, entitlements.Options{Prefix: prefix})
+			ents := entitlements.NewService(bd.db, store, log, entitlements.Options{})
 			opts := metering.Options{Snapshot: ents.Snapshot, Limits: ents.Current}
 			if hook {
 				opts.Crossings = bd.svc.QuotaCrossings

@@ -25,7 +25,7 @@ func TestPlanChangeEmitsEntitlementsUpdated(t *testing.T) {
 	ctx := context.Background()
 	rdb, prefix := redistest.New(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ents := entitlements.NewService(b.db, limitstore.New(rdb, prefix), log, entitlements.Options{Prefix: prefix, OnChange: b.svc.EntitlementsChanged})
+	ents := entitlements.NewService(b.db, limitstore.New(rdb, prefix), log, entitlements.Options{OnChange: b.svc.EntitlementsChanged})
 	small, big := int64(100), int64(1000)
 	suffix := time.Now().UnixNano()
 	planA, planB := fmt.Sprintf("a%d", suffix), fmt.Sprintf("b%d", suffix)
@@ -96,7 +96,7 @@ func TestStatusChangeAndRollback(t *testing.T) {
 		}
 		return errors.New("boom")
 	}
-	ents := entitlements.NewService(b.db, limitstore.New(rdb, prefix), log, entitlements.Options{Prefix: prefix, OnChange: failing})
+	ents := entitlements.NewService(b.db, limitstore.New(rdb, prefix), log, entitlements.Options{OnChange: failing})
 	l1, l2 := int64(1), int64(2)
 	suffix := time.Now().UnixNano()
 	pa, pb := fmt.Sprintf("ra%d", suffix), fmt.Sprintf("rb%d", suffix)

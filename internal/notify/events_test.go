@@ -33,7 +33,7 @@ func newQuotaRig(t *testing.T, b bundle, quotas map[string]*entitlements.QuotaIn
 	rdb, prefix := redistest.New(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := limitstore.New(rdb, prefix)
-	ents := entitlements.NewService(b.db, store, log, entitlements.Options{Prefix: prefix})
+	ents := entitlements.NewService(b.db, store, log, entitlements.Options{})
 	plan := fmt.Sprintf("wh%d", time.Now().UnixNano())
 	if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: plan, Quotas: quotas}); err != nil {
 		t.Fatal(err)

@@ -24,7 +24,7 @@ func TestGrantEventsAreDeliveredOncePerGrant(t *testing.T) {
 	ctx := context.Background()
 	rdb, prefix := redistest.New(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ents := entitlements.NewService(b.db, limitstore.New(rdb, prefix), log, entitlements.Options{Prefix: prefix})
+	ents := entitlements.NewService(b.db, limitstore.New(rdb, prefix), log, entitlements.Options{})
 	limit := int64(1000)
 	plan := "grants" + itoa(time.Now().UnixNano())
 	if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: plan,

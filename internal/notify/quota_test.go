@@ -32,7 +32,7 @@ func TestQuotaThresholdsExactlyOnceAcrossTwoFlushers(t *testing.T) {
 	rdb, prefix := redistest.New(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := limitstore.New(rdb, prefix)
-	ents := entitlements.NewService(b.db, store, log, entitlements.Options{Prefix: prefix})
+	ents := entitlements.NewService(b.db, store, log, entitlements.Options{})
 	limit := int64(500)
 	plan := fmt.Sprintf("wh%d", time.Now().UnixNano())
 	if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: plan,

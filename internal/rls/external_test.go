@@ -32,7 +32,7 @@ func TestExternalIDEntryNamesTheTenant(t *testing.T) {
 	if _, err := in.ents.UpdateTenant(ctx, tenantID, entitlements.TenantPatch{ExternalID: entitlements.OptionalString{Set: true, Value: &ext}}); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := in.ents.IssueServiceToken(ctx, "gateway")
+	tok, err := in.keys.IssueServiceToken(ctx, "gateway")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func windowTenant(t *testing.T, in *instance, ws entitlements.WindowInputs) stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := in.ents.IssueKey(ctx, ten.ID, "gateway")
+	k, err := in.keys.IssueKey(ctx, ten.ID, "gateway")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
@@ -36,10 +37,11 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 const adminToken = "tga_rls_test_admin_token"
 
 // instance is one api's rate limit service as cmd/api wires it: its own
-// Redis client, entitlements service (with the revocation subscription
+// Redis client, entitlements service, credentials service (with the revocation subscription
 // running), limiter and gRPC listener, on a shared database and prefix.
 type instance struct {
 	ents   *entitlements.Service
+	keys   *credentials.Service
 	creds  *credits.Service // with setup.credits
 	client rlsv3.RateLimitServiceClient
 	health healthpb.HealthClient
@@ -63,10 +65,11 @@ func newInstance(t *testing.T, pool *pgxpool.Pool, prefix string, set setup) *in
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: set.addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	store := limitstore.New(rdb, prefix)
-	ents := entitlements.NewService(pool, store, nil, entitlements.Options{Redis: rdb, Prefix: prefix})
+	ents := entitlements.NewService(pool, store, nil, entitlements.Options{})
+	cred := credentials.New(pool, ents, nil, credentials.Options{Redis: rdb, Prefix: prefix})
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan struct{})
-	go func() { defer close(runDone); _ = ents.Run(ctx) }()
+	go func() { defer close(runDone); _ = cred.Run(ctx) }()
 
 	meter := metering.NewService(pool, store, nil, metering.Options{Snapshot: ents.Current})
 	timeout := set.timeout
@@ -81,7 +84,7 @@ func newInstance(t *testing.T, pool *pgxpool.Pool, prefix string, set setup) *in
 		mode = limiter.FailLocal
 	}
 	// The limiter has a client of its own, as cmd/api gives it: sharing one
-	// with the entitlements service's subscription raced inside go-redis's
+	// with the credentials service's subscription raced inside go-redis's
 	// first handshakes (it writes the shared options when the server lacks
 	// maintenance notifications), which -race reported.
 	limRDB := redis.NewClient(&redis.Options{Addr: set.addr, ContextTimeoutEnabled: true, MaxRetries: -1})
@@ -99,7 +102,7 @@ func newInstance(t *testing.T, pool *pgxpool.Pool, prefix string, set setup) *in
 	}
 	reg := prometheus.NewRegistry()
 	ropts.Registerer = reg
-	srv, err := rls.New(keys{ents, lim}, lim, ropts)
+	srv, err := rls.New(keys{Service: cred, ents: ents, lim: lim}, lim, ropts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,12 +135,17 @@ func newInstance(t *testing.T, pool *pgxpool.Pool, prefix string, set setup) *in
 		rdb.Close() // ends Run's pub/sub read
 		<-runDone
 	})
-	return &instance{ents: ents, creds: creds, client: rlsv3.NewRateLimitServiceClient(conn), health: healthpb.NewHealthClient(conn), reg: reg}
+	return &instance{ents: ents, keys: cred, creds: creds, client: rlsv3.NewRateLimitServiceClient(conn), health: healthpb.NewHealthClient(conn), reg: reg}
 }
 
 type keys struct {
-	*entitlements.Service
-	lim *limiter.Limiter
+	*credentials.Service
+	ents *entitlements.Service
+	lim  *limiter.Limiter
+}
+
+func (k keys) MeterDefined(ctx context.Context, meter string) (bool, error) {
+	return k.ents.MeterDefined(ctx, meter)
 }
 
 func (k keys) TenantOfKey(ctx context.Context, raw string) (string, error) {
@@ -167,7 +175,7 @@ func tenantWithKey(t *testing.T, in *instance, perSecond float64, burst, quota i
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := in.ents.IssueKey(ctx, ten.ID, "gateway")
+	k, err := in.keys.IssueKey(ctx, ten.ID, "gateway")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +397,7 @@ func TestUnknownRevokedAndMissingCredentialsNeverPass(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT id::text FROM api_keys WHERE tenant_id = $1`, tenantID).Scan(&keyID); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.ents.RevokeKey(ctx, keyID); err != nil {
+	if err := a.keys.RevokeKey(ctx, keyID); err != nil {
 		t.Fatal(err)
 	}
 	if resp := ask(t, a, ctx, 0, keyDescriptor(key)); resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT || header(resp, rls.ReasonHeader) != "invalid-api-key" {
@@ -408,7 +416,7 @@ func TestTenantIDNeedsAServiceToken(t *testing.T) {
 	pool := pgtest.New(t)
 	in := newInstance(t, pool, redistest.Prefix(), setup{})
 	tenantID, _ := tenantWithKey(t, in, 10000, 10000, 1000)
-	tok, err := in.ents.IssueServiceToken(context.Background(), "gateway")
+	tok, err := in.keys.IssueServiceToken(context.Background(), "gateway")
 	if err != nil {
 		t.Fatal(err)
 	}

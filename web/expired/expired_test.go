@@ -29,7 +29,7 @@ func TestExpiredLinksAndSessionsArePruned(t *testing.T) {
 	ctx := context.Background()
 	db := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
-	ents := entitlements.NewService(db, limitstore.New(rdb, prefix), nil, entitlements.Options{Prefix: prefix})
+	ents := entitlements.NewService(db, limitstore.New(rdb, prefix), nil, entitlements.Options{})
 	plan := fmt.Sprintf("prune%d", time.Now().UnixNano())
 	if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: plan}); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
@@ -82,7 +83,7 @@ func benchHTTP(ctx context.Context, c config, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "machine: %s\nprefix: %s, %d tenants, %v clients, %d runs of %v in %v slices\n",
 		m, prefix, c.tenants, c.goroutines, c.runs, c.duration, c.slice)
 	runID := strings.TrimPrefix(prefix, "tgbench")
-	ents := entitlements.NewService(pool, limitstore.New(rdb, prefix), log, entitlements.Options{Redis: rdb, Prefix: prefix})
+	ents := entitlements.NewService(pool, limitstore.New(rdb, prefix), log, entitlements.Options{})
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
@@ -96,9 +97,10 @@ func benchHTTP(ctx context.Context, c config, stdout io.Writer) error {
 		}
 	}()
 
+	creds := credentials.New(pool, ents, log, credentials.Options{Redis: rdb, Prefix: prefix})
 	runCtx, stopRun := context.WithCancel(ctx)
 	defer stopRun()
-	go func() { _ = ents.Run(runCtx) }()
+	go func() { _ = creds.Run(runCtx) }()
 	reg := prometheus.NewRegistry()
 	lm, err := httpapi.NewLimiterMetrics(reg)
 	if err != nil {
@@ -110,7 +112,7 @@ func benchHTTP(ctx context.Context, c config, stdout io.Writer) error {
 	}
 	defer lim.Close()
 	srv, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, Registry: reg, AdminToken: benchAdminToken,
-		Entitlements: ents, Limiter: lim})
+		Entitlements: ents, Credentials: creds, Limiter: lim})
 	if err != nil {
 		return err
 	}
@@ -129,7 +131,7 @@ func benchHTTP(ctx context.Context, c config, stdout io.Writer) error {
 
 	fmt.Fprintf(stdout, "seeding %d tenants with one API key each...\n", c.tenants)
 	start := time.Now()
-	keys, err := seedTenants(ctx, ents, runID, c.tenants)
+	keys, err := seedTenants(ctx, ents, creds, runID, c.tenants)
 	if err != nil {
 		return err
 	}
@@ -232,7 +234,7 @@ JSON with the rate-limit headers. GET /healthz is the same server's floor withou
 `
 
 // seedTenants creates a bench plan and n tenants with one key each.
-func seedTenants(ctx context.Context, ents *entitlements.Service, runID string, n int) ([]string, error) {
+func seedTenants(ctx context.Context, ents *entitlements.Service, creds *credentials.Service, runID string, n int) ([]string, error) {
 	f64 := func(f float64) *float64 { return &f }
 	i64 := func(n int64) *int64 { return &n }
 	plan := "bench-" + runID
@@ -251,7 +253,7 @@ func seedTenants(ctx context.Context, ents *entitlements.Service, runID string, 
 			if err != nil {
 				return fmt.Errorf("bench: tenant: %w", err)
 			}
-			k, err := ents.IssueKey(gctx, t.ID, "bench")
+			k, err := creds.IssueKey(gctx, t.ID, "bench")
 			if err != nil {
 				return fmt.Errorf("bench: key: %w", err)
 			}

@@ -1,4 +1,4 @@
-package entitlements
+package credentials
 
 import (
 	"context"
@@ -10,11 +10,14 @@ import (
 	"math/big"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/ids"
+	"github.com/tollgatehq/tollgate/internal/limitstore"
 )
 
 // API key format: "tg_" and 32 random bytes in base62 (43 characters).
@@ -49,6 +52,15 @@ type KeySummary struct {
 	RevokedAt  *time.Time `json:"revoked_at"`
 }
 
+// maxNameLen is the longest name of a key or token (the tables' CHECK).
+const maxNameLen = 200
+
+// cleanName reports whether name fits the tables: at most maxNameLen
+// characters, valid UTF-8 without control characters.
+func cleanName(name string) bool {
+	return len([]rune(name)) <= maxNameLen && utf8.ValidString(name) && !strings.ContainsFunc(name, unicode.IsControl)
+}
+
 // hashKey is the stored form of a key.
 func hashKey(raw string) []byte {
 	h := sha256.Sum256([]byte(raw))
@@ -63,7 +75,7 @@ func newRawKey() (string, error) { return newCredential(keyScheme) }
 func newCredential(scheme string) (string, error) {
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("entitlements: random credential: %w", err)
+		return "", fmt.Errorf("credentials: random credential: %w", err)
 	}
 	body := new(big.Int).SetBytes(b[:]).Text(62)
 	return scheme + strings.Repeat("0", keyBodyLen-len(body)) + body, nil
@@ -72,11 +84,11 @@ func newCredential(scheme string) (string, error) {
 // IssueKey makes a new API key for the tenant. Only its hash is stored.
 func (s *Service) IssueKey(ctx context.Context, tenantID, name string) (IssuedKey, error) {
 	name = strings.TrimSpace(name)
-	if len([]rune(name)) > maxNameLen || !cleanText(name) {
+	if !cleanName(name) {
 		return IssuedKey{}, apperr.Invalidf("name", "must be at most %d characters without control characters", maxNameLen)
 	}
-	if _, err := getTenant(ctx, s.db, tenantID, false); err != nil {
-		return IssuedKey{}, fmt.Errorf("entitlements: issue key: %w", err)
+	if _, err := s.tenants.GetTenantRow(ctx, tenantID); err != nil {
+		return IssuedKey{}, fmt.Errorf("credentials: issue key: %w", err)
 	}
 	raw, err := newRawKey()
 	if err != nil {
@@ -89,9 +101,9 @@ RETURNING id::text, created_at`, tenantID, k.Prefix, hashKey(raw), name).Scan(&k
 	if err != nil {
 		var pe interface{ SQLState() string }
 		if errors.As(err, &pe) && pe.SQLState() == "23503" {
-			return IssuedKey{}, tenantNotFound(tenantID) // deleted meanwhile
+			return IssuedKey{}, apperr.New(apperr.NotFound, "no tenant %q", tenantID) // deleted meanwhile
 		}
-		return IssuedKey{}, fmt.Errorf("entitlements: issue key: %w", pgError(err))
+		return IssuedKey{}, fmt.Errorf("credentials: issue key: %w", err)
 	}
 	sum := hashKey(raw)
 	s.index.add(indexID(sum))
@@ -112,18 +124,18 @@ RETURNING id::text, created_at`, tenantID, k.Prefix, hashKey(raw), name).Scan(&k
 
 // ListKeys lists the tenant's keys, newest first, without their secrets.
 func (s *Service) ListKeys(ctx context.Context, tenantID string) ([]KeySummary, error) {
-	if _, err := getTenant(ctx, s.db, tenantID, false); err != nil {
-		return nil, fmt.Errorf("entitlements: list keys: %w", err)
+	if _, err := s.tenants.GetTenantRow(ctx, tenantID); err != nil {
+		return nil, fmt.Errorf("credentials: list keys: %w", err)
 	}
 	rows, err := s.db.Query(ctx, `
 SELECT id::text, prefix, name, created_at, last_used_at, revoked_at FROM api_keys
  WHERE tenant_id = $1 ORDER BY created_at DESC, id`, tenantID)
 	if err != nil {
-		return nil, fmt.Errorf("entitlements: list keys: %w", err)
+		return nil, fmt.Errorf("credentials: list keys: %w", err)
 	}
 	keys, err := pgx.CollectRows(rows, pgx.RowToStructByPos[KeySummary])
 	if err != nil {
-		return nil, fmt.Errorf("entitlements: list keys: %w", err)
+		return nil, fmt.Errorf("credentials: list keys: %w", err)
 	}
 	if keys == nil {
 		keys = []KeySummary{}
@@ -152,7 +164,7 @@ RETURNING hash, tenant_id::text`, keyID).Scan(&hash, &tenantID)
 		return apperr.New(apperr.NotFound, "no API key %q", keyID)
 	}
 	if err != nil {
-		return fmt.Errorf("entitlements: revoke key: %w", err)
+		return fmt.Errorf("credentials: revoke key: %w", err)
 	}
 	h := hex.EncodeToString(hash)
 	s.keys.revoke(h)
@@ -163,7 +175,7 @@ RETURNING hash, tenant_id::text`, keyID).Scan(&hash, &tenantID)
 		// instances trust their cache for at most KeyCacheTTL; until then
 		// Run keeps publishing, so they drop the key as soon as Redis
 		// answers again.
-		err := s.retried(ctx, func(ctx context.Context) error { return s.publishRevocation(ctx, h) })
+		err := limitstore.Retry(ctx, s.opts.RedisTimeout, func(ctx context.Context) error { return s.publishRevocation(ctx, h) })
 		if err != nil {
 			s.log.ErrorContext(ctx, "publishing api key revocation failed; retried in the background", "key_id", keyID, "err", err)
 			s.unsentMu.Lock()
@@ -284,4 +296,41 @@ UPDATE api_keys SET last_used_at = $2
 	if err != nil {
 		s.log.WarnContext(ctx, "recording api key use failed", "key_id", keyID, "err", err)
 	}
+}
+
+// TenantKey returns one of the tenant's keys; another tenant's key, an
+// unknown or a malformed id is NotFound, so that a dashboard cannot probe
+// other tenants' keys.
+func (s *Service) TenantKey(ctx context.Context, tenantID, keyID string) (KeySummary, error) {
+	if !ids.IsUUID(keyID) || !ids.IsUUID(tenantID) {
+		return KeySummary{}, apperr.New(apperr.NotFound, "API key not found")
+	}
+	rows, err := s.db.Query(ctx, `
+SELECT id::text, prefix, name, created_at, last_used_at, revoked_at FROM api_keys
+ WHERE id = $1 AND tenant_id = $2`, keyID, tenantID)
+	if err != nil {
+		return KeySummary{}, fmt.Errorf("credentials: tenant key: %w", err)
+	}
+	k, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[KeySummary])
+	if errors.Is(err, pgx.ErrNoRows) {
+		return KeySummary{}, apperr.New(apperr.NotFound, "API key not found")
+	}
+	if err != nil {
+		return KeySummary{}, fmt.Errorf("credentials: tenant key: %w", err)
+	}
+	return k, nil
+}
+
+// KeyLive reports whether the key exists and is not revoked: a dashboard
+// session lives only while the key that opened it does.
+func (s *Service) KeyLive(ctx context.Context, keyID string) (bool, error) {
+	if !ids.IsUUID(keyID) {
+		return false, nil
+	}
+	var live bool
+	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM api_keys WHERE id = $1 AND revoked_at IS NULL)`, keyID).Scan(&live)
+	if err != nil {
+		return false, fmt.Errorf("credentials: key live: %w", err)
+	}
+	return live, nil
 }

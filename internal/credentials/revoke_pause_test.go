@@ -1,4 +1,4 @@
-package entitlements_test
+package credentials_test
 
 import (
 	"context"
@@ -8,8 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
-	"github.com/tollgatehq/tollgate/internal/entitlements"
-	"github.com/tollgatehq/tollgate/internal/limitstore"
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/redistest"
 	"github.com/tollgatehq/tollgate/internal/testkit"
 )
@@ -21,10 +20,9 @@ import (
 func TestRevocationUnderRedisPauseIsPublishedWhenRedisReturns(t *testing.T) {
 	b := setup(t)
 	rs := redistest.StartServer(t)
-	instance := func() *entitlements.Service {
+	instance := func() *credentials.Service {
 		rdb := redis.NewClient(&redis.Options{Addr: rs.Addr, ContextTimeoutEnabled: true})
-		svc := entitlements.NewService(b.pool, limitstore.New(rdb, b.prefix), nil, entitlements.Options{
-			DefaultPlan: b.free, Redis: rdb, Prefix: b.prefix,
+		svc := credentials.New(b.pool, b.ents, nil, credentials.Options{Redis: rdb, Prefix: b.prefix,
 			RedisTimeout: 100 * time.Millisecond, KeyCacheTTL: 10 * time.Minute})
 		ctx, cancel := context.WithCancel(b.ctx)
 		done := make(chan struct{})

@@ -1,4 +1,4 @@
-package entitlements
+package credentials
 
 import (
 	"context"
@@ -43,21 +43,21 @@ func indexIDHex(h string) (uint64, bool) {
 func (s *Service) loadKeyIndex(ctx context.Context) error {
 	rows, err := s.db.Query(ctx, `SELECT substring(hash FROM 1 FOR 8) FROM api_keys WHERE revoked_at IS NULL`)
 	if err != nil {
-		return fmt.Errorf("entitlements: load key index: %w", err)
+		return fmt.Errorf("credentials: load key index: %w", err)
 	}
 	defer rows.Close()
 	m := map[uint64]struct{}{}
 	for rows.Next() {
 		var b []byte
 		if err := rows.Scan(&b); err != nil {
-			return fmt.Errorf("entitlements: load key index: %w", err)
+			return fmt.Errorf("credentials: load key index: %w", err)
 		}
 		if len(b) == 8 {
 			m[indexID(b)] = struct{}{}
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("entitlements: load key index: %w", err)
+		return fmt.Errorf("credentials: load key index: %w", err)
 	}
 	s.index.mu.Lock()
 	// Keys issued or revoked while the query ran arrive as messages after

@@ -1,4 +1,4 @@
-package entitlements
+package credentials
 
 // KeysRefreshed counts the keys read again ahead of their expiry.
 func (s *Service) KeysRefreshed() int64 { return s.refreshed.Load() }

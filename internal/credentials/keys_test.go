@@ -1,4 +1,4 @@
-package entitlements_test
+package credentials_test
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
@@ -120,10 +120,10 @@ func TestRevocationReachesOtherInstances(t *testing.T) {
 // be missed: so losing it must drop the cache.
 func TestLostSubscriptionDropsKeyCache(t *testing.T) {
 	b := setup(t)
-	name := uniq("entsub")
+	name := testkit.Unique("entsub")
 	rdb := redis.NewClient(&redis.Options{Addr: b.rdb.Options().Addr, DB: b.rdb.Options().DB, ClientName: name})
 	t.Cleanup(func() { rdb.Close() })
-	svc := entitlements.NewService(b.pool, b.store, nil, entitlements.Options{DefaultPlan: b.free, Redis: rdb, Prefix: b.prefix})
+	svc := credentials.New(b.pool, b.ents, nil, credentials.Options{Redis: rdb, Prefix: b.prefix})
 	done := make(chan struct{})
 	go func() { defer close(done); _ = svc.Run(b.ctx) }()
 	t.Cleanup(func() { <-done })
@@ -220,8 +220,8 @@ func TestKeyInUseIsRefreshedBeforeItExpires(t *testing.T) {
 	b := setup(t)
 	var offset atomic.Int64
 	now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
-	svc := entitlements.NewService(b.pool, b.store, slog.New(slog.NewTextHandler(tlog{t}, nil)), entitlements.Options{
-		DefaultPlan: b.free, Redis: b.rdb, Prefix: b.prefix, Now: now, KeyCacheTTL: 30 * time.Second,
+	svc := credentials.New(b.pool, b.ents, testkit.Logger(t), credentials.Options{
+		Redis: b.rdb, Prefix: b.prefix, Now: now, KeyCacheTTL: 30 * time.Second,
 	})
 	ctx, cancel := context.WithCancel(b.ctx)
 	done := make(chan struct{})
@@ -286,8 +286,8 @@ func TestKeyInUseIsRefreshedBeforeItExpires(t *testing.T) {
 func TestCancelledKeyLookupLogsNoError(t *testing.T) {
 	b := setup(t)
 	var logs bytes.Buffer
-	svc := entitlements.NewService(b.pool, b.store, slog.New(slog.NewJSONHandler(&logs, nil)), entitlements.Options{
-		DefaultPlan: b.free, Redis: b.rdb, Prefix: b.prefix,
+	svc := credentials.New(b.pool, b.ents, slog.New(slog.NewJSONHandler(&logs, nil)), credentials.Options{
+		Redis: b.rdb, Prefix: b.prefix,
 	})
 	tn := b.mustTenant(t, b.free)
 	k, err := b.svc.IssueKey(b.ctx, tn.ID, "")

@@ -1,4 +1,4 @@
-package entitlements
+package credentials
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package entitlements
+package credentials
 
 import (
 	"context"
@@ -48,7 +48,7 @@ func IsServiceToken(raw string) bool {
 // IssueServiceToken makes a new service token. Only its hash is stored.
 func (s *Service) IssueServiceToken(ctx context.Context, name string) (IssuedServiceToken, error) {
 	name = strings.TrimSpace(name)
-	if name == "" || len([]rune(name)) > maxNameLen || !cleanText(name) {
+	if name == "" || !cleanName(name) {
 		return IssuedServiceToken{}, apperr.Invalidf("name", "must be 1-%d characters without control characters", maxNameLen)
 	}
 	raw, err := newCredential(serviceScheme)
@@ -60,7 +60,7 @@ func (s *Service) IssueServiceToken(ctx context.Context, name string) (IssuedSer
 INSERT INTO service_tokens (prefix, hash, name) VALUES ($1, $2, $3)
 RETURNING id::text, created_at`, k.Prefix, hashKey(raw), name).Scan(&k.ID, &k.CreatedAt)
 	if err != nil {
-		return IssuedServiceToken{}, fmt.Errorf("entitlements: issue service token: %w", pgError(err))
+		return IssuedServiceToken{}, fmt.Errorf("credentials: issue service token: %w", err)
 	}
 	s.log.InfoContext(ctx, "service token issued", "token_id", k.ID, "token_prefix", k.Prefix)
 	return k, nil
@@ -72,11 +72,11 @@ func (s *Service) ListServiceTokens(ctx context.Context) ([]ServiceTokenSummary,
 SELECT id::text, prefix, name, created_at, last_used_at, revoked_at FROM service_tokens
  ORDER BY created_at DESC, id`)
 	if err != nil {
-		return nil, fmt.Errorf("entitlements: list service tokens: %w", pgError(err))
+		return nil, fmt.Errorf("credentials: list service tokens: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ServiceTokenSummary])
 	if err != nil {
-		return nil, fmt.Errorf("entitlements: list service tokens: %w", pgError(err))
+		return nil, fmt.Errorf("credentials: list service tokens: %w", err)
 	}
 	if out == nil {
 		out = []ServiceTokenSummary{}
@@ -92,7 +92,7 @@ func (s *Service) RevokeServiceToken(ctx context.Context, id string) error {
 	}
 	tag, err := s.db.Exec(ctx, `UPDATE service_tokens SET revoked_at = coalesce(revoked_at, now()) WHERE id = $1`, id)
 	if err != nil {
-		return fmt.Errorf("entitlements: revoke service token: %w", pgError(err))
+		return fmt.Errorf("credentials: revoke service token: %w", err)
 	}
 	if tag.RowsAffected() == 0 {
 		return apperr.New(apperr.NotFound, "no service token %q", id)

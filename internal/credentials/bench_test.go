@@ -1,4 +1,4 @@
-package entitlements_test
+package credentials_test
 
 import (
 	"context"
