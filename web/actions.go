@@ -17,7 +17,7 @@ import (
 // Snapshots gives a tenant's effective entitlements as built from Postgres
 // (entitlements.Service).
 type Snapshots interface {
-	Snapshot(ctx context.Context, tenantID string) (limiter.Snapshot, error)
+	SnapshotFromPostgres(ctx context.Context, tenantID string) (limiter.Snapshot, error)
 }
 
 // UsageReader is GET /v1/usage's own computation (metering.Service), so the

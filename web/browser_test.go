@@ -274,7 +274,7 @@ func (b *bundle) backdate(t testing.TB, tenantID string, days int) {
 	if _, err := b.pool.Exec(b.ctx, `UPDATE tenants SET period_anchor = now() - make_interval(days => $2) WHERE id = $1`, tenantID, days); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.ents.Refresh(b.ctx, tenantID, "test: period anchor moved back"); err != nil {
+	if _, err := b.ents.BumpAndPublish(b.ctx, tenantID, "test: period anchor moved back"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -285,7 +285,7 @@ func (b *bundle) backdate(t testing.TB, tenantID string, days int) {
 // events.
 func (b *bundle) seedUsage(t testing.TB, tenantID string, hours int) (requests, exports int64) {
 	t.Helper()
-	snap, err := b.ents.Snapshot(b.ctx, tenantID)
+	snap, err := b.ents.SnapshotFromPostgres(b.ctx, tenantID)
 	if err != nil {
 		t.Fatal(err)
 	}

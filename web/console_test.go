@@ -118,7 +118,7 @@ func TestConsoleTenantPage(t *testing.T) {
 	}
 	wantRedirect(t, br.post("/admin/tenants/"+tn.ID+"/overrides", url.Values{"csrf": {tok}, "meter": {"requests"}, "extra": {"500"}, "reason": {"launch"}, "expires_days": {"7"}}),
 		"/admin/tenants/"+tn.ID+"?done=override#overrides", "override")
-	snap, _ := b.ents.Snapshot(b.ctx, tn.ID)
+	snap, _ := b.ents.SnapshotFromPostgres(b.ctx, tn.ID)
 	if q := snap.Quotas["requests"]; q.Limit != 100500 {
 		t.Fatalf("requests limit %d after +500 on pro", q.Limit)
 	}

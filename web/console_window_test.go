@@ -59,7 +59,7 @@ func TestDashboardShowsMonthOfYearlySubscription(t *testing.T) {
 		VALUES ($1, $2, $3, 'active', $4, $5)`, uniq("sub"), tn.ID, uniq("cus"), start, start.AddDate(1, 0, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.ents.Refresh(b.ctx, tn.ID, "test: yearly subscription"); err != nil {
+	if _, err := b.ents.BumpAndPublish(b.ctx, tn.ID, "test: yearly subscription"); err != nil {
 		t.Fatal(err)
 	}
 	mStart, mEnd := start.AddDate(0, 1, 0), start.AddDate(0, 2, 0)

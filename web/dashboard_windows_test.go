@@ -20,10 +20,10 @@ func TestDashboardShowsWindowUsage(t *testing.T) {
 		Windows: entitlements.WindowInputs{{Name: "hourly", Limit: ptr[int64](5), Length: "1h", Kind: "fixed"},
 			{Name: "daily", Limit: ptr[int64](1000), Length: "24h"}}})
 	tn := b.tenant(t, "Window Dash", key)
-	if _, err := b.ents.Refresh(b.ctx, tn.ID, "test"); err != nil {
+	if _, err := b.ents.BumpAndPublish(b.ctx, tn.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
-	lim, err := limiter.New(b.rdb, limiter.Options{Prefix: b.prefix, Loader: b.ents.LoadSnapshot, Timeout: 10 * time.Second})
+	lim, err := limiter.New(b.rdb, limiter.Options{Prefix: b.prefix, Loader: b.ents.ReloadSnapshot, Timeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

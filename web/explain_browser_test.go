@@ -79,7 +79,7 @@ func TestBrowserWhyTheseLimits(t *testing.T) {
 		sub, packs, uploads); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.ents.Refresh(b.ctx, tn.ID, "subscription fixture"); err != nil {
+	if _, err := b.ents.BumpAndPublish(b.ctx, tn.ID, "subscription fixture"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -100,7 +100,7 @@ func TestBrowserWhyTheseLimits(t *testing.T) {
 	rows := readWhy(t, run(t, admin, "panel", chromedp.Evaluate[string](whyRowsJS)))
 
 	// The figures are the enforced snapshot's.
-	snap, err := b.ents.Snapshot(b.ctx, tn.ID)
+	snap, err := b.ents.SnapshotFromPostgres(b.ctx, tn.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,13 +74,13 @@ func TestBrowserFigures(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, `UPDATE tenants SET period_anchor = date_trunc('hour', now() - interval '1 hour') + interval '37 minutes' WHERE id = $1`, acme.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.ents.Refresh(b.ctx, acme.ID, "test: period starts at :37"); err != nil {
+	if _, err := b.ents.BumpAndPublish(b.ctx, acme.ID, "test: period starts at :37"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.ents.CreateOverride(b.ctx, acme.ID, entitlements.OverrideInput{Meter: "requests", Extra: ptr[int64](5000), Reason: "launch week"}); err != nil {
 		t.Fatal(err)
 	}
-	snap, err := b.ents.Snapshot(b.ctx, acme.ID)
+	snap, err := b.ents.SnapshotFromPostgres(b.ctx, acme.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -101,7 +101,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	b.keys = credentials.New(pool, b.ents, log, credentials.Options{Redis: rdb, Prefix: prefix})
 	// keys.Run is not started: without it Authenticate asks Postgres every
 	// time, which is what these tests want to see.
-	b.meter = metering.NewService(pool, b.store, log, metering.Options{Snapshot: b.ents.LoadSnapshot})
+	b.meter = metering.NewService(pool, b.store, log, metering.Options{Snapshot: b.ents.ReloadSnapshot})
 	// Grants go to Redis, where the limiter draws them, as in cmd/api.
 	b.creds = credits.NewService(pool, b.ents, log, credits.Options{Grants: b.store})
 	// The limiter gives Redis 50 ms by default, then decides by the fail
@@ -112,7 +112,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	// pages, not the fail modes (internal/httpapi tests those), so the
 	// timeout is generous and a fallback is recorded for the tests to
 	// assert on.
-	lim, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Loader: b.ents.LoadSnapshot, UsageLoader: b.meter.LoadUsage,
+	lim, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Loader: b.ents.ReloadSnapshot, UsageLoader: b.meter.LoadUsage,
 		GrantLoader: b.creds.RedisGrants,
 		Timeout:     10 * time.Second,
 		Hooks: limiter.Hooks{OnFallback: func(string, limiter.FailMode) { b.fallbacks.Add(1) },

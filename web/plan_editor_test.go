@@ -53,7 +53,7 @@ func TestConsolePlanEditIsConfirmedWithItsEffect(t *testing.T) {
 	if _, ok := p.Quotas["exports"]; ok || p.Quotas["requests"].Limit != 2000 || p.Quotas["tokens"].Mode != "soft" || p.Concurrency == nil || *p.Concurrency != 4 {
 		t.Fatalf("saved plan %+v", p)
 	}
-	if snap, _ := b.ents.Snapshot(b.ctx, one.ID); snap.Quotas["requests"].Limit != 2000 {
+	if snap, _ := b.ents.SnapshotFromPostgres(b.ctx, one.ID); snap.Quotas["requests"].Limit != 2000 {
 		t.Fatalf("a tenant on the plan has %+v", snap.Quotas)
 	}
 	if es, _ := b.trail.List(b.ctx, audit.Filter{PlanKey: key}); len(es) != 1 || es[0].Action != "plan.edit" {

@@ -72,7 +72,7 @@ func (w *Web) usageView(ctx context.Context, tenantID string) (UsageView, error)
 	if err != nil {
 		return UsageView{}, err
 	}
-	snap, err := w.Snapshots.Snapshot(ctx, tenantID)
+	snap, err := w.Snapshots.SnapshotFromPostgres(ctx, tenantID)
 	if err != nil {
 		return UsageView{}, fmt.Errorf("web: snapshot: %w", err)
 	}

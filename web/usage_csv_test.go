@@ -18,7 +18,7 @@ func TestDashboardUsageCSV(t *testing.T) {
 	a := b.tenant(t, uniq("csv-a"), b.pro)
 	other := b.tenant(t, uniq("csv-b"), b.pro)
 
-	snap, err := b.ents.Snapshot(b.ctx, a.ID)
+	snap, err := b.ents.SnapshotFromPostgres(b.ctx, a.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestDashboardUsageCSV(t *testing.T) {
 		ins(a.ID, "requests", first.Add(2*time.Hour), 8) // next day: kept apart below
 	}
 	ins(a.ID, "requests", day1.Add(5*time.Hour), 41)
-	otherSnap, err := b.ents.Snapshot(b.ctx, other.ID)
+	otherSnap, err := b.ents.SnapshotFromPostgres(b.ctx, other.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

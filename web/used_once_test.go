@@ -21,7 +21,7 @@ func TestEveryReaderShowsTheSameUsed(t *testing.T) {
 	b := setup(t)
 	tn := b.tenant(t, "Used once", b.pro)
 	key := b.key(t, tn.ID)
-	snap, err := b.ents.Snapshot(b.ctx, tn.ID)
+	snap, err := b.ents.SnapshotFromPostgres(b.ctx, tn.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

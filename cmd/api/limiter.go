@@ -37,7 +37,7 @@ func newLimiter(cfg config.Config, ents *entitlements.Service, usage limiter.Usa
 	mode := limiter.FailMode(cfg.LimiterFailMode)
 	lim, err := limiter.New(rdb, limiter.Options{
 		Prefix:            keyspace.DefaultPrefix,
-		Loader:            ents.LoadSnapshot,
+		Loader:            ents.ReloadSnapshot,
 		ExternalLoader:    ents.LoadExternal,
 		UsageLoader:       usage,
 		GrantLoader:       grants,

@@ -161,7 +161,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	// commit, the limiter rebuilds grants Redis lost from the ledger, and
 	// GET /v1/usage shows them.
 	creds := wire.Credits(pool, ents, log, credits.Options{Grants: limitstore.New(rdb, keyspace.DefaultPrefix)})
-	meter := metering.NewService(pool, limitstore.New(rdb, keyspace.DefaultPrefix), log, metering.Options{Snapshot: ents.Current, RedisTimeout: cfg.RedisTimeout, Grants: usageGrants(creds),
+	meter := metering.NewService(pool, limitstore.New(rdb, keyspace.DefaultPrefix), log, metering.Options{Snapshot: ents.CachedSnapshot, RedisTimeout: cfg.RedisTimeout, Grants: usageGrants(creds),
 		Prepaid: creds.PrepaidConsumed})
 	lim, closeLimiter, err := newLimiter(cfg, ents, meter.LoadUsage, creds.RedisGrants, reg)
 	if err != nil {

@@ -38,10 +38,10 @@ func newMetering(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitlemen
 	// The flush's quota crossings, the refusals flush's exhausted quotas and
 	// the closed windows go to the webhooks' outbox in their own transactions;
 	// the closed windows also to credits' rollover, in the same one.
-	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush, Snapshot: ents.Snapshot,
+	svc := metering.NewService(pool, store, log, metering.Options{OnFlush: jm.onFlush, Snapshot: ents.SnapshotFromPostgres,
 		Crossings: hooks.QuotaCrossings, Exhausted: hooks.QuotaExhaustions, PeriodsClosed: periodsClosed(hooks.PeriodsClosed, rollover(creds)),
 		// Units prepaid grants covered are taken off the overage reported.
-		Limits: ents.Current, GrantDraws: grantDraws(creds), Prepaid: creds.PrepaidConsumed})
+		Limits: ents.CachedSnapshot, GrantDraws: grantDraws(creds), Prepaid: creds.PrepaidConsumed})
 	return &meteringPart{svc: svc, ents: ents, rdb: rdb, cfg: cfg, jm: jm}
 }
 

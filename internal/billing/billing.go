@@ -8,7 +8,7 @@
 //     enqueueing its job happen in one transaction, so nothing stored is
 //     left unprocessed and nothing unstored is acknowledged.
 //   - Stripe is never called inside a database transaction.
-//   - Billing writes tenants only through entitlements.Update, which bumps
+//   - Billing writes tenants only through entitlements.WriteAndPublish, which bumps
 //     every changed tenant's entitlement version in the same transaction and
 //     publishes it to the limiter after the commit.
 //   - subscriptions.last_event_at is the created time of the newest event

@@ -453,7 +453,7 @@ func TestStripeCreditUnitsAreReportedAndPrepaidUnitsAreNot(t *testing.T) {
 	ctx := context.Background()
 	p := e.creditPlan(f)
 	store := limitstore.New(e.rdb, e.prefix)
-	meter := metering.NewService(e.pool, store, nil, metering.Options{Snapshot: e.ents.Current, Prepaid: e.creds.PrepaidConsumed,
+	meter := metering.NewService(e.pool, store, nil, metering.Options{Snapshot: e.ents.CachedSnapshot, Prepaid: e.creds.PrepaidConsumed,
 		GrantDraws: func(ctx context.Context, tx pgx.Tx, ds []metering.GrantDraw) error {
 			in := make([]credits.Draw, len(ds))
 			for i, d := range ds {
@@ -462,7 +462,7 @@ func TestStripeCreditUnitsAreReportedAndPrepaidUnitsAreNot(t *testing.T) {
 			_, err := e.creds.RecordDrawsTx(ctx, tx, in)
 			return err
 		}})
-	lim, err := limiter.New(e.rdb, limiter.Options{Prefix: e.prefix, Timeout: 5 * time.Second, Loader: e.ents.LoadSnapshot,
+	lim, err := limiter.New(e.rdb, limiter.Options{Prefix: e.prefix, Timeout: 5 * time.Second, Loader: e.ents.ReloadSnapshot,
 		UsageLoader: meter.LoadUsage, GrantLoader: e.creds.RedisGrants})
 	if err != nil {
 		t.Fatal(err)

@@ -118,7 +118,7 @@ func newEnvOn(t testing.TB, pool *pgxpool.Pool, rdb *redis.Client, prefix string
 	if err != nil {
 		t.Fatal(err)
 	}
-	lim, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Loader: ents.LoadSnapshot,
+	lim, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Loader: ents.ReloadSnapshot,
 		Timeout: 5 * time.Second}) // not a fail-mode test: no 50 ms fallbacks under load
 	if err != nil {
 		t.Fatal(err)
@@ -350,7 +350,7 @@ func (e *env) version(tenant string) int64 {
 
 func (e *env) snapshot(tenant string) limiter.Snapshot {
 	e.t.Helper()
-	snap, err := e.ents.Snapshot(context.Background(), tenant)
+	snap, err := e.ents.SnapshotFromPostgres(context.Background(), tenant)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -169,7 +169,7 @@ func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (ent
 		sub.ItemID = itemID
 	}
 	// Stripe accepted: apply the same change here, as its webhook would.
-	_, err = s.ents.Update(ctx, func(ctx context.Context, w *entitlements.Writes) error {
+	_, err = s.ents.WriteAndPublish(ctx, func(ctx context.Context, w *entitlements.Writes) error {
 		tx := w.Tx()
 		if err := lockCustomer(ctx, tx, sub.Customer); err != nil {
 			return err

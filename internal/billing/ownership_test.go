@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// Billing writes tenants only through entitlements.Update (issue 13): no
+// Billing writes tenants only through entitlements.WriteAndPublish (issue 13): no
 // SQL in this package updates, inserts into or deletes from tenants.
 func TestBillingWritesNoTenantsColumns(t *testing.T) {
 	t.Parallel()
@@ -28,7 +28,7 @@ func TestBillingWritesNoTenantsColumns(t *testing.T) {
 		}
 		checked++
 		if m := write.Find(b); m != nil {
-			t.Errorf("%s writes tenants directly (%q); use entitlements.Update's Writes", f, m)
+			t.Errorf("%s writes tenants directly (%q); use entitlements.WriteAndPublish's Writes", f, m)
 		}
 	}
 	if checked < 5 {

@@ -98,7 +98,7 @@ func (s *Service) ProcessEvent(ctx context.Context, eventID string, replay bool)
 		return err
 	}
 	var res outcome
-	_, err = s.ents.Update(ctx, func(ctx context.Context, w *entitlements.Writes) error {
+	_, err = s.ents.WriteAndPublish(ctx, func(ctx context.Context, w *entitlements.Writes) error {
 		tx := w.Tx()
 		res = outcome{}
 		if ev.Customer != "" {

@@ -130,7 +130,7 @@ func viewOf(ss *stripe.Subscription) subView {
 
 func (s *Service) repair(ctx context.Context, tenantID, customer string, st stripeState) ([]DriftRepair, error) {
 	var repairs []DriftRepair
-	_, err := s.ents.Update(ctx, func(ctx context.Context, w *entitlements.Writes) error {
+	_, err := s.ents.WriteAndPublish(ctx, func(ctx context.Context, w *entitlements.Writes) error {
 		tx := w.Tx()
 		repairs = nil
 		if err := lockCustomer(ctx, tx, customer); err != nil {
@@ -395,7 +395,7 @@ func (s *Service) ExpireGrace(ctx context.Context) ([]string, error) {
 		return nil, fmt.Errorf("billing: %w", err)
 	}
 	for _, id := range ids {
-		if _, err := s.ents.Refresh(ctx, id, "stripe: past_due grace period ended"); err != nil {
+		if _, err := s.ents.BumpAndPublish(ctx, id, "stripe: past_due grace period ended"); err != nil {
 			return nil, fmt.Errorf("billing: refresh after grace: %w", err)
 		}
 	}

@@ -147,7 +147,7 @@ func (s *Service) createCustomer(ctx context.Context, tenant entitlements.Tenant
 		return "", stripeError("create your customer", err)
 	}
 	linked := cus.ID
-	_, err = s.ents.Update(ctx, func(ctx context.Context, w *entitlements.Writes) error {
+	_, err = s.ents.WriteAndPublish(ctx, func(ctx context.Context, w *entitlements.Writes) error {
 		cur, ok, err := w.LockTenant(ctx, tenant.ID)
 		if err != nil {
 			return err

@@ -30,7 +30,7 @@ type Entitlements interface {
 	// For rollover: the plans' rollover settings and the tenant's
 	// included quota and periods.
 	ListPlans(ctx context.Context) ([]entitlements.Plan, error)
-	Snapshot(ctx context.Context, tenantID string) (limiter.Snapshot, error)
+	SnapshotFromPostgres(ctx context.Context, tenantID string) (limiter.Snapshot, error)
 }
 
 // Options of the service. Zero values take the defaults noted.

@@ -80,7 +80,7 @@ func TestGrantsAreWrittenToRedisInDrawOrder(t *testing.T) {
 	}
 
 	// The limiter draws them: included 1,000, then first (300), then soon.
-	snap, err := b.ents.Snapshot(ctx, tn)
+	snap, err := b.ents.SnapshotFromPostgres(ctx, tn)
 	if err != nil {
 		t.Fatal(err)
 	}

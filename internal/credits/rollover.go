@@ -67,7 +67,7 @@ func (s *Service) RolloverTx(ctx context.Context, tx pgx.Tx, closed []ClosedPeri
 		}
 		snap, ok := snaps[c.TenantID]
 		if !ok {
-			snap, err = s.ents.Snapshot(ctx, c.TenantID)
+			snap, err = s.ents.SnapshotFromPostgres(ctx, c.TenantID)
 			if err != nil {
 				return made, fmt.Errorf("credits: rollover of tenant %s: %w", c.TenantID, err)
 			}

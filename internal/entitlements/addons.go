@@ -150,7 +150,7 @@ func (s *Service) PutAddon(ctx context.Context, priceID string, in AddonInput) (
 		in.Features = []string{}
 	}
 	var created bool
-	snaps, err := s.Update(ctx, func(ctx context.Context, w *Writes) error {
+	snaps, err := s.WriteAndPublish(ctx, func(ctx context.Context, w *Writes) error {
 		err := w.tx.QueryRow(ctx, `
 INSERT INTO addon_grants (stripe_price_id, name, quotas, features) VALUES ($1, $2, $3, $4)
 ON CONFLICT (stripe_price_id) DO UPDATE SET name = EXCLUDED.name, quotas = EXCLUDED.quotas, features = EXCLUDED.features, updated_at = now()
@@ -177,7 +177,7 @@ RETURNING (xmax = 0)`, priceID, in.Name, in.Quotas, in.Features).Scan(&created)
 
 // DeleteAddon removes a grant; tenants that had it get a new version.
 func (s *Service) DeleteAddon(ctx context.Context, priceID string) error {
-	_, err := s.Update(ctx, func(ctx context.Context, w *Writes) error {
+	_, err := s.WriteAndPublish(ctx, func(ctx context.Context, w *Writes) error {
 		if err := s.touchAddonTenants(ctx, w, priceID, "add-on "+priceID+" removed"); err != nil {
 			return err
 		}

@@ -17,7 +17,7 @@ import (
 // end on that figure.
 func agree(t *testing.T, b *bundle, e entitlements.Explanation) {
 	t.Helper()
-	snap, err := b.svc.Snapshot(b.ctx, e.TenantID)
+	snap, err := b.svc.SnapshotFromPostgres(b.ctx, e.TenantID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +363,7 @@ func TestFallbackToAMissingDefaultPlanRefusesEveryMeter(t *testing.T) {
 	b.subscribe(t, tn.ID, "canceled", 1, nil, nil, nil)
 	gone := uniq("gone")
 	svc := entitlements.NewService(b.pool, b.store, nil, entitlements.Options{DefaultPlan: gone})
-	snap, err := svc.Snapshot(b.ctx, tn.ID)
+	snap, err := svc.SnapshotFromPostgres(b.ctx, tn.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -212,7 +212,7 @@ func TestTenantByRef(t *testing.T) {
 	}
 	want := map[string]string{tn.ID: tn.ID, ext: tn.ID, other.ID: other.ID, orphan: byUUID.ID, uniq("nobody"): "", "bad ref": "", "": ""}
 	_ = shadow
-	_, err = b.svc.Update(b.ctx, func(ctx context.Context, w *entitlements.Writes) error {
+	_, err = b.svc.WriteAndPublish(b.ctx, func(ctx context.Context, w *entitlements.Writes) error {
 		for ref, id := range want {
 			got, err := w.TenantByRef(ctx, ref)
 			if err != nil || got != id {

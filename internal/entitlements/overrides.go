@@ -135,7 +135,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING `+overrideCols,
 			}
 			return err
 		}
-		snap, err = s.BumpTx(ctx, tx, tenantID, "override added: "+in.Meter)
+		snap, err = s.BumpVersionTx(ctx, tx, tenantID, "override added: "+in.Meter)
 		return err
 	})
 	if err != nil {
@@ -186,7 +186,7 @@ func (s *Service) DeleteOverride(ctx context.Context, tenantID, overrideID strin
 		if err != nil {
 			return err
 		}
-		snap, err = s.BumpTx(ctx, tx, tenantID, "override removed: "+meter)
+		snap, err = s.BumpVersionTx(ctx, tx, tenantID, "override removed: "+meter)
 		return err
 	})
 	if err != nil {
@@ -230,7 +230,7 @@ SELECT DISTINCT o.tenant_id FROM quota_overrides o
 	}
 	n := 0
 	for _, id := range ids {
-		if _, err := s.Refresh(ctx, id, "override expired"); err != nil {
+		if _, err := s.BumpAndPublish(ctx, id, "override expired"); err != nil {
 			return n, err
 		}
 		n++

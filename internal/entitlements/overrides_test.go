@@ -24,7 +24,7 @@ func TestOverridesApplyThroughNewVersion(t *testing.T) {
 	plan := b.mustPlan(t, entitlements.PlanInput{Key: uniq("ov"), Quotas: map[string]*entitlements.QuotaInput{
 		"requests": {Limit: ptr[int64](100)}, "exports": {Limit: ptr[int64](5), Mode: "soft"}}})
 	tn := b.mustTenant(t, plan.Key)
-	before, err := b.svc.Snapshot(b.ctx, tn.ID)
+	before, err := b.svc.SnapshotFromPostgres(b.ctx, tn.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

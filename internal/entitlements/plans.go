@@ -558,7 +558,7 @@ func (s *Service) PatchPlan(ctx context.Context, key string, patch PlanPatch) (P
 			return err
 		}
 		for _, id := range ids {
-			snap, err := s.BumpTx(ctx, tx, id, "plan "+key+" changed")
+			snap, err := s.BumpVersionTx(ctx, tx, id, "plan "+key+" changed")
 			if err != nil {
 				return err
 			}

@@ -31,7 +31,7 @@ func TestPlanWindowsGoIntoTheSnapshot(t *testing.T) {
 		{Name: "hourly", Limit: 5000, Length: time.Hour, Kind: limiter.WindowFixed},
 		{Name: "per-minute", Limit: 60, Length: time.Minute, Kind: limiter.WindowSliding},
 	}
-	snap, err := b.svc.Refresh(b.ctx, tn.ID, "test")
+	snap, err := b.svc.BumpAndPublish(b.ctx, tn.ID, "test")
 	if err != nil || !slices.Equal(snap.Windows, want) {
 		t.Fatalf("snapshot windows %+v (%v), want %+v", snap.Windows, err, want)
 	}
@@ -56,7 +56,7 @@ func TestPlanWindowsGoIntoTheSnapshot(t *testing.T) {
 
 	// Canceled: the default plan names no window, so the paid plan's stay.
 	b.subscribe(t, tn.ID, "canceled", 1, nil, nil, nil)
-	snap, err = b.svc.Snapshot(b.ctx, tn.ID)
+	snap, err = b.svc.SnapshotFromPostgres(b.ctx, tn.ID)
 	if err != nil || snap.Plan != b.free || !slices.Equal(snap.Windows, want) {
 		t.Fatalf("after a fallback: plan %s windows %+v (%v)", snap.Plan, snap.Windows, err)
 	}

@@ -19,7 +19,7 @@ func TestPreviewPlanChangeAppliesTheRulesAndWritesNothing(t *testing.T) {
 	if _, err := b.svc.CreateOverride(b.ctx, tn.ID, entitlements.OverrideInput{Meter: "requests", Extra: ptr[int64](25)}); err != nil {
 		t.Fatal(err)
 	}
-	cur, _ := b.svc.Snapshot(b.ctx, tn.ID)
+	cur, _ := b.svc.SnapshotFromPostgres(b.ctx, tn.ID)
 
 	e, err := b.svc.PreviewPlanChange(b.ctx, tn.ID, big.Key)
 	if err != nil {
@@ -32,7 +32,7 @@ func TestPreviewPlanChangeAppliesTheRulesAndWritesNothing(t *testing.T) {
 		e.After.Rate == nil || e.After.Rate.PerSecond != 50 || e.After.Concurrency != 0 {
 		t.Fatalf("after = %+v", e.After)
 	}
-	now, _ := b.svc.Snapshot(b.ctx, tn.ID)
+	now, _ := b.svc.SnapshotFromPostgres(b.ctx, tn.ID)
 	if now.Plan != small.Key || now.Version != cur.Version {
 		t.Fatalf("the preview changed the tenant: plan %s version %d (was %d)", now.Plan, now.Version, cur.Version)
 	}

@@ -46,7 +46,7 @@ func (s *Service) Republish(ctx context.Context, after string, budget time.Durat
 					return st, fmt.Errorf("entitlements: republish %s: %w", id, err)
 				}
 			}
-			snap, err := s.Snapshot(ctx, id)
+			snap, err := s.SnapshotFromPostgres(ctx, id)
 			if err != nil {
 				return st, fmt.Errorf("entitlements: republish %s: %w", id, err)
 			}

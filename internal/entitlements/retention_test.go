@@ -10,7 +10,7 @@ func TestPruneVersionsKeepsEachTenantsLatest(t *testing.T) {
 	b := setup(t)
 	aged, mixed := b.mustTenant(t, b.free), b.mustTenant(t, b.free)
 	for _, id := range []string{aged.ID, aged.ID, mixed.ID} {
-		if _, err := b.svc.Refresh(b.ctx, id, "test"); err != nil {
+		if _, err := b.svc.BumpAndPublish(b.ctx, id, "test"); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -28,7 +28,7 @@ type Options struct {
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// RedisReadTimeout bounds the snapshot reads and best-effort write-backs
-	// of the read path (Current, LoadSnapshot); default 100ms. Postgres is
+	// of the read path (CachedSnapshot, ReloadSnapshot); default 100ms. Postgres is
 	// the system of record, so with Redis slow or dead a read falls back to
 	// it instead of waiting out go-redis's retries.
 	RedisReadTimeout time.Duration
@@ -64,7 +64,7 @@ type Service struct {
 }
 
 // NewService builds the service. store may be nil in tools that never
-// publish (then Publish is a no-op).
+// publish (then PublishToRedis is a no-op).
 func NewService(db *pgxpool.Pool, store *limitstore.Store, log *slog.Logger, opts Options) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -90,8 +90,11 @@ func NewService(db *pgxpool.Pool, store *limitstore.Store, log *slog.Logger, opt
 // DefaultPlan is the plan tenants fall back to.
 func (s *Service) DefaultPlan() string { return s.opts.DefaultPlan }
 
-// Publish writes a snapshot to Redis (and announces it to every limiter).
-func (s *Service) Publish(ctx context.Context, snap limiter.Snapshot) error {
+// PublishToRedis writes a snapshot to Redis as it is (and announces it to
+// every limiter): no version, nothing in Postgres. It is the last step of
+// every write path (BumpVersionTx's caller, BumpAndPublish,
+// WriteAndPublish) and of ReloadSnapshot.
+func (s *Service) PublishToRedis(ctx context.Context, snap limiter.Snapshot) error {
 	if s.store == nil {
 		return nil
 	}

@@ -460,9 +460,33 @@ func (s *Service) buildSnapshot(ctx context.Context, q postgres.Querier, tenantI
 	return s.compute(in, nil), nil
 }
 
-// Snapshot computes the tenant's current snapshot from Postgres (no version
-// bump, nothing written).
-func (s *Service) Snapshot(ctx context.Context, tenantID string) (limiter.Snapshot, error) {
+// The read and write paths of a snapshot, by name:
+//
+// Read (no new version):
+//   - SnapshotFromPostgres computes it from the record and writes nothing:
+//     for pages and jobs that must see what Postgres says now.
+//   - ReloadSnapshot computes it from the record and writes the copy back to
+//     Redis: the limiter's Loader, for a snapshot Redis lost.
+//   - CachedSnapshot answers from Redis while the copy's period lasts, else
+//     ReloadSnapshot: one Redis read in steady state, for the hot paths
+//     (usage, metering's limits).
+//
+// Write (a new version, then published):
+//   - BumpVersionTx bumps the version and records the snapshot inside the
+//     caller's transaction; the caller publishes after its commit (with
+//     publishRetried, here, or PublishToRedis).
+//   - BumpAndPublish does both for data that is already committed (an
+//     override expired, a grace period ended): its own transaction, then
+//     the publish.
+//   - WriteAndPublish (writes.go) runs another package's writes to tenants
+//     in a transaction, bumps every tenant they changed, commits, publishes.
+//   - PublishToRedis only writes a copy to Redis (no version); every writer
+//     above ends with it.
+
+// SnapshotFromPostgres computes the tenant's current snapshot from Postgres
+// in a read-only transaction: no version bump, nothing written, Redis not
+// asked. Use CachedSnapshot on a hot path.
+func (s *Service) SnapshotFromPostgres(ctx context.Context, tenantID string) (limiter.Snapshot, error) {
 	var snap limiter.Snapshot
 	err := pgx.BeginTxFunc(ctx, s.db, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		var err error
@@ -475,10 +499,12 @@ func (s *Service) Snapshot(ctx context.Context, tenantID string) (limiter.Snapsh
 	return snap, nil
 }
 
-// BumpTx bumps the tenant's entitlement version and records the new snapshot
-// inside the caller's transaction. The caller publishes the returned snapshot
-// with Publish after its commit.
-func (s *Service) BumpTx(ctx context.Context, tx pgx.Tx, tenantID, reason string) (limiter.Snapshot, error) {
+// BumpVersionTx bumps the tenant's entitlement version and records the new
+// snapshot inside the caller's transaction, for a change made in that same
+// transaction. The caller publishes the returned snapshot (PublishToRedis)
+// after its commit, never before: the limiter must not see an uncommitted
+// change.
+func (s *Service) BumpVersionTx(ctx context.Context, tx pgx.Tx, tenantID, reason string) (limiter.Snapshot, error) {
 	if !ids.IsUUID(tenantID) {
 		return limiter.Snapshot{}, tenantNotFound(tenantID)
 	}
@@ -531,14 +557,15 @@ func recordVersion(ctx context.Context, q postgres.Querier, snap limiter.Snapsho
 	return nil
 }
 
-// Refresh bumps the version in its own transaction and publishes the new
-// snapshot: for changes whose data is already committed (a grace period that
-// ended, an override added).
-func (s *Service) Refresh(ctx context.Context, tenantID, reason string) (limiter.Snapshot, error) {
+// BumpAndPublish bumps the version in its own transaction, then publishes
+// the new snapshot: for changes whose data is already committed (a grace
+// period that ended, an override that expired). A change still to be
+// written belongs in the transaction of BumpVersionTx instead.
+func (s *Service) BumpAndPublish(ctx context.Context, tenantID, reason string) (limiter.Snapshot, error) {
 	var snap limiter.Snapshot
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		var err error
-		snap, err = s.BumpTx(ctx, tx, tenantID, reason)
+		snap, err = s.BumpVersionTx(ctx, tx, tenantID, reason)
 		return err
 	})
 	if err != nil {
@@ -548,11 +575,13 @@ func (s *Service) Refresh(ctx context.Context, tenantID, reason string) (limiter
 	return snap, nil
 }
 
-// LoadSnapshot is the limiter's Loader: the current snapshot, written back
-// to Redis. An unknown tenant is both apperr NotFound and
+// ReloadSnapshot is the limiter's Loader: the snapshot computed from
+// Postgres (SnapshotFromPostgres), written back to Redis as a copy (no new
+// version; a write-back that fails is logged, the snapshot still
+// returned). An unknown tenant is both apperr NotFound and
 // limiter.ErrUnknownTenant.
-func (s *Service) LoadSnapshot(ctx context.Context, tenantID string) (limiter.Snapshot, error) {
-	snap, err := s.Snapshot(ctx, tenantID)
+func (s *Service) ReloadSnapshot(ctx context.Context, tenantID string) (limiter.Snapshot, error) {
+	snap, err := s.SnapshotFromPostgres(ctx, tenantID)
 	if apperr.CodeOf(err) == apperr.NotFound {
 		return limiter.Snapshot{}, fmt.Errorf("%w: %w", limiter.ErrUnknownTenant, err)
 	}
@@ -561,17 +590,19 @@ func (s *Service) LoadSnapshot(ctx context.Context, tenantID string) (limiter.Sn
 	}
 	wctx, cancel := context.WithTimeout(ctx, s.opts.RedisReadTimeout)
 	defer cancel()
-	if err := s.Publish(wctx, snap); err != nil {
+	if err := s.PublishToRedis(wctx, snap); err != nil {
 		// The caller still gets a correct snapshot; Redis gets it next time.
 		s.log.WarnContext(ctx, "writing loaded snapshot back failed", "tenant_id", tenantID, "err", err)
 	}
 	return snap, nil
 }
 
-// Current is the snapshot the limiter enforces: the one in Redis while its
-// period has not ended, else (missing, expired, or Redis down) the one
-// computed from Postgres, written back. One Redis read in steady state.
-func (s *Service) Current(ctx context.Context, tenantID string) (limiter.Snapshot, error) {
+// CachedSnapshot is the snapshot the limiter enforces: the copy in Redis
+// while its period has not ended, else (missing, expired, or Redis down)
+// ReloadSnapshot's. One Redis read in steady state; it may lag a commit by
+// the publish's milliseconds, so a page that must show what was just
+// written uses SnapshotFromPostgres.
+func (s *Service) CachedSnapshot(ctx context.Context, tenantID string) (limiter.Snapshot, error) {
 	if s.store != nil && ids.IsUUID(tenantID) {
 		rctx, cancel := context.WithTimeout(ctx, s.opts.RedisReadTimeout)
 		snap, ok, err := s.store.Snapshot(rctx, tenantID)
@@ -583,7 +614,7 @@ func (s *Service) Current(ctx context.Context, tenantID string) (limiter.Snapsho
 			return snap, nil
 		}
 	}
-	snap, err := s.LoadSnapshot(ctx, tenantID)
+	snap, err := s.ReloadSnapshot(ctx, tenantID)
 	if err != nil {
 		return limiter.Snapshot{}, err
 	}

@@ -51,7 +51,7 @@ VALUES ($1, $2, 'cus_x', $3, $4, $5, $6, $7)`, uniq("sub"), tn.ID, tc.status, st
 			if err != nil {
 				t.Fatal(err)
 			}
-			snap, err := b.svc.Snapshot(b.ctx, tn.ID)
+			snap, err := b.svc.SnapshotFromPostgres(b.ctx, tn.ID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -79,7 +79,7 @@ VALUES ($1, $2, 'cus_x', $3, $4, $5, $6, $7)`, uniq("sub"), tn.ID, tc.status, st
 func TestSnapshotWithoutSubscription(t *testing.T) {
 	b := setup(t)
 	tn := b.mustTenant(t, b.free)
-	snap, err := b.svc.Snapshot(b.ctx, tn.ID)
+	snap, err := b.svc.SnapshotFromPostgres(b.ctx, tn.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,11 +91,11 @@ func TestSnapshotWithoutSubscription(t *testing.T) {
 		t.Fatalf("period %v-%v does not start at the anchor %v", snap.PeriodStart, snap.PeriodEnd, tn.PeriodAnchor)
 	}
 	for _, id := range []string{"nope", "00000000-0000-0000-0000-000000000000"} {
-		if _, err := b.svc.Snapshot(b.ctx, id); apperr.CodeOf(err) != apperr.NotFound {
+		if _, err := b.svc.SnapshotFromPostgres(b.ctx, id); apperr.CodeOf(err) != apperr.NotFound {
 			t.Fatalf("Snapshot(%q) = %v", id, err)
 		}
-		if _, err := b.svc.LoadSnapshot(b.ctx, id); !errors.Is(err, limiter.ErrUnknownTenant) || apperr.CodeOf(err) != apperr.NotFound {
-			t.Fatalf("LoadSnapshot(%q) = %v", id, err)
+		if _, err := b.svc.ReloadSnapshot(b.ctx, id); !errors.Is(err, limiter.ErrUnknownTenant) || apperr.CodeOf(err) != apperr.NotFound {
+			t.Fatalf("ReloadSnapshot(%q) = %v", id, err)
 		}
 	}
 }
@@ -113,7 +113,7 @@ INSERT INTO quota_overrides (tenant_id, meter, extra, quota_limit, mode, expires
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap, err := b.svc.Refresh(b.ctx, tn.ID, "override added")
+	snap, err := b.svc.BumpAndPublish(b.ctx, tn.ID, "override added")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,15 +142,15 @@ func TestSetPlanAndCurrent(t *testing.T) {
 	if d.Plan != big || d.EffectivePlan != big || d.Entitlements.Version != 2 || d.Entitlements.Quotas["requests"].Limit != 5000 {
 		t.Fatalf("detail = %+v", d)
 	}
-	cur, err := b.svc.Current(b.ctx, tn.ID)
+	cur, err := b.svc.CachedSnapshot(b.ctx, tn.ID)
 	if err != nil || cur.Version != 2 || cur.Plan != big {
 		t.Fatalf("Current = %+v, %v", cur, err)
 	}
-	// Redis lost the snapshot: Current rebuilds it from Postgres and writes it back.
+	// Redis lost the snapshot: CachedSnapshot rebuilds it from Postgres and writes it back.
 	if err := b.store.DeleteSnapshot(b.ctx, tn.ID); err != nil {
 		t.Fatal(err)
 	}
-	if cur, err := b.svc.Current(b.ctx, tn.ID); err != nil || cur.Version != 2 {
+	if cur, err := b.svc.CachedSnapshot(b.ctx, tn.ID); err != nil || cur.Version != 2 {
 		t.Fatalf("Current after loss = %+v, %v", cur, err)
 	}
 	if _, ok, _ := b.store.Snapshot(b.ctx, tn.ID); !ok {
@@ -192,7 +192,7 @@ func TestRedisDownWhilePublishing(t *testing.T) {
 	if err := svc.DeleteOverride(b.ctx, tn.ID, o.ID); err != nil {
 		t.Fatalf("DeleteOverride with Redis down: %v, want success", err)
 	}
-	if snap, err := b.svc.Snapshot(b.ctx, tn.ID); err != nil || snap.Version != 4 {
+	if snap, err := b.svc.SnapshotFromPostgres(b.ctx, tn.ID); err != nil || snap.Version != 4 {
 		t.Fatalf("the changes were not all saved: %+v %v (want version 4)", snap, err)
 	}
 }

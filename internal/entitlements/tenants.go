@@ -362,7 +362,7 @@ func (s *Service) SetPlan(ctx context.Context, tenantID, planKey, reason string)
 			return err
 		}
 		var err error
-		snap, err = s.BumpTx(ctx, tx, tenantID, reason)
+		snap, err = s.BumpVersionTx(ctx, tx, tenantID, reason)
 		return err
 	})
 	if err != nil {

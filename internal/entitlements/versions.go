@@ -182,7 +182,7 @@ func (s *Service) MigratePlan(ctx context.Context, key string, in MigrateInput) 
 			if _, err := tx.Exec(ctx, `UPDATE tenants SET plan_version = NULL WHERE id = $1`, t.ID); err != nil {
 				return fmt.Errorf("migrate tenant: %w", err)
 			}
-			snap, err := s.BumpTx(ctx, tx, t.ID, fmt.Sprintf("plan %s: migrated from version %d to %d", key, from, cur.Version))
+			snap, err := s.BumpVersionTx(ctx, tx, t.ID, fmt.Sprintf("plan %s: migrated from version %d to %d", key, from, cur.Version))
 			if err != nil {
 				return err
 			}

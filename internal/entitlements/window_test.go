@@ -45,7 +45,7 @@ VALUES ($1, $2, $3, 'active', $4, $5)`, uniq("sub"), tn.ID, uniq("cus"), start, 
 		now := d(c.now)
 		svc := entitlements.NewService(b.pool, b.store, slog.New(slog.DiscardHandler), entitlements.Options{
 			DefaultPlan: b.free, Now: func() time.Time { return now }})
-		snap, err := svc.Refresh(b.ctx, tn.ID, "test")
+		snap, err := svc.BumpAndPublish(b.ctx, tn.ID, "test")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,7 +66,7 @@ VALUES ($1, $2, $3, 'active', $4, $5)`, uniq("sub"), tn.ID, uniq("cus"), start, 
 		if _, err := svc.PatchPlan(b.ctx, plan, func(in *entitlements.PlanInput) error { in.QuotaWindow = "billing_period"; return nil }); err != nil {
 			t.Fatal(err)
 		}
-		snap, err = svc.Snapshot(b.ctx, tn.ID)
+		snap, err = svc.SnapshotFromPostgres(b.ctx, tn.ID)
 		if err != nil || !snap.PeriodStart.Equal(start) || !snap.PeriodEnd.Equal(yearAfter(start)) {
 			t.Errorf("billing_period: window [%s, %s) (%v), want the year from %s", snap.PeriodStart, snap.PeriodEnd, err, start)
 		}

@@ -14,7 +14,7 @@ import (
 )
 
 // Writes are the changes another package (billing) makes to tenants inside
-// a transaction that Update owns. The tenants table is written only here,
+// a transaction that WriteAndPublish owns. The tenants table is written only here,
 // and every tenant a write changed, or that the caller marks Changed (its
 // subscription moved), gets a new entitlement version in the same
 // transaction and is published after the commit: "every change bumps and
@@ -40,12 +40,13 @@ func (w *Writes) Changed(tenantID string) {
 	}
 }
 
-// Update runs fn in a transaction, bumps every changed tenant inside it,
-// commits, then publishes the new snapshots. Committed means done: a
+// WriteAndPublish runs fn (another package's writes to tenants, through
+// Writes) in a transaction, bumps every changed tenant inside it
+// (BumpVersionTx), commits, then publishes the new snapshots. Committed means done: a
 // publish that still fails after retries is logged, and the limiter's
 // loader rebuilds the snapshot from Postgres once the cached one is
 // reloaded. It returns the published snapshots.
-func (s *Service) Update(ctx context.Context, fn func(ctx context.Context, w *Writes) error) ([]limiter.Snapshot, error) {
+func (s *Service) WriteAndPublish(ctx context.Context, fn func(ctx context.Context, w *Writes) error) ([]limiter.Snapshot, error) {
 	var snaps []limiter.Snapshot
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		w := &Writes{s: s, tx: tx}
@@ -58,7 +59,7 @@ func (s *Service) Update(ctx context.Context, fn func(ctx context.Context, w *Wr
 			reason = "updated"
 		}
 		for _, t := range w.changed {
-			snap, err := s.BumpTx(ctx, tx, t, reason)
+			snap, err := s.BumpVersionTx(ctx, tx, t, reason)
 			if err != nil {
 				return err
 			}
@@ -83,7 +84,7 @@ func (s *Service) Update(ctx context.Context, fn func(ctx context.Context, w *Wr
 // limiter's loader rebuilds the snapshot from Postgres once its cached one
 // is reloaded.
 func (s *Service) publishRetried(ctx context.Context, snap limiter.Snapshot) {
-	err := limitstore.Retry(ctx, s.opts.RedisTimeout, func(ctx context.Context) error { return s.Publish(ctx, snap) })
+	err := limitstore.Retry(ctx, s.opts.RedisTimeout, func(ctx context.Context) error { return s.PublishToRedis(ctx, snap) })
 	if err != nil {
 		s.log.WarnContext(ctx, "entitlement snapshot not published; the limiter reloads it from Postgres",
 			"tenant_id", snap.TenantID, "version", snap.Version, "err", err)

@@ -8,7 +8,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
-// Update is the only way billing writes tenants: a write that changes a
+// WriteAndPublish is the only way billing writes tenants: a write that changes a
 // tenant bumps its version in the same transaction and publishes it after
 // the commit; a write that changes nothing bumps nothing; a failed fn
 // changes nothing at all.
@@ -19,7 +19,7 @@ func TestUpdateBumpsAndPublishesWhatChanged(t *testing.T) {
 	tn := b.mustTenant(t, b.free)
 	v0 := tn.EntitlementVersion
 	cus := uniq("cus")
-	snaps, err := b.svc.Update(b.ctx, func(ctx context.Context, w *entitlements.Writes) error {
+	snaps, err := b.svc.WriteAndPublish(b.ctx, func(ctx context.Context, w *entitlements.Writes) error {
 		w.Reason("test: link and upgrade")
 		if plan, err := w.PlanForPrice(ctx, pro.StripePriceID); err != nil || plan != pro.Key {
 			t.Errorf("PlanForPrice = %q, %v", plan, err)
@@ -45,7 +45,7 @@ func TestUpdateBumpsAndPublishesWhatChanged(t *testing.T) {
 		t.Fatalf("tenant after Update: %+v", got)
 	}
 	// The same writes again change nothing: no new version.
-	snaps, err = b.svc.Update(b.ctx, func(ctx context.Context, w *entitlements.Writes) error {
+	snaps, err = b.svc.WriteAndPublish(b.ctx, func(ctx context.Context, w *entitlements.Writes) error {
 		if changed, err := w.SetPlan(ctx, tn.ID, pro.Key); err != nil || changed {
 			t.Errorf("SetPlan again = %v, %v", changed, err)
 		}
@@ -62,7 +62,7 @@ func TestUpdateBumpsAndPublishesWhatChanged(t *testing.T) {
 	}
 	// A customer linked elsewhere is not moved.
 	other := b.mustTenant(t, b.free)
-	_, _ = b.svc.Update(b.ctx, func(ctx context.Context, w *entitlements.Writes) error {
+	_, _ = b.svc.WriteAndPublish(b.ctx, func(ctx context.Context, w *entitlements.Writes) error {
 		if ok, err := w.LinkCustomer(ctx, other.ID, cus); err != nil || ok {
 			t.Errorf("linking another tenant's customer = %v, %v", ok, err)
 		}
@@ -70,7 +70,7 @@ func TestUpdateBumpsAndPublishesWhatChanged(t *testing.T) {
 	})
 	// A failing fn rolls everything back.
 	boom := errors.New("boom")
-	if _, err := b.svc.Update(b.ctx, func(ctx context.Context, w *entitlements.Writes) error {
+	if _, err := b.svc.WriteAndPublish(b.ctx, func(ctx context.Context, w *entitlements.Writes) error {
 		if _, err := w.UnlinkCustomer(ctx, cus); err != nil {
 			return err
 		}
@@ -82,7 +82,7 @@ func TestUpdateBumpsAndPublishesWhatChanged(t *testing.T) {
 		t.Fatalf("a failed Update changed the tenant: %+v", got)
 	}
 	// Unlinking drops the customer and its features, with a new version.
-	snaps, err = b.svc.Update(b.ctx, func(ctx context.Context, w *entitlements.Writes) error {
+	snaps, err = b.svc.WriteAndPublish(b.ctx, func(ctx context.Context, w *entitlements.Writes) error {
 		id, err := w.UnlinkCustomer(ctx, cus)
 		if id != tn.ID {
 			t.Errorf("UnlinkCustomer = %q", id)

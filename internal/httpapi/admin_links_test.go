@@ -26,7 +26,7 @@ func TestMintDashboardLink(t *testing.T) {
 	store := limitstore.New(rdb, prefix)
 	ents := entitlements.NewService(pool, store, nil, entitlements.Options{})
 	keys := credentials.New(pool, ents, nil, credentials.Options{})
-	meter := metering.NewService(pool, store, nil, metering.Options{Snapshot: ents.LoadSnapshot})
+	meter := metering.NewService(pool, store, nil, metering.Options{Snapshot: ents.ReloadSnapshot})
 	const token = "tga_links_test"
 	ins, err := jobs.NewInsertClient(pool, nil)
 	if err != nil {

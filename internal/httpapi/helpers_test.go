@@ -74,7 +74,7 @@ func newTestAPI(t *testing.T, opt testAPIOptions) *testAPI {
 	t.Cleanup(func() { cancel(); <-done })
 	// Metering answers GET /v1/usage and the admin API's usage; a test may
 	// replace it through opt.Deps.
-	meter := metering.NewService(pool, store, log, metering.Options{Snapshot: ents.Current})
+	meter := metering.NewService(pool, store, log, metering.Options{Snapshot: ents.CachedSnapshot})
 	d := Deps{Log: log, DB: pool, Redis: rdb, AdminToken: testAdminToken, Entitlements: ents, Credentials: keys, Metering: meter}
 	if opt.Deps != nil {
 		opt.Deps(&d)

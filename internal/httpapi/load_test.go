@@ -236,9 +236,9 @@ func TestUnseenTenantWithRedisRefusing(t *testing.T) {
 	// The durable figures the instance will have to go by.
 	store := limitstore.New(rdb, prefix)
 	ents := entitlements.NewService(pool, store, nil, entitlements.Options{})
-	meter := metering.NewService(pool, store, nil, metering.Options{Snapshot: ents.Current})
+	meter := metering.NewService(pool, store, nil, metering.Options{Snapshot: ents.CachedSnapshot})
 	for id, want := range map[string]int64{spentID: 30, roomID: 24} {
-		snap, err := ents.LoadSnapshot(context.Background(), id)
+		snap, err := ents.ReloadSnapshot(context.Background(), id)
 		if err != nil {
 			t.Fatal(err)
 		}

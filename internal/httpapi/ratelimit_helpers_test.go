@@ -81,10 +81,10 @@ func newLimitInstance(t *testing.T, pool *pgxpool.Pool, addr, prefix string, set
 	if err != nil {
 		t.Fatal(err)
 	}
-	meter := metering.NewService(pool, store, nil, metering.Options{Snapshot: ents.Current})
+	meter := metering.NewService(pool, store, nil, metering.Options{Snapshot: ents.CachedSnapshot})
 	opts := set.opts
 	opts.Prefix = prefix
-	opts.Loader = ents.LoadSnapshot
+	opts.Loader = ents.ReloadSnapshot
 	opts.UsageLoader = meter.LoadUsage
 	opts.Hooks = m.Hooks()
 	var creds *credits.Service

@@ -59,7 +59,7 @@ func (s *Server) handleServiceSnapshot() echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		snap, err := s.Entitlements.LoadSnapshot(c.Request().Context(), id)
+		snap, err := s.Entitlements.ReloadSnapshot(c.Request().Context(), id)
 		if err != nil {
 			return err
 		}

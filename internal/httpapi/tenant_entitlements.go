@@ -32,7 +32,7 @@ type periodBody struct {
 
 func (s *Server) handleEntitlements() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		snap, err := s.Entitlements.Current(c.Request().Context(), tenantIDFrom(c))
+		snap, err := s.Entitlements.CachedSnapshot(c.Request().Context(), tenantIDFrom(c))
 		if err != nil {
 			return err
 		}

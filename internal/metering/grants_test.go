@@ -56,7 +56,7 @@ func TestFlushRecordsGrantDrawsAsRedisDecided(t *testing.T) {
 
 	var ls []*limiter.Limiter
 	for range 4 {
-		l, err := limiter.New(b.rdb, limiter.Options{Prefix: b.prefix, Timeout: 2 * time.Second, Loader: ents.LoadSnapshot,
+		l, err := limiter.New(b.rdb, limiter.Options{Prefix: b.prefix, Timeout: 2 * time.Second, Loader: ents.ReloadSnapshot,
 			UsageLoader: b.svc.LoadUsage, GrantLoader: creds.RedisGrants})
 		if err != nil {
 			t.Fatal(err)
@@ -125,7 +125,7 @@ func TestUsageShowsGrants(t *testing.T) {
 	ctx := context.Background()
 	ents := entitlements.NewService(b.db, b.store, nil, entitlements.Options{})
 	creds := credits.NewService(b.db, ents, nil, credits.Options{Grants: b.store})
-	b.svc.opts.Snapshot = ents.Snapshot
+	b.svc.opts.Snapshot = ents.SnapshotFromPostgres
 	b.svc.opts.Grants = func(ctx context.Context, tenantID, meter string) ([]UsageGrant, error) {
 		bal, err := creds.Balance(ctx, tenantID, meter, time.Now())
 		if err != nil {
@@ -151,7 +151,7 @@ func TestUsageShowsGrants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := limiter.New(b.rdb, limiter.Options{Prefix: b.prefix, Loader: ents.LoadSnapshot})
+	l, err := limiter.New(b.rdb, limiter.Options{Prefix: b.prefix, Loader: ents.ReloadSnapshot})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +216,7 @@ func TestFlushRecordsSettledGrantDraws(t *testing.T) {
 	}
 	var ls []*limiter.Limiter
 	for range 4 {
-		l, err := limiter.New(b.rdb, limiter.Options{Prefix: b.prefix, Timeout: 10 * time.Second, Loader: ents.LoadSnapshot,
+		l, err := limiter.New(b.rdb, limiter.Options{Prefix: b.prefix, Timeout: 10 * time.Second, Loader: ents.ReloadSnapshot,
 			UsageLoader: b.svc.LoadUsage, GrantLoader: creds.RedisGrants})
 		if err != nil {
 			t.Fatal(err)
@@ -302,7 +302,7 @@ func TestFlushRecordsSettledGrantDraws(t *testing.T) {
 		}
 		drew += pg.Consumed
 	}
-	snap, err := ents.LoadSnapshot(ctx, tn.ID)
+	snap, err := ents.ReloadSnapshot(ctx, tn.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

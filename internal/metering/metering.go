@@ -41,7 +41,7 @@ type PrepaidFunc func(ctx context.Context, tenantID, meter string, periodStart t
 type GrantDrawsFunc func(ctx context.Context, tx pgx.Tx, draws []GrantDraw) error
 
 // SnapshotFunc returns a tenant's current entitlement snapshot (cmd wires
-// the entitlements service's LoadSnapshot); it gives GET /v1/usage its
+// the entitlements service's ReloadSnapshot); it gives GET /v1/usage its
 // quotas and period.
 type SnapshotFunc func(ctx context.Context, tenantID string) (limiter.Snapshot, error)
 
@@ -83,7 +83,7 @@ type Options struct {
 	// Default nil: usage shows no grants.
 	Grants GrantsFunc
 	// Limits gives the quotas crossings are measured against: the worker
-	// wires entitlements' Current (the snapshot the limiter enforces, one
+	// wires entitlements' CachedSnapshot (the snapshot the limiter enforces, one
 	// Redis read per flushed tenant, outside any lock but the flushed
 	// rows'). Default Snapshot.
 	Limits SnapshotFunc

@@ -61,7 +61,7 @@ INSERT INTO subscriptions (id, tenant_id, stripe_customer_id, status, current_pe
 VALUES ($1, $2, 'cus_y', 'active', $3, $4)`, "sub_"+randHex(6), tenant, sub.Start, sub.End); err != nil {
 		t.Fatal(err)
 	}
-	snap, err := ent.Refresh(b.ctx, tenant, "test")
+	snap, err := ent.BumpAndPublish(b.ctx, tenant, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ VALUES ($1, $2, 'cus_y', 'active', $3, $4)`, "sub_"+randHex(6), tenant, sub.Star
 	if _, err := b.db.Exec(b.ctx, `UPDATE plans SET quota_window = 'billing_period' WHERE key = (SELECT plan_key FROM tenants WHERE id = $1)`, tenant); err != nil {
 		t.Fatal(err)
 	}
-	snap, err = ent.Refresh(b.ctx, tenant, "test")
+	snap, err = ent.BumpAndPublish(b.ctx, tenant, "test")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func BenchmarkCrossingToDelivery(b *testing.B) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := limitstore.New(rdb, prefix)
 	ents := entitlements.NewService(bd.db, store, log, entitlements.Options{})
-	m := metering.NewService(bd.db, store, log, metering.Options{Snapshot: ents.Snapshot, Limits: ents.Current, Crossings: bd.svc.QuotaCrossings})
+	m := metering.NewService(bd.db, store, log, metering.Options{Snapshot: ents.SnapshotFromPostgres, Limits: ents.CachedSnapshot, Crossings: bd.svc.QuotaCrossings})
 	lim, err := limiter.New(rdb, limiter.Options{Prefix: prefix, UsageLoader: m.LoadUsage, Timeout: 5 * time.Second})
 	if err != nil {
 		b.Fatal(err)
@@ -140,7 +140,7 @@ func BenchmarkFlushPass(b *testing.B) {
 			log := slog.New(slog.NewTextHandler(io.Discard, nil))
 			store := limitstore.New(rdb, prefix)
 			ents := entitlements.NewService(bd.db, store, log, entitlements.Options{})
-			opts := metering.Options{Snapshot: ents.Snapshot, Limits: ents.Current}
+			opts := metering.Options{Snapshot: ents.SnapshotFromPostgres, Limits: ents.CachedSnapshot}
 			if hook {
 				opts.Crossings = bd.svc.QuotaCrossings
 			}

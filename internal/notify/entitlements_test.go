@@ -63,7 +63,7 @@ func TestPlanChangeEmitsEntitlementsUpdated(t *testing.T) {
 		t.Errorf("event %s", r.requests()[0].body)
 	}
 	// A bump with the same limits (a resync that found nothing) is silent.
-	if _, err := ents.Refresh(ctx, tenant.ID, "test"); err != nil {
+	if _, err := ents.BumpAndPublish(ctx, tenant.ID, "test"); err != nil {
 		t.Fatal(err)
 	}
 	var n int

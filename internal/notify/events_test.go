@@ -42,7 +42,7 @@ func newQuotaRig(t *testing.T, b bundle, quotas map[string]*entitlements.QuotaIn
 	if err != nil {
 		t.Fatal(err)
 	}
-	mopts.Snapshot, mopts.Limits = ents.Snapshot, ents.Current
+	mopts.Snapshot, mopts.Limits = ents.SnapshotFromPostgres, ents.CachedSnapshot
 	mopts.Crossings, mopts.Exhausted, mopts.PeriodsClosed = b.svc.QuotaCrossings, b.svc.QuotaExhaustions, b.svc.PeriodsClosed
 	m := metering.NewService(b.db, store, log, mopts)
 	l, err := limiter.New(rdb, limiter.Options{Prefix: prefix, UsageLoader: m.LoadUsage, Timeout: 5 * time.Second, DisableRefusalCache: true})
@@ -159,7 +159,7 @@ func TestPeriodClosedWithFinalFigures(t *testing.T) {
 	r.allow(t, 7, "")
 	r.allow(t, 2, "exports")
 	r.flush(t)
-	snap, err := r.ents.Snapshot(context.Background(), r.tenant.ID)
+	snap, err := r.ents.SnapshotFromPostgres(context.Background(), r.tenant.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func TestQuotaThresholdsExactlyOnceAcrossTwoFlushers(t *testing.T) {
 		t.Fatal(err)
 	}
 	flusher := func() *metering.Service {
-		return metering.NewService(b.db, store, log, metering.Options{Snapshot: ents.Snapshot, Limits: ents.Current, Crossings: b.svc.QuotaCrossings})
+		return metering.NewService(b.db, store, log, metering.Options{Snapshot: ents.SnapshotFromPostgres, Limits: ents.CachedSnapshot, Crossings: b.svc.QuotaCrossings})
 	}
 	f1, f2 := flusher(), flusher()
 	lims := make([]*limiter.Limiter, 2)

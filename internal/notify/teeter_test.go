@@ -31,7 +31,7 @@ func TestTeeteringAt80PercentSendsOne(t *testing.T) {
 		t.Fatalf("%d allowed, want 78", got)
 	}
 	r.flush(t)
-	second := metering.NewService(b.db, r.store, nil, metering.Options{Snapshot: r.ents.Snapshot, Limits: r.ents.Current, Crossings: b.svc.QuotaCrossings})
+	second := metering.NewService(b.db, r.store, nil, metering.Options{Snapshot: r.ents.SnapshotFromPostgres, Limits: r.ents.CachedSnapshot, Crossings: b.svc.QuotaCrossings})
 	flushBoth := func() {
 		t.Helper()
 		var wg sync.WaitGroup

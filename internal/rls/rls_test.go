@@ -71,7 +71,7 @@ func newInstance(t *testing.T, pool *pgxpool.Pool, prefix string, set setup) *in
 	runDone := make(chan struct{})
 	go func() { defer close(runDone); _ = cred.Run(ctx) }()
 
-	meter := metering.NewService(pool, store, nil, metering.Options{Snapshot: ents.Current})
+	meter := metering.NewService(pool, store, nil, metering.Options{Snapshot: ents.CachedSnapshot})
 	timeout := set.timeout
 	if timeout == 0 {
 		// As in httpapi's limit tests: the production 50 ms is the fail
@@ -88,7 +88,7 @@ func newInstance(t *testing.T, pool *pgxpool.Pool, prefix string, set setup) *in
 	// first handshakes (it writes the shared options when the server lacks
 	// maintenance notifications), which -race reported.
 	limRDB := redis.NewClient(&redis.Options{Addr: set.addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-	lopts := limiter.Options{Prefix: prefix, Loader: ents.LoadSnapshot, UsageLoader: meter.LoadUsage, ExternalLoader: ents.LoadExternal,
+	lopts := limiter.Options{Prefix: prefix, Loader: ents.ReloadSnapshot, UsageLoader: meter.LoadUsage, ExternalLoader: ents.LoadExternal,
 		Timeout: timeout, FailMode: limiter.FailModes{Rate: mode, Quota: mode, Concurrency: mode, Window: mode}}
 	ropts := rls.Options{AdminToken: adminToken}
 	var creds *credits.Service

@@ -106,7 +106,7 @@ func benchHTTP(ctx context.Context, c config, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	lim, err := limiter.New(limRDB, limiter.Options{Prefix: prefix, Loader: ents.LoadSnapshot, Hooks: lm.Hooks(), Timeout: c.timeout})
+	lim, err := limiter.New(limRDB, limiter.Options{Prefix: prefix, Loader: ents.ReloadSnapshot, Hooks: lm.Hooks(), Timeout: c.timeout})
 	if err != nil {
 		return err
 	}
