@@ -140,7 +140,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 		plans, upgrades, topups = bill, bill, bill
 	}
 	b.trail = audit.New(pool, log)
-	readers.Register(b.trail, b.ents, bill, b.creds)
+	readers.Register(b.trail, b.ents, b.keys, bill, b.creds)
 	named := map[string]string{"alice": b.alice}
 	w, err := New(Deps{Log: log, DB: pool, Limits: b.store, Snapshots: b.ents, Usage: b.meter, AdminToken: b.admin, DefaultPlan: b.free,
 		Entitlements: b.ents, Credentials: b.keys, Billing: bill, Metering: b.meter,

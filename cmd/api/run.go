@@ -178,7 +178,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	if cfg.StripeSecretKey != "" {
 		resync, upgrades, topups = bill, bill, bill
 	}
-	trail := wire.Audit(pool, log, ents, bill, creds) // who changed what, through the API or the console
+	trail := wire.Audit(pool, log, ents, keys, bill, creds) // who changed what, through the API or the console
 	pages, err := web.New(web.Deps{Log: log, DB: pool, Limits: limitstore.New(rdb, keyspace.DefaultPrefix),
 		Snapshots: ents, Usage: meter, Entitlements: ents, Credentials: keys, Billing: bill, Metering: meter,
 		AdminToken: cfg.AdminToken, AdminTokens: cfg.AdminTokens, Audit: trail,

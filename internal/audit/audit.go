@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -275,27 +274,21 @@ func (l *Log) resolve(ctx context.Context, sub *Subject) {
 		sub.TenantID = r.TenantOf(ctx, sub.Target)
 		return
 	}
-	var tid *string
-	var err error
+	var k Kind
+	var id string
 	switch {
-	case sub.KeyID != "" && ids.IsUUID(sub.KeyID):
-		err = l.db.QueryRow(ctx, `SELECT tenant_id::text FROM api_keys WHERE id = $1`, sub.KeyID).Scan(&tid)
+	case sub.KeyID != "":
+		k, id = KindKey, sub.KeyID
 		if sub.Target == "" {
 			sub.Target = sub.KeyID
 		}
 	case sub.EventID != "":
-		if r, ok := l.readers[KindEvent]; ok && r.TenantOf != nil {
-			sub.TenantID = r.TenantOf(ctx, sub.EventID)
-		}
-		return
+		k, id = KindEvent, sub.EventID
 	default:
 		return
 	}
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		l.log.WarnContext(ctx, "audit: subject not resolved", "err", err)
-	}
-	if tid != nil {
-		sub.TenantID = *tid
+	if r, ok := l.readers[k]; ok && r.TenantOf != nil {
+		sub.TenantID = r.TenantOf(ctx, id)
 	}
 }
 
@@ -312,47 +305,10 @@ func (l *Log) state(ctx context.Context, sub Subject) json.RawMessage {
 	if r, ok := l.readers[k]; ok && r.State != nil {
 		return r.State(ctx, id)
 	}
-	var q string
-	switch k {
-	case KindTenant:
-		q = tenantState
-	case KindServiceToken:
-		q = serviceTokenState
-	default:
-		// A kind whose owner registered no reader (Log.Read): nothing to
-		// compare, the entry still says who did what.
-		return nil
-	}
-	arg := id
-	var b []byte
-	err := l.db.QueryRow(ctx, q, arg).Scan(&b)
-	if err != nil {
-		if !errors.Is(err, pgx.ErrNoRows) {
-			l.log.WarnContext(ctx, "audit: state not read", "err", err)
-		}
-		return nil
-	}
-	return b
+	// A kind whose owner registered no reader (Log.Read): nothing to
+	// compare, the entry still says who did what.
+	return nil
 }
-
-const tenantState = `
-SELECT jsonb_build_object(
-  'name', t.name, 'plan', t.plan_key, 'stripe_customer_id', t.stripe_customer_id,
-  'external_id', t.external_id, 'entitlement_version', t.entitlement_version,
-  'overrides', COALESCE((SELECT jsonb_agg(jsonb_build_object('id', o.id, 'meter', o.meter, 'extra', o.extra,
-        'limit', o.quota_limit, 'mode', o.mode, 'reason', o.reason, 'expires_at', o.expires_at) ORDER BY o.created_at)
-      FROM quota_overrides o WHERE o.tenant_id = t.id), '[]'::jsonb),
-  'api_keys', COALESCE((SELECT jsonb_agg(jsonb_build_object('id', k.id, 'prefix', k.prefix, 'name', k.name,
-        'revoked', k.revoked_at IS NOT NULL) ORDER BY k.created_at)
-      FROM api_keys k WHERE k.tenant_id = t.id), '[]'::jsonb))
-FROM tenants t WHERE t.id = $1`
-
-// serviceTokenState leaves out the hash and the prefix: the trail is read by
-// every admin and must hold nothing of the secret.
-const serviceTokenState = `
-SELECT jsonb_build_object('id', s.id, 'name', s.name, 'created_at', s.created_at,
-  'revoked', s.revoked_at IS NOT NULL, 'revoked_at', s.revoked_at)
-FROM service_tokens s WHERE s.id = $1`
 
 // compactJSON copies b without insignificant spaces (Postgres writes jsonb
 // with them in its text form, not in its binary one).

@@ -14,6 +14,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/audit/readers"
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/jobs"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
@@ -77,8 +78,7 @@ func only(t *testing.T, l *audit.Log, actor string) audit.Entry {
 func TestDoRecordsEachSubjectsStateBeforeAndAfter(t *testing.T) {
 	pool := pgtest.New(t)
 	l := audit.New(pool, nil)
-	// Events, plans and add-ons are read through their owners, as cmd/api
-	// registers them.
+	// Every subject is read through its owner, as cmd/api registers them.
 	ins, err := jobs.NewInsertClient(pool, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +88,8 @@ func TestDoRecordsEachSubjectsStateBeforeAndAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readers.Register(l, ents, bill, nil)
+	keys := credentials.New(pool, ents, nil, credentials.Options{})
+	readers.Register(l, ents, keys, bill, nil)
 	planA, planB := uniq("plan-a"), uniq("plan-b")
 	exec(t, pool, `INSERT INTO plans (key, name) VALUES ($1, 'A'), ($2, 'B')`, planA, planB)
 	tenant := scan(t, pool, `INSERT INTO tenants (name, plan_key) VALUES ('Audit Co', $1) RETURNING id::text`, planA)

@@ -45,3 +45,18 @@ func (s *Service) auditState(ctx context.Context, what, id, q string) json.RawMe
 	}
 	return b
 }
+
+// TenantState is a tenant as the audit trail records it before and after a
+// change: name, plan, Stripe customer, external id, entitlement version and
+// its quota overrides; nil when there is no such tenant. (Its API keys are
+// credentials'; audit/readers adds them.)
+func (s *Service) TenantState(ctx context.Context, id string) json.RawMessage {
+	return s.auditState(ctx, "tenant", id, `
+SELECT jsonb_build_object(
+  'name', t.name, 'plan', t.plan_key, 'stripe_customer_id', t.stripe_customer_id,
+  'external_id', t.external_id, 'entitlement_version', t.entitlement_version,
+  'overrides', COALESCE((SELECT jsonb_agg(jsonb_build_object('id', o.id, 'meter', o.meter, 'extra', o.extra,
+        'limit', o.quota_limit, 'mode', o.mode, 'reason', o.reason, 'expires_at', o.expires_at) ORDER BY o.created_at)
+      FROM quota_overrides o WHERE o.tenant_id = t.id), '[]'::jsonb))
+FROM tenants t WHERE t.id = $1::uuid`)
+}

@@ -19,7 +19,7 @@ func grantsAPI(t *testing.T) *testAPI {
 	return newTestAPI(t, testAPIOptions{Deps: func(d *Deps) {
 		d.Audit = audit.New(d.DB, d.Log)
 		d.Credits = credits.NewService(d.DB, d.Entitlements, d.Log, credits.Options{})
-		readers.Register(d.Audit, d.Entitlements, nil, d.Credits)
+		readers.Register(d.Audit, d.Entitlements, d.Credentials, nil, d.Credits)
 	}})
 }
 

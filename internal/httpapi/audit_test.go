@@ -34,7 +34,7 @@ func auditAPI(t *testing.T, actor, token string) *testAPI {
 			t.Fatal(err)
 		}
 		d.Billing = b
-		readers.Register(d.Audit, d.Entitlements, b, nil)
+		readers.Register(d.Audit, d.Entitlements, d.Credentials, b, nil)
 		// Minting a link reads no counter: the store is never used.
 		links, err := web.New(web.Deps{DB: d.DB, Limits: limitstore.New(d.Redis, redistest.Prefix()), Snapshots: d.Entitlements,
 			Usage: d.Metering, AdminToken: d.AdminToken, Entitlements: d.Entitlements, Credentials: d.Credentials, Billing: b, Metering: d.Metering})

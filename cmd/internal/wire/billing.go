@@ -12,6 +12,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/audit/readers"
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/config"
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/jobs"
@@ -54,11 +55,11 @@ func Credits(pool *pgxpool.Pool, ents *entitlements.Service, log *slog.Logger, o
 }
 
 // Audit is the trail of admin actions of the API and the console, reading
-// each subject it records through its owner: Stripe events through billing,
-// plans and add-ons through entitlements, grants and top-ups through
-// credits.
-func Audit(pool *pgxpool.Pool, log *slog.Logger, ents *entitlements.Service, bill *billing.Service, creds *credits.Service) *audit.Log {
+// each subject it records through its owner: tenants, plans and add-ons
+// through entitlements, API keys and service tokens through credentials,
+// Stripe events through billing, grants and top-ups through credits.
+func Audit(pool *pgxpool.Pool, log *slog.Logger, ents *entitlements.Service, keys *credentials.Service, bill *billing.Service, creds *credits.Service) *audit.Log {
 	trail := audit.New(pool, log)
-	readers.Register(trail, ents, bill, creds)
+	readers.Register(trail, ents, keys, bill, creds)
 	return trail
 }

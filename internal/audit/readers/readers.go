@@ -5,25 +5,58 @@
 package readers
 
 import (
+	"context"
+	"encoding/json"
+
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
-// Register tells trail how to read Stripe events (billing), plans and
-// add-ons (entitlements), grants and top-ups (credits). A nil owner's kinds
-// are left unread: their entries then record no state.
-func Register(trail *audit.Log, ents *entitlements.Service, bill *billing.Service, creds *credits.Service) {
-	if bill != nil {
-		trail.Read(audit.KindEvent, audit.Reader{State: bill.EventState, TenantOf: bill.EventTenant})
-	}
+// Register tells trail how to read tenants (entitlements, with their API
+// keys from credentials), plans and add-ons (entitlements), API keys'
+// tenants and service tokens (credentials), Stripe events (billing), grants
+// and top-ups (credits). A nil owner's kinds are left unread: their entries
+// then record no state (and a tenant's none of its keys).
+func Register(trail *audit.Log, ents *entitlements.Service, keys *credentials.Service, bill *billing.Service, creds *credits.Service) {
 	if ents != nil {
+		trail.Read(audit.KindTenant, audit.Reader{State: tenantState(ents, keys)})
 		trail.Read(audit.KindPlan, audit.Reader{State: ents.PlanState})
 		trail.Read(audit.KindAddon, audit.Reader{State: ents.AddonState})
+	}
+	if keys != nil {
+		trail.Read(audit.KindKey, audit.Reader{TenantOf: keys.KeyTenant})
+		trail.Read(audit.KindServiceToken, audit.Reader{State: keys.ServiceTokenState})
+	}
+	if bill != nil {
+		trail.Read(audit.KindEvent, audit.Reader{State: bill.EventState, TenantOf: bill.EventTenant})
 	}
 	if creds != nil {
 		trail.Read(audit.KindGrant, audit.Reader{State: creds.State, TenantOf: creds.TenantOf})
 		trail.Read(audit.KindTopup, audit.Reader{State: creds.TopupState})
+	}
+}
+
+// tenantState is entitlements' state of a tenant with the tenant's API keys
+// (credentials') under "api_keys", as one object: an admin comparing a key's
+// revocation sees it in the tenant it belongs to.
+func tenantState(ents *entitlements.Service, keys *credentials.Service) func(context.Context, string) json.RawMessage {
+	return func(ctx context.Context, id string) json.RawMessage {
+		st := ents.TenantState(ctx, id)
+		if st == nil || keys == nil {
+			return st
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(st, &m); err != nil {
+			return st
+		}
+		m["api_keys"] = keys.KeysState(ctx, id)
+		b, err := json.Marshal(m)
+		if err != nil {
+			return st
+		}
+		return b
 	}
 }
