@@ -2,13 +2,13 @@ package limiter_test
 
 import (
 	"context"
-	"errors"
+	"encoding/binary"
+	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/limiter"
 	"github.com/tollgatehq/tollgate/limiter/keyspace"
@@ -53,14 +53,7 @@ func putGrants(t testing.TB, st *store, tenant string, gs ...keyspace.Grant) {
 // grantLeft reads a grant's remaining in Redis (-1 when missing).
 func grantLeft(t testing.TB, st *store, tenant, id string) int64 {
 	t.Helper()
-	raw, err := st.rdb.HGet(context.Background(), st.keys.State(tenant), keyspace.GrantsOf("requests")).Result()
-	if errors.Is(err, redis.Nil) {
-		return -1
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs, err := keyspace.ParseGrants("requests", raw)
+	gs, err := st.keys.Grants(context.Background(), st.rdb, tenant, "requests")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,12 +78,13 @@ func grant(id string, remaining int64) keyspace.Grant {
 // TestGrantsExactAcrossInstances is issue 26's exactness target: 4
 // limiters × 50 clients against an included 5,000 and grants of 3,000 and
 // 2,000 admit exactly 10,000, the grants drawn to zero in order, on one
-// Redis and on a Cluster, in the common decision, in the general one (a
+// Redis and on a Cluster, in the fast decision of a quota alone, in the
+// common plan's (a rate and a quota: fastGrantsBody), in the general one (a
 // concurrency slot sends every decision there), batched, and with
 // Prefetch on (a tenant with grants is decided exactly there).
 func TestGrantsExactAcrossInstances(t *testing.T) {
 	eachBackend(t, func(t *testing.T, b *backend) {
-		for _, name := range []string{"fast", "general", "batching", "prefetch"} {
+		for _, name := range []string{"fast", "common", "general", "batching", "prefetch"} {
 			general := name == "general"
 			t.Run(name, func(t *testing.T) {
 				tenant := "exact-" + name
@@ -98,6 +92,11 @@ func TestGrantsExactAcrossInstances(t *testing.T) {
 				s := snapshot(tenant, hardQuota(5000, limiter.ModeHard))
 				if general {
 					s.Concurrency = 1000
+				}
+				if name == "common" {
+					// a rate beside the quota: the common plan's script
+					// (fastGrantsBody, grant_scan) decides
+					s.Rate = &limiter.Rate{PerSecond: 1e6, Burst: 1e6}
 				}
 				put(t, st, s)
 				putGrants(t, st, tenant, grant("g3000", 3000), grant("g2000", 2000))
@@ -274,8 +273,7 @@ func TestGrantsTimeAndVoid(t *testing.T) {
 		t.Errorf("void took %v, want within a second", took)
 	}
 	// Its unflushed draw keeps it (closed) for the flush.
-	raw, _ := st.rdb.HGet(ctx, st.keys.State("void"), keyspace.GrantsOf("requests")).Result()
-	gs, err := keyspace.ParseGrants("requests", raw)
+	gs, err := st.keys.Grants(ctx, st.rdb, "void", "requests")
 	if err != nil || len(gs) != 1 || !gs[0].Closed || gs[0].Remaining != 999 {
 		t.Fatalf("grants after the void %+v, %v; want the closed grant kept for its flush", gs, err)
 	}
@@ -397,5 +395,161 @@ func TestGrantsRebuildRespectsEpoch(t *testing.T) {
 	}
 	if _, err := st.keys.PutGrantsAt(ctx, st.rdb, "ep", 1, []keyspace.Grant{{ID: "a b", Meter: "requests"}}); err == nil {
 		t.Fatal("an id with a space was written")
+	}
+}
+
+// oldLayoutGrants packs grants as the state hash held them before the
+// numbers and the ids had fields of their own (G:<meter>: the count, then
+// effective ms, expires ms and remaining per grant in draw order, then
+// the ids), as a Redis written by an earlier version holds them.
+func oldLayoutGrants(gs ...keyspace.Grant) string {
+	var b []byte
+	d := func(f float64) { b = binary.LittleEndian.AppendUint64(b, math.Float64bits(f)) }
+	d(float64(len(gs)))
+	for _, g := range gs {
+		d(float64(g.EffectiveAt.UnixMilli()))
+		d(0)
+		d(float64(g.Remaining))
+	}
+	for _, g := range gs {
+		b = append(b, g.ID+" "...)
+	}
+	return string(b)
+}
+
+// Grants Redis holds in the layout before (one G:<meter> field) are not
+// read by decisions, which then give nothing beyond the included quota
+// (no free units, nor grants drawn twice); the next PutGrants (the server's, or the worker's
+// sweep, whose first run writes every tenant with an open grant) takes
+// over Redis's remainings, draws not flushed yet included, instead of the
+// ledger's higher figure, and deletes the old field.
+func TestGrantsOldLayoutTakenOver(t *testing.T) {
+	eachBackend(t, func(t *testing.T, b *backend) {
+		st := newStore(b.client(), b.prefix)
+		var lg ledger
+		// each phase a new limiter: its near-cache reads the grants index
+		// as the phase left it
+		opts := limiter.Options{Prefix: b.prefix, GrantLoader: lg.load}
+		ctx := context.Background()
+		put(t, st, snapshot("old", hardQuota(10, limiter.ModeHard)))
+		limitertest.Allowed(t, newLimiter(t, b.client(), opts), "old", limiter.Request{Cost: 1}) // the counter exists
+		// An earlier version drew 10 of a's 100 and has not flushed them
+		// (kf 100): the ledger still says 100.
+		lg.set("old", grant("a", 100), grant("b", 5))
+		h := st.keys.State("old")
+		if err := st.rdb.HSet(ctx, h, keyspace.GrantsField, "requests ", "G:requests", oldLayoutGrants(grant("a", 90), grant("b", 5)), keyspace.GrantFlushed("a"), "100", keyspace.GrantFlushed("b"), "5").Err(); err != nil {
+			t.Fatal(err)
+		}
+		l := newLimiter(t, b.client(), opts) // knows the tenant has grants of requests
+		admitted := 0
+		for i := 0; i < 20; i++ {
+			d, err := l.Allow(ctx, "old", limiter.Request{Cost: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 9 {
+			t.Fatalf("admitted %d before the takeover, want the 9 included left (the old field gives nothing)", admitted)
+		}
+		putGrants(t, st, "old", grant("a", 100), grant("b", 5))
+		if a, bl := grantLeft(t, st, "old", "a"), grantLeft(t, st, "old", "b"); a != 90 || bl != 5 {
+			t.Fatalf("after the takeover a %d, b %d; want Redis's 90 and 5, not the ledger's 100", a, bl)
+		}
+		if n, err := st.rdb.HExists(ctx, h, "G:requests").Result(); err != nil || n {
+			t.Fatalf("the old field is still there (%v, %v)", n, err)
+		}
+		if kf, err := st.rdb.HGet(ctx, h, keyspace.GrantFlushed("a")).Result(); err != nil || kf != "100" {
+			t.Fatalf("a's flushed mark %q (%v), want 100: the 10 drawn are still to flush", kf, err)
+		}
+		l = newLimiter(t, b.client(), opts)
+		admitted = 0
+		for i := 0; i < 120; i++ {
+			d, err := l.Allow(ctx, "old", limiter.Request{Cost: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 95 {
+			t.Fatalf("admitted %d after the takeover, want 95 (90 of a, 5 of b)", admitted)
+		}
+	})
+}
+
+// Three and four grants (the grants are stored last drawn first, and a
+// draw from the first two packs the field in one string; later ones, and
+// longer lists, take other paths of the same walk): every decision draws
+// what a model of "included first, then the grants in order" says, each
+// grant's remaining after each decision, in the common plan's decision (a
+// rate and a quota), a quota's alone and the general one, with costs that
+// cross from one grant to the next.
+func TestGrantsManyDrawnInOrder(t *testing.T) {
+	b := singleRedis(t)
+	st := newStore(b.client(), b.prefix)
+	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix})
+	ctx := context.Background()
+	for _, n := range []int{3, 4} {
+		for _, mode := range []string{"common", "quota", "general"} {
+			general := mode == "general"
+			for _, cost := range []int64{1, 2} {
+				tenant := fmt.Sprintf("many-%d-%s-%d", n, mode, cost)
+				s := snapshot(tenant, hardQuota(1, limiter.ModeHard))
+				if general {
+					s.Concurrency = 1000
+				}
+				if mode == "common" {
+					// the common plan's script draws (grant_scan)
+					s.Rate = &limiter.Rate{PerSecond: 1e6, Burst: 1e6}
+				}
+				put(t, st, s)
+				want := make([]int64, n) // the model's remainings
+				var gs []keyspace.Grant
+				for i := range want {
+					want[i] = int64(i + 2)
+					gs = append(gs, grant(fmt.Sprintf("g%d", i), want[i]))
+				}
+				putGrants(t, st, tenant, gs...)
+				inc, left := int64(1), int64(1)
+				for _, w := range want {
+					left += w
+				}
+				for step := 0; ; step++ {
+					d, err := l.Allow(ctx, tenant, limiter.Request{Cost: cost, Concurrency: general})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if left < cost {
+						if d.Allowed {
+							t.Fatalf("%s step %d: allowed with %d left for a cost of %d", tenant, step, left, cost)
+						}
+						break
+					}
+					if !d.Allowed {
+						t.Fatalf("%s step %d: refused with %d left for a cost of %d", tenant, step, left, cost)
+					}
+					_ = d.Release(ctx)
+					c := cost
+					t0 := min(c, inc)
+					inc -= t0
+					c -= t0
+					for i := range want {
+						t1 := min(c, want[i])
+						want[i] -= t1
+						c -= t1
+					}
+					left -= cost
+					for i, w := range want {
+						if got := grantLeft(t, st, tenant, fmt.Sprintf("g%d", i)); got != w {
+							t.Fatalf("%s step %d: g%d left %d, want %d", tenant, step, i, got, w)
+						}
+					}
+				}
+			}
+		}
 	}
 }

@@ -22,11 +22,7 @@ func withRedis(t *testing.T) bundle {
 // redisGrants reads the tenant's grants of requests as Redis holds them.
 func (b bundle) redisGrants(t *testing.T, tenant string) []keyspace.Grant {
 	t.Helper()
-	raw := b.rdb.HGet(context.Background(), keyspace.Keys{Prefix: b.prefix}.State(tenant), keyspace.GrantsOf("requests")).Val()
-	if raw == "" {
-		return nil
-	}
-	gs, err := keyspace.ParseGrants("requests", raw)
+	gs, err := keyspace.Keys{Prefix: b.prefix}.Grants(context.Background(), b.rdb, tenant, "requests")
 	if err != nil {
 		t.Fatal(err)
 	}

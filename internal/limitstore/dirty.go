@@ -138,21 +138,22 @@ end
 // and g are read only on the rare paths.
 //
 // With the counter, the claim takes what each grant of its meter gave
-// since the last claim (kf − remaining, keyspace.GrantsOf): the grants'
+// since the last claim (kf − remaining, keyspace.GrantsOf, with their ids in keyspace.GrantIDsOf): the grants'
 // flushed marks move to their remaining, and the claim keeps "<grant id> <units> " each in kc,
 // returned with it (also when an unacknowledged claim is returned again),
 // so that the flush records each grant's draws under the claim's id, in
 // the transaction that counts the usage. Draws are attributed to the
 // period of the counter claimed first (a flush interval at a period's
 // boundary may give the old period a few of the new one's draws). A
-// tenant without grants costs the claim one HMGET field (and its name) more.
+// tenant without grants costs the claim two HMGET fields (and their names) more.
 var claimBatchScript = redis.NewScript(sremAll + `
 local d = KEYS[#KEYS]
 local out, gone = {}, {}
 for i = 1, #KEYS - 1 do
   local h, sfx = KEYS[i], ARGV[2 * i - 1]
   local ci, q, f = 'ci:' .. sfx, 'q:' .. sfx, 'f:' .. sfx
-  local r = redis.call('HMGET', h, ci, 'ca:' .. sfx, q, f, 'cs:' .. sfx, 'G:' .. string.match(sfx, '^(.*):[^:]*$'))
+  local gm = string.match(sfx, '^(.*):[^:]*$')
+  local r = redis.call('HMGET', h, ci, 'ca:' .. sfx, q, f, 'cs:' .. sfx, 'GN:' .. gm, 'GI:' .. gm)
   out[4 * i - 3] = ''; out[4 * i - 2] = 0; out[4 * i - 1] = r[5] or '0'; out[4 * i] = ''
   if r[1] and r[1] ~= r[2] then
     out[4 * i - 3] = r[1]; out[4 * i - 2] = tonumber(redis.call('HGET', h, 'cn:' .. sfx)) or 0
@@ -164,16 +165,15 @@ for i = 1, #KEYS - 1 do
     local kc = ''
     if r[6] then
       local G = r[6]
-      local ng = struct.unpack('<d', G)
       local ids, fs = {}, {}
-      for id in string.gmatch(string.sub(G, 9 + 24 * ng), '(%S+) ') do
+      for id in string.gmatch(r[7] or '', '(%S+) ') do
         ids[#ids + 1] = id; fs[#fs + 1] = 'kf:' .. id
       end
       if #fs > 0 then
         local kf = redis.call('HMGET', h, unpack(fs))
         local w = {}
         for j = 1, #ids do
-          local rem = struct.unpack('<d', G, 9 + 24 * (j - 1) + 16)
+          local rem = struct.unpack('<d', G, #G - 24 * j + 17) -- stored last drawn first
           local was = tonumber(kf[j])
           if was and was ~= rem then
             kc = kc .. ids[j] .. ' ' .. string.format('%d', was - rem) .. ' '

@@ -431,14 +431,7 @@ func (s *Store) PutGrants(ctx context.Context, tenant string, load func(context.
 // Grants returns what Redis holds of the tenant's grants of meter: each
 // grant's remaining by id (closed ones left out); empty when Redis has none.
 func (s *Store) Grants(ctx context.Context, tenant, meter string) (map[string]int64, error) {
-	raw, err := s.rdb.HGet(ctx, s.keys.State(tenant), keyspace.GrantsOf(meter)).Result()
-	if errors.Is(err, redis.Nil) {
-		return map[string]int64{}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("limitstore: grants of %q: %w", tenant, err)
-	}
-	gs, err := keyspace.ParseGrants(meter, raw)
+	gs, err := s.keys.Grants(ctx, s.rdb, tenant, meter)
 	if err != nil {
 		return nil, fmt.Errorf("limitstore: %w", err)
 	}

@@ -277,11 +277,7 @@ func TestFlushRecordsSettledGrantDraws(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := keyspace.Keys{Prefix: b.prefix}
-	raw, err := b.rdb.HGet(ctx, keys.State(tn.ID), keyspace.GrantsOf("requests")).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	inRedis, err := keyspace.ParseGrants("requests", raw)
+	inRedis, err := keys.Grants(ctx, b.rdb, tn.ID, "requests")
 	if err != nil {
 		t.Fatal(err)
 	}

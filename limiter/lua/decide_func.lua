@@ -122,7 +122,7 @@ for i = 1, n do
     if b >= 2 then
       -- the tenant has grants (hard + 2): drawn after the included quota
       b = b - 2; s.b = b
-      G = redis.call('HGET', h, 'G:' .. s.name)
+      G = redis.call('HGET', h, 'GN:' .. s.name)
     end
     if G then
 {{grants}}
@@ -136,7 +136,7 @@ for i = 1, n do
       if taken > av then taken = av end
       local ti = inc
       if ti > cost then ti = cost end
-      s.g = {G = G, f = 'G:' .. s.name, d = taken, take = grant_take, drawn = grant_drawn, inc = ti}
+      s.g = {G = G, f = 'GN:' .. s.name, d = taken, take = grant_take, drawn = grant_drawn, inc = ti}
       s.rem0 = inc + av
       if b == 1 and asked > av then
         s.ok = false
@@ -273,7 +273,11 @@ else
             G1 = s.g.take(G1, now_ms, s.g.d)
             w[nw + 1] = s.g.f; w[nw + 2] = G1; nw = nw + 2
           end
-          if drawn then drawn = string.format('%d %d ', s.g.inc, s.a) .. s.g.drawn(s.g.G, G1) end
+          if drawn then
+            -- the ids only a reservation's report needs
+            local I = redis.call('HGET', h, 'GI:' .. s.name)
+            drawn = string.format('%d %d ', s.g.inc, s.a) .. s.g.drawn(s.g.G, G1, I)
+          end
         end
         -- Kept until a week past the period's end, for the last flush.
         local e = s.pend + 604800000

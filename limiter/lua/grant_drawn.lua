@@ -1,14 +1,12 @@
 -- grant_drawn returns what each grant gave between G0 and G1 (the same
--- list before and after grant_take): "<id> <units> " per grant drawn, in
--- draw order.
-local function grant_drawn(G0, G1)
-  local n = struct.unpack('<d', G0)
-  local out, j = '', 0
-  for id in string.gmatch(string.sub(G0, 9 + 24 * n), '(%S+) ') do
-    local o = 25 + 24 * j
+-- numbers before and after grant_take, I their ids in draw order):
+-- "<id> <units> " per grant drawn, in draw order.
+local function grant_drawn(G0, G1, I)
+  local out, o = '', #G0 - 7 -- the first drawn's remaining
+  for id in string.gmatch(I or '', '(%S+) ') do
     local d = struct.unpack('<d', G0, o) - struct.unpack('<d', G1, o)
     if d > 0 then out = out .. id .. ' ' .. string.format('%d', d) .. ' ' end
-    j = j + 1
+    o = o - 24
   end
   return out
 end

@@ -13,7 +13,7 @@
 -- included units. A charge beyond the estimate (diff > 0) is taken as a
 -- decision takes it, never refused: the included units left first, then
 -- the active grants in order, then overage.
-local function settle_grants(G, k, n, diff, used)
+local function settle_grants(G, I, k, n, diff, used)
   local inc, lim, rest = string.match(k, '^(%S+) (%S+) (.*)$')
   if not inc then return nil end
   if diff > 0 then
@@ -36,11 +36,11 @@ local function settle_grants(G, k, n, diff, used)
   -- what the decision took beyond the included units and the grants
   local r = -diff - (n - tonumber(inc) - drew)
   if r <= 0 or drew == 0 then return nil end
-  local ng = struct.unpack('<d', G)
-  local at, j = {}, 0
-  for id in string.gmatch(string.sub(G, 9 + 24 * ng), '(%S+) ') do
-    at[id] = 25 + 24 * j
-    j = j + 1
+  -- each id's remaining (the grants' numbers are stored last drawn first)
+  local at, o = {}, #G - 7
+  for id in string.gmatch(I or '', '(%S+) ') do
+    at[id] = o
+    o = o - 24
   end
   local changed = false
   for i = #ids, 1, -1 do
@@ -69,9 +69,11 @@ if diff ~= 0 and r[2] and r[2] ~= '' then
   if used then
     redis.call('HINCRBY', h, r[3], diff)
     if r[7] and r[7] ~= '' then
-      local G = redis.call('HGET', h, r[6])
+      -- r[6] is the meter's GN: field; its ids are in GI:
+      local gv = redis.call('HMGET', h, r[6], 'GI:' .. string.sub(r[6], 4))
+      local G = gv[1]
       if G then
-        G = settle_grants(G, r[7], n, diff, tonumber(used))
+        G = settle_grants(G, gv[2], r[7], n, diff, tonumber(used))
         if G then redis.call('HSET', h, r[6], G) end
       end
     end

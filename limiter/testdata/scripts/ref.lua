@@ -147,19 +147,20 @@ for i = 1, n do
     if b >= 2 then
       -- the tenant has grants (hard + 2): drawn after the included quota
       b = b - 2; s.b = b
-      G = redis.call('HGET', h, 'G:' .. s.name)
+      G = redis.call('HGET', h, 'GN:' .. s.name)
     end
     if G then
--- A meter's grants as the state hash holds them (keyspace.GrantsOf): their
--- count, then per grant effective ms, expires ms (0 never) and remaining
--- units, little-endian doubles, in draw order (then their ids, which only
--- the server's scripts read). grant_sum returns the active ones' remaining
--- by Redis's clock and the ms until the earliest pending one takes effect
--- (false: none).
+-- A meter's grants' numbers as the state hash holds them
+-- (keyspace.GrantsOf): per grant its effective ms, expires ms (0 never)
+-- and remaining units, little-endian doubles, 24 bytes, in the reverse of
+-- the draw order (the first drawn is the field's tail, so that a draw
+-- from it packs the field anew in one string); the ids, in draw order,
+-- are a field of their own (keyspace.GrantIDsOf). grant_sum returns the
+-- active ones' remaining by Redis's clock and the ms until the earliest
+-- pending one takes effect (false: none).
 local function grant_sum(G, now_ms)
-  local n = struct.unpack('<d', G)
   local av, pend = 0, false
-  for o = 9, 24 * n, 24 do
+  for o = #G - 23, 1, -24 do
     local eff, exp, rem = struct.unpack('<ddd', G, o)
     if exp == 0 or now_ms < exp then
       if now_ms >= eff then
@@ -173,8 +174,7 @@ local function grant_sum(G, now_ms)
 end
 -- grant_take returns G with d units drawn from its active grants, in order.
 local function grant_take(G, now_ms, d)
-  local n = struct.unpack('<d', G)
-  for o = 9, 24 * n, 24 do
+  for o = #G - 23, 1, -24 do
     if d <= 0 then break end
     local eff, exp, rem = struct.unpack('<ddd', G, o)
     if rem > 0 and now_ms >= eff and (exp == 0 or now_ms < exp) then
@@ -188,16 +188,14 @@ local function grant_take(G, now_ms, d)
 end
 
 -- grant_drawn returns what each grant gave between G0 and G1 (the same
--- list before and after grant_take): "<id> <units> " per grant drawn, in
--- draw order.
-local function grant_drawn(G0, G1)
-  local n = struct.unpack('<d', G0)
-  local out, j = '', 0
-  for id in string.gmatch(string.sub(G0, 9 + 24 * n), '(%S+) ') do
-    local o = 25 + 24 * j
+-- numbers before and after grant_take, I their ids in draw order):
+-- "<id> <units> " per grant drawn, in draw order.
+local function grant_drawn(G0, G1, I)
+  local out, o = '', #G0 - 7 -- the first drawn's remaining
+  for id in string.gmatch(I or '', '(%S+) ') do
     local d = struct.unpack('<d', G0, o) - struct.unpack('<d', G1, o)
     if d > 0 then out = out .. id .. ' ' .. string.format('%d', d) .. ' ' end
-    j = j + 1
+    o = o - 24
   end
   return out
 end
@@ -211,7 +209,7 @@ end
       if taken > av then taken = av end
       local ti = inc
       if ti > cost then ti = cost end
-      s.g = {G = G, f = 'G:' .. s.name, d = taken, take = grant_take, drawn = grant_drawn, inc = ti}
+      s.g = {G = G, f = 'GN:' .. s.name, d = taken, take = grant_take, drawn = grant_drawn, inc = ti}
       s.rem0 = inc + av
       if b == 1 and asked > av then
         s.ok = false
@@ -348,7 +346,11 @@ else
             G1 = s.g.take(G1, now_ms, s.g.d)
             w[nw + 1] = s.g.f; w[nw + 2] = G1; nw = nw + 2
           end
-          if drawn then drawn = string.format('%d %d ', s.g.inc, s.a) .. s.g.drawn(s.g.G, G1) end
+          if drawn then
+            -- the ids only a reservation's report needs
+            local I = redis.call('HGET', h, 'GI:' .. s.name)
+            drawn = string.format('%d %d ', s.g.inc, s.a) .. s.g.drawn(s.g.G, G1, I)
+          end
         end
         -- Kept until a week past the period's end, for the last flush.
         local e = s.pend + 604800000

@@ -1,13 +1,14 @@
--- A meter's grants as the state hash holds them (keyspace.GrantsOf): their
--- count, then per grant effective ms, expires ms (0 never) and remaining
--- units, little-endian doubles, in draw order (then their ids, which only
--- the server's scripts read). grant_sum returns the active ones' remaining
--- by Redis's clock and the ms until the earliest pending one takes effect
--- (false: none).
+-- A meter's grants' numbers as the state hash holds them
+-- (keyspace.GrantsOf): per grant its effective ms, expires ms (0 never)
+-- and remaining units, little-endian doubles, 24 bytes, in the reverse of
+-- the draw order (the first drawn is the field's tail, so that a draw
+-- from it packs the field anew in one string); the ids, in draw order,
+-- are a field of their own (keyspace.GrantIDsOf). grant_sum returns the
+-- active ones' remaining by Redis's clock and the ms until the earliest
+-- pending one takes effect (false: none).
 local function grant_sum(G, now_ms)
-  local n = struct.unpack('<d', G)
   local av, pend = 0, false
-  for o = 9, 24 * n, 24 do
+  for o = #G - 23, 1, -24 do
     local eff, exp, rem = struct.unpack('<ddd', G, o)
     if exp == 0 or now_ms < exp then
       if now_ms >= eff then
@@ -21,8 +22,7 @@ local function grant_sum(G, now_ms)
 end
 -- grant_take returns G with d units drawn from its active grants, in order.
 local function grant_take(G, now_ms, d)
-  local n = struct.unpack('<d', G)
-  for o = 9, 24 * n, 24 do
+  for o = #G - 23, 1, -24 do
     if d <= 0 then break end
     local eff, exp, rem = struct.unpack('<ddd', G, o)
     if rem > 0 and now_ms >= eff and (exp == 0 or now_ms < exp) then
@@ -49,7 +49,7 @@ end
 -- included units. A charge beyond the estimate (diff > 0) is taken as a
 -- decision takes it, never refused: the included units left first, then
 -- the active grants in order, then overage.
-local function settle_grants(G, k, n, diff, used)
+local function settle_grants(G, I, k, n, diff, used)
   local inc, lim, rest = string.match(k, '^(%S+) (%S+) (.*)$')
   if not inc then return nil end
   if diff > 0 then
@@ -72,11 +72,11 @@ local function settle_grants(G, k, n, diff, used)
   -- what the decision took beyond the included units and the grants
   local r = -diff - (n - tonumber(inc) - drew)
   if r <= 0 or drew == 0 then return nil end
-  local ng = struct.unpack('<d', G)
-  local at, j = {}, 0
-  for id in string.gmatch(string.sub(G, 9 + 24 * ng), '(%S+) ') do
-    at[id] = 25 + 24 * j
-    j = j + 1
+  -- each id's remaining (the grants' numbers are stored last drawn first)
+  local at, o = {}, #G - 7
+  for id in string.gmatch(I or '', '(%S+) ') do
+    at[id] = o
+    o = o - 24
   end
   local changed = false
   for i = #ids, 1, -1 do
@@ -105,9 +105,11 @@ if diff ~= 0 and r[2] and r[2] ~= '' then
   if used then
     redis.call('HINCRBY', h, r[3], diff)
     if r[7] and r[7] ~= '' then
-      local G = redis.call('HGET', h, r[6])
+      -- r[6] is the meter's GN: field; its ids are in GI:
+      local gv = redis.call('HMGET', h, r[6], 'GI:' .. string.sub(r[6], 4))
+      local G = gv[1]
       if G then
-        G = settle_grants(G, r[7], n, diff, tonumber(used))
+        G = settle_grants(G, gv[2], r[7], n, diff, tonumber(used))
         if G then redis.call('HSET', h, r[6], G) end
       end
     end
