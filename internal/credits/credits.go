@@ -13,6 +13,7 @@ package credits
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -55,6 +56,9 @@ type Service struct {
 	ents Entitlements
 	log  *slog.Logger
 	opts Options
+
+	growMu sync.Mutex
+	grow   map[string]canGrowEntry // CanGrow's recent answers
 }
 
 // NewService returns the service on db.

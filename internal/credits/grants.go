@@ -317,6 +317,7 @@ func (s *Service) CreateTx(ctx context.Context, q postgres.Querier, g NewGrant) 
 }
 
 func (s *Service) createTx(ctx context.Context, q postgres.Querier, g NewGrant) (Grant, bool, error) {
+	defer s.forgetGrowth()
 	if !ids.IsUUID(g.TenantID) {
 		return Grant{}, false, apperr.New(apperr.NotFound, "no tenant %q", g.TenantID)
 	}
@@ -433,6 +434,7 @@ func (s *Service) State(ctx context.Context, id string) json.RawMessage {
 // Voiding a voided grant answers it as it is; an expired grant has nothing
 // left to void (409).
 func (s *Service) Void(ctx context.Context, id string) (Grant, error) {
+	defer s.forgetGrowth()
 	if !ids.IsUUID(id) {
 		return Grant{}, ErrNotFound
 	}
@@ -476,10 +478,56 @@ UPDATE credit_grants SET voided = voided + remaining, remaining = 0, voided_at =
 // has units left, or a top-up of it to buy. A cost over the included quota
 // is then worth waiting or paying for, so the API answers its refusal 429
 // instead of "can never be admitted" (422).
+//
+// The answer is kept for canGrowTTL per tenant and meter: it is asked on a
+// refusal, which a client can send as often as it likes, and each would
+// otherwise cost Postgres a query. A grant or top-up this process changes
+// drops the cache; one another process made turns a 422 into a 429 up to
+// canGrowTTL later.
 func (s *Service) CanGrow(ctx context.Context, tenantID, meter string) (bool, error) {
 	if !ids.IsUUID(tenantID) {
 		return false, nil
 	}
+	key, now := tenantID+"\x00"+meter, time.Now()
+	s.growMu.Lock()
+	e, hit := s.grow[key]
+	s.growMu.Unlock()
+	if hit && now.Before(e.until) {
+		return e.ok, nil
+	}
+	ok, err := s.canGrow(ctx, tenantID, meter)
+	if err != nil {
+		return false, err
+	}
+	s.growMu.Lock()
+	if s.grow == nil || len(s.grow) >= canGrowMax {
+		s.grow = map[string]canGrowEntry{} // bounded: start over
+	}
+	s.grow[key] = canGrowEntry{ok: ok, until: now.Add(canGrowTTL)}
+	s.growMu.Unlock()
+	return ok, nil
+}
+
+// forgetGrowth drops CanGrow's cache: this process changed a grant or a
+// top-up (other processes' changes are seen within canGrowTTL).
+func (s *Service) forgetGrowth() {
+	s.growMu.Lock()
+	s.grow = nil
+	s.growMu.Unlock()
+}
+
+// canGrowTTL and canGrowMax bound CanGrow's cache.
+const (
+	canGrowTTL = 2 * time.Second
+	canGrowMax = 10000
+)
+
+type canGrowEntry struct {
+	ok    bool
+	until time.Time
+}
+
+func (s *Service) canGrow(ctx context.Context, tenantID, meter string) (bool, error) {
 	var ok bool
 	err := s.db.QueryRow(ctx, `
 SELECT EXISTS (SELECT 1 FROM credit_grants

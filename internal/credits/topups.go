@@ -102,6 +102,7 @@ func scanTopup(row pgx.CollectableRow) (Topup, error) {
 // PutTopup maps priceID to a grant, replacing an earlier mapping; created
 // says whether it is new. A meter no plan defines is refused (422).
 func (s *Service) PutTopup(ctx context.Context, priceID string, in TopupInput) (Topup, bool, error) {
+	defer s.forgetGrowth()
 	exp, err := in.Validate(priceID)
 	if err != nil {
 		return Topup{}, false, err
@@ -194,6 +195,7 @@ func (s *Service) TopupState(ctx context.Context, priceID string) json.RawMessag
 
 // DeleteTopup removes a mapping; grants it made stay.
 func (s *Service) DeleteTopup(ctx context.Context, priceID string) error {
+	defer s.forgetGrowth()
 	tag, err := s.db.Exec(ctx, `DELETE FROM credit_topups WHERE stripe_price_id = $1`, priceID)
 	if err != nil {
 		return fmt.Errorf("credits: delete top-up: %w", err)

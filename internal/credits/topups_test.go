@@ -3,6 +3,7 @@ package credits_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/credits"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
 func (b bundle) purchase(t *testing.T, p credits.Purchase) credits.PurchaseResult {
@@ -166,5 +169,50 @@ func TestTopupMappings(t *testing.T) {
 	}
 	if err := b.svc.DeleteTopup(ctx, price); apperr.CodeOf(err) != apperr.NotFound {
 		t.Fatalf("deleted twice: %v", err)
+	}
+}
+
+// CanGrow: a grant of the meter says yes (a meter of its own: other tests
+// map top-ups of "requests", which count for every tenant). The answer
+// is kept for a moment (a refusal a client repeats costs Postgres one query
+// per tenant and meter every two seconds, not one each): a grant another
+// process made is seen within seconds, one this process changes at once.
+func TestCanGrow(t *testing.T) {
+	b := setup(t)
+	ctx := t.Context()
+	meter, key := strings.ReplaceAll(unique("grow"), "-", "_"), unique("plan")
+	limit := int64(10)
+	if _, err := b.ents.CreatePlan(ctx, entitlements.PlanInput{Key: key, Name: key, Quotas: map[string]*entitlements.QuotaInput{
+		meter: {Limit: &limit, Mode: "hard"}}}); err != nil {
+		t.Fatal(err)
+	}
+	tn, err := b.ents.CreateTenant(ctx, entitlements.TenantInput{Name: unique("tenant"), Plan: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := b.svc.CanGrow(ctx, tn.ID, meter); err != nil || ok {
+		t.Fatalf("no grant, no top-up: %v %v", ok, err)
+	}
+	other := credits.NewService(b.db, b.ents, nil, credits.Options{}) // another api process
+	n := int64(5)
+	g, err := other.Create(ctx, tn.ID, credits.GrantInput{Meter: meter, Amount: &n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := b.svc.CanGrow(ctx, tn.ID, meter); ok {
+		t.Fatal("the no was not kept for a moment")
+	}
+	testkit.Eventually(t, 10*time.Second, "the other process's grant seen", func() bool {
+		ok, err := b.svc.CanGrow(ctx, tn.ID, meter)
+		return err == nil && ok
+	})
+	if _, err := b.svc.Void(ctx, g.ID); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := b.svc.CanGrow(ctx, tn.ID, meter); ok {
+		t.Fatal("this process's void was not seen at once")
+	}
+	if ok, _ := b.svc.CanGrow(ctx, "not-a-uuid", meter); ok {
+		t.Fatal("a malformed tenant id")
 	}
 }
