@@ -553,3 +553,41 @@ func TestGrantsManyDrawnInOrder(t *testing.T) {
 		}
 	}
 }
+
+// A draw from the second grant repacks the first grant's numbers: a first
+// grant that is not drawn from (pending, or expired with units left) keeps
+// exactly what it had, in every decision path.
+func TestGrantsSecondDrawKeepsTheFirstGrant(t *testing.T) {
+	b := singleRedis(t)
+	st := newStore(b.client(), b.prefix)
+	l := newLimiter(t, b.client(), limiter.Options{Prefix: b.prefix})
+	for _, mode := range []string{"common", "quota", "general"} {
+		for _, first := range []string{"pending", "expired"} {
+			tenant := "second-" + mode + "-" + first
+			s := snapshot(tenant, hardQuota(1, limiter.ModeHard))
+			switch mode {
+			case "general":
+				s.Concurrency = 1000
+			case "common":
+				s.Rate = &limiter.Rate{PerSecond: 1e6, Burst: 1e6}
+			}
+			put(t, st, s)
+			held := grant("held", 50)
+			if first == "pending" {
+				held.EffectiveAt = time.Now().Add(time.Hour)
+			} else {
+				held.EffectiveAt, held.ExpiresAt = time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour)
+			}
+			putGrants(t, st, tenant, held, grant("drawn", 10))
+			for i := 0; i < 4; i++ { // 1 included, then 3 of "drawn"
+				limitertest.Allowed(t, l, tenant, limiter.Request{Cost: 1})
+			}
+			if n := grantLeft(t, st, tenant, "drawn"); n != 7 {
+				t.Fatalf("%s: drawn left %d, want 7", tenant, n)
+			}
+			if n := grantLeft(t, st, tenant, "held"); n != 50 {
+				t.Fatalf("%s: the %s first grant left %d, want its 50 untouched", tenant, first, n)
+			}
+		}
+	}
+}
