@@ -103,6 +103,12 @@ func decodeJSONBytes(raw []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &typ) && typ.Type != nil {
+			if field, ok := pathAt(raw, typ.Offset); ok {
+				return apperr.Invalidf(field, "must be %s, not %s", typ.Type.String(), typ.Value)
+			}
+		}
 		return jsonError(err)
 	}
 	if dec.More() {
@@ -112,6 +118,88 @@ func decodeJSONBytes(raw []byte, v any) error {
 		return apperr.New(apperr.Invalid, "malformed JSON: trailing data after the object")
 	}
 	return nil
+}
+
+// pathAt names the value of raw that ends at offset (where encoding/json
+// reports a type mismatch) as the API names fields: map keys included
+// ("quotas.tokens.limit"; json's own Field leaves out map keys and says
+// "quotas.limit") and array elements as [i].
+func pathAt(raw []byte, offset int64) (string, bool) {
+	type level struct {
+		object bool
+		key    string // the member being read (object)
+		index  int    // the element being read (array)
+		inKey  bool   // object: the next string is a key
+	}
+	var stack []level
+	name := func() string {
+		var b strings.Builder
+		for _, l := range stack {
+			if l.object {
+				if b.Len() > 0 {
+					b.WriteByte('.')
+				}
+				b.WriteString(l.key)
+			} else {
+				fmt.Fprintf(&b, "[%d]", l.index)
+			}
+		}
+		return b.String()
+	}
+	// after moves a container past the value just read.
+	after := func(l *level) {
+		if l.object {
+			l.inKey = true
+		} else {
+			l.index++
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return "", false
+		}
+		top := len(stack) - 1
+		if top >= 0 && stack[top].object && stack[top].inKey {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:top]
+				if top > 0 {
+					after(&stack[top-1])
+				}
+				continue
+			}
+			stack[top].key, _ = tok.(string)
+			stack[top].inKey = false
+			continue
+		}
+		// tok is a value (or the end of an array).
+		end := dec.InputOffset()
+		switch d, _ := tok.(json.Delim); d {
+		case '{', '[':
+			if end == offset && top >= 0 {
+				return name(), true
+			}
+			stack = append(stack, level{object: d == '{', inKey: d == '{'})
+			continue
+		case ']':
+			stack = stack[:top]
+			if top > 0 {
+				after(&stack[top-1])
+			}
+			continue
+		}
+		if end == offset && top >= 0 {
+			return name(), true
+		}
+		if top >= 0 {
+			after(&stack[top])
+		}
+		if top < 0 {
+			return "", false
+		}
+	}
 }
 
 func jsonError(err error) error {
