@@ -269,12 +269,6 @@ func (s *Service) creditUnits(ctx context.Context, w *entitlements.Writes, tid s
 		return nil, skipScope, "its scope names billable_items; only scopes by prices or price_type \"metered\" are mirrored", nil
 	case len(v.Prices) == 0 && v.PriceType != "metered":
 		return nil, skipScope, fmt.Sprintf("its scope names no price and price_type %q (only \"metered\")", v.PriceType), nil
-	case s.stripe == nil:
-		return nil, skipNoKey, "reading the prices it covers (their meter and unit amount) needs STRIPE_SECRET_KEY", nil
-	case !pre.creditPricesRead:
-		return nil, skipNoKey, "its prices were not read from Stripe", nil
-	case len(pre.creditPrices) == 0:
-		return nil, skipUnmappedPrice, fmt.Sprintf("its scope is price_type %q and customer %s has no price on a live subscription", v.PriceType, v.Customer), nil
 	}
 	planKey, err := w.Plan(ctx, tid)
 	if err != nil {
@@ -283,6 +277,12 @@ func (s *Service) creditUnits(ctx context.Context, w *entitlements.Writes, tid s
 	plan, err := s.ents.GetPlan(ctx, planKey)
 	if err != nil {
 		return nil, "", "", fmt.Errorf("billing: plan %s: %w", planKey, err)
+	}
+	if s.stripe == nil || !pre.creditPricesRead {
+		return creditUnitsFromPlan(v, plan)
+	}
+	if len(pre.creditPrices) == 0 {
+		return nil, skipUnmappedPrice, fmt.Sprintf("its scope is price_type %q and customer %s has no price on a live subscription", v.PriceType, v.Customer), nil
 	}
 	byEvent := map[string]string{}
 	for m, q := range plan.Quotas {
@@ -313,7 +313,13 @@ func (s *Service) creditUnits(ctx context.Context, w *entitlements.Writes, tid s
 			notes = append(notes, fmt.Sprintf("price %s is in %s, the credit in %s", p.ID, p.Currency, v.Currency))
 			continue
 		case !ok || rate.Sign() <= 0:
-			notes = append(notes, fmt.Sprintf("price %s has no positive unit_amount_decimal (tiered or free prices are not converted)", p.ID))
+			// A tiered price has no one unit amount: the quota's own, when
+			// it sets one in the credit's currency, converts instead.
+			if r := quotaRate(plan.Quotas[byEvent[p.EventName]], v.Currency); r != nil {
+				rate, p.DivideBy = r, 1
+				break
+			}
+			notes = append(notes, fmt.Sprintf("price %s has no positive unit_amount_decimal (tiered or free prices are converted only at the quota's unit_amount_decimal)", p.ID))
 			continue
 		}
 		rate.Quo(rate, new(big.Rat).SetInt64(p.DivideBy))
@@ -333,13 +339,66 @@ func (s *Service) creditUnits(ctx context.Context, w *entitlements.Writes, tid s
 		}
 		return nil, skip, "it covers no meter Tollgate maps: " + strings.Join(notes, "; "), nil
 	}
-	meters := make([]string, 0, len(covered))
-	for m := range covered {
+	rates := make(map[string]*big.Rat, len(covered))
+	for m, c := range covered {
+		rates[m] = c.rate
+	}
+	return splitCredit(v, rates)
+}
+
+// quotaRate is a quota's unit_amount_decimal as money per unit, when it is
+// in currency (nil otherwise).
+func quotaRate(q entitlements.Quota, currency string) *big.Rat {
+	if q.UnitAmountDecimal == "" || q.Currency != currency {
+		return nil
+	}
+	r, ok := new(big.Rat).SetString(q.UnitAmountDecimal)
+	if !ok || r.Sign() <= 0 {
+		return nil
+	}
+	return r
+}
+
+// creditUnitsFromPlan converts a credit grant whose prices Tollgate cannot
+// read from Stripe (no STRIPE_SECRET_KEY) at the unit_amount_decimal the
+// plan's quotas set. Which meters a list of price ids bills is known only
+// to Stripe, so such a scope needs metadata.tollgate_meter to name the one;
+// price_type "metered" covers every quota priced in the credit's currency.
+func creditUnitsFromPlan(v creditGrantView, plan entitlements.Plan) (map[string]int64, string, string, error) {
+	rates := map[string]*big.Rat{}
+	var otherCurrency []string
+	for m, q := range plan.Quotas {
+		if r := quotaRate(q, v.Currency); r != nil {
+			rates[m] = r
+		} else if q.UnitAmountDecimal != "" {
+			otherCurrency = append(otherCurrency, m+" in "+q.Currency)
+		}
+	}
+	one := v.Metadata[MetaCreditMeter]
+	switch {
+	case len(rates) == 0 && len(otherCurrency) > 0:
+		slices.Sort(otherCurrency)
+		return nil, skipCurrency, fmt.Sprintf("without STRIPE_SECRET_KEY it converts at the quotas' unit_amount_decimal, and plan %s prices none in %s (%s)",
+			plan.Key, v.Currency, strings.Join(otherCurrency, ", ")), nil
+	case len(rates) == 0:
+		return nil, skipNoKey, fmt.Sprintf("reading the prices it covers (their meter and unit amount) needs STRIPE_SECRET_KEY, or a unit_amount_decimal on plan %s's quotas", plan.Key), nil
+	case len(v.Prices) > 0 && one == "":
+		return nil, skipNoKey, fmt.Sprintf("its scope names prices, whose meters only Stripe knows: without STRIPE_SECRET_KEY, metadata.%s must name the meter", MetaCreditMeter), nil
+	}
+	return splitCredit(v, rates)
+}
+
+// splitCredit turns a credit grant's value into units of the meters it
+// covers (rates: money per unit of each), all on metadata.tollgate_meter
+// when it names one, else split evenly.
+func splitCredit(v creditGrantView, rates map[string]*big.Rat) (units map[string]int64, skip, why string, err error) {
+	meters := make([]string, 0, len(rates))
+	for m := range rates {
 		meters = append(meters, m)
 	}
 	slices.Sort(meters)
 	if one := v.Metadata[MetaCreditMeter]; one != "" {
-		if _, ok := covered[one]; !ok {
+		if _, ok := rates[one]; !ok {
 			return nil, skipMeterChoice, fmt.Sprintf("metadata.%s is %q, not a meter it covers (%s)", MetaCreditMeter, one, strings.Join(meters, ", ")), nil
 		}
 		meters = []string{one}
@@ -349,7 +408,7 @@ func (s *Service) creditUnits(ctx context.Context, w *entitlements.Writes, tid s
 	share := v.Value / int64(len(meters))
 	units = map[string]int64{}
 	for _, m := range meters {
-		n := new(big.Rat).Quo(new(big.Rat).SetInt64(share), covered[m].rate)
+		n := new(big.Rat).Quo(new(big.Rat).SetInt64(share), rates[m])
 		u := new(big.Int).Quo(n.Num(), n.Denom()).Int64() // floor: both are positive
 		if u > credits.MaxAmount {
 			u = credits.MaxAmount

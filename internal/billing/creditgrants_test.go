@@ -393,6 +393,113 @@ func TestStripeCreditGrantWithoutKey(t *testing.T) {
 	}
 }
 
+// pricedPlan is a plan whose quotas price one unit themselves (2.5 cents
+// a token, 10 cents an image, a third meter in euros), and a tenant on it.
+func (e *env) pricedPlan() (plan, tenant, customer string) {
+	e.t.Helper()
+	plan = "priced" + newCustomer()[5:]
+	tok, img, eu := int64(100), int64(10), int64(5)
+	in := entitlements.PlanInput{Key: plan, Name: plan, Quotas: map[string]*entitlements.QuotaInput{
+		"tokens": {Limit: &tok, Mode: "soft", UnitAmountDecimal: "2.5", Currency: "usd"},
+		"images": {Limit: &img, Mode: "soft", UnitAmountDecimal: "10", Currency: "usd"},
+		"pages":  {Limit: &eu, Mode: "soft", UnitAmountDecimal: "1", Currency: "eur"},
+		"calls":  {Limit: &eu}}}
+	if _, err := e.ents.CreatePlan(context.Background(), in); err != nil {
+		e.t.Fatal(err)
+	}
+	customer = newCustomer()
+	return plan, e.tenant(plan, customer), customer
+}
+
+// Without STRIPE_SECRET_KEY a credit grant converts at the unit_amount_decimal
+// its tenant's quotas set (issue 26 point 5's other source): price_type
+// "metered" splits it over every quota priced in its currency; a scope of
+// price ids, whose meters only Stripe knows, goes to the meter
+// metadata.tollgate_meter names, and without that name is ignored saying
+// so; a credit in a currency no quota is priced in grants nothing.
+func TestStripeCreditGrantWithoutKeyConvertsAtTheQuotasUnitAmount(t *testing.T) {
+	e := newEnv(t, envOpts{credits: true})
+	_, tenant, customer := e.pricedPlan()
+	split := newCreditGrantID()
+	e.processed(creditEvent(t, "billing.credit_grant.created", split, customer, 1001, time.Now(), nil)) // scope: price_type metered
+	named := newCreditGrantID()
+	e.processed(creditEvent(t, "billing.credit_grant.created", named, customer, 1000, time.Now(), func(o map[string]any) {
+		scopePrices("price_whatever")(o)
+		o["metadata"] = map[string]any{billing.MetaCreditMeter: "tokens"}
+	}))
+	unnamed := newCreditGrantID()
+	r := e.waitEvent(e.postOK(creditEvent(t, "billing.credit_grant.created", unnamed, customer, 1000, time.Now(), scopePrices("price_whatever"))))
+	if r.Status != billing.StatusIgnored || !strings.Contains(deref(r.Reason), "metadata."+billing.MetaCreditMeter) {
+		t.Fatalf("a price scope without tollgate_meter: %s %s", r.Status, deref(r.Reason))
+	}
+	yen := newCreditGrantID()
+	r = e.waitEvent(e.postOK(creditEvent(t, "billing.credit_grant.created", yen, customer, 1000, time.Now(), func(o map[string]any) {
+		o["amount"].(map[string]any)["monetary"].(map[string]any)["currency"] = "jpy"
+	})))
+	if r.Status != billing.StatusIgnored || !strings.Contains(deref(r.Reason), "prices none in jpy") || !strings.Contains(deref(r.Reason), "pages in eur") {
+		t.Fatalf("a credit in a currency no quota is priced in: %s %s", r.Status, deref(r.Reason))
+	}
+	testkit.Eventually(t, 10*time.Second, "the skips counted", func() bool {
+		return e.counter(`tollgate_stripe_credit_grants_skipped_total{reason="no_secret_key"}`) == 1 &&
+			e.counter(`tollgate_stripe_credit_grants_skipped_total{reason="currency"}`) == 1
+	})
+	units := map[string]map[string]int64{}
+	for _, g := range e.stripeCredits(tenant) {
+		for _, ref := range []string{split, named, unnamed, yen} {
+			if strings.Contains(g.Reason, ref) {
+				if units[ref] == nil {
+					units[ref] = map[string]int64{}
+				}
+				units[ref][g.Meter] += g.Amount
+			}
+		}
+	}
+	// 1001 cents over the two usd-priced quotas: 500 each; 500 / 2.5 = 200
+	// tokens, 500 / 10 = 50 images (pages are priced in euros, calls not).
+	if got := units[split]; len(got) != 2 || got["tokens"] != 200 || got["images"] != 50 {
+		t.Fatalf("metered scope: %v, want 200 tokens and 50 images", got)
+	}
+	if got := units[named]; len(got) != 1 || got["tokens"] != 400 {
+		t.Fatalf("price scope naming tokens: %v, want 400 tokens", got)
+	}
+	if len(units[unnamed]) != 0 || len(units[yen]) != 0 {
+		t.Fatalf("ignored credits granted: %v, %v", units[unnamed], units[yen])
+	}
+}
+
+// With the key, a tiered price (no unit_amount_decimal in Stripe) converts
+// at its quota's unit_amount_decimal when the quota sets one in the
+// credit's currency, and is ignored naming the price when it does not.
+func TestStripeCreditGrantAtATieredPriceUsesTheQuotasUnitAmount(t *testing.T) {
+	f := newFakeStripe(t)
+	e := newEnv(t, envOpts{credits: true, stripeBase: f.URL})
+	plan, tenant, customer := e.pricedPlan()
+	if _, err := e.ents.PatchPlan(context.Background(), plan, func(in *entitlements.PlanInput) error {
+		in.Quotas["tokens"].StripeMeterEvent = "tg_tok_" + plan
+		in.Quotas["calls"].StripeMeterEvent = "tg_calls_" + plan
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.setMeteredPrice("price_tiered_"+plan, "usd", "", 1, "mtr_tok_"+plan, "tg_tok_"+plan)
+	f.setMeteredPrice("price_tiered_calls_"+plan, "usd", "", 1, "mtr_calls_"+plan, "tg_calls_"+plan)
+	tiered := newCreditGrantID()
+	e.processed(creditEvent(t, "billing.credit_grant.created", tiered, customer, 1000, time.Now(), scopePrices("price_tiered_"+plan)))
+	var got []credits.Grant
+	for _, g := range e.stripeCredits(tenant) {
+		if strings.Contains(g.Reason, tiered) {
+			got = append(got, g)
+		}
+	}
+	if len(got) != 1 || got[0].Meter != "tokens" || got[0].Amount != 400 {
+		t.Fatalf("tiered price, quota at 2.5 cents: %+v, want one grant of 400 tokens", got)
+	}
+	r := e.waitEvent(e.postOK(creditEvent(t, "billing.credit_grant.created", newCreditGrantID(), customer, 1000, time.Now(), scopePrices("price_tiered_calls_"+plan))))
+	if r.Status != billing.StatusIgnored || !strings.Contains(deref(r.Reason), "price_tiered_calls_"+plan+" has no positive unit_amount_decimal") {
+		t.Fatalf("tiered price, quota without a unit amount: %s %s", r.Status, deref(r.Reason))
+	}
+}
+
 // A credit grant on a newer API version (endive), with fields Tollgate does
 // not read (customer_account, amount.custom_pricing_unit: null, and ones
 // no version has yet), is mirrored like any other.

@@ -85,8 +85,14 @@ func (f *fakeStripe) setMeteredPrice(id, currency, unitAmountDecimal string, div
 	if divideBy > 1 {
 		transform = map[string]any{"divide_by": divideBy, "round": "up"}
 	}
-	f.prices[id] = map[string]any{"id": id, "object": "price", "active": true, "currency": currency, "billing_scheme": "per_unit",
-		"unit_amount": nil, "unit_amount_decimal": unitAmountDecimal, "type": "recurring", "transform_quantity": transform,
+	// "" is a tiered price, as Stripe shows one: no unit amounts, the
+	// tiers (not expanded) in their place.
+	scheme, amount, tiersMode := "per_unit", any(unitAmountDecimal), any(nil)
+	if unitAmountDecimal == "" {
+		scheme, amount, tiersMode = "tiered", nil, "graduated"
+	}
+	f.prices[id] = map[string]any{"id": id, "object": "price", "active": true, "currency": currency, "billing_scheme": scheme,
+		"unit_amount": nil, "unit_amount_decimal": amount, "tiers_mode": tiersMode, "type": "recurring", "transform_quantity": transform,
 		"recurring": map[string]any{"interval": "month", "interval_count": 1, "usage_type": "metered", "meter": meter, "aggregate_usage": nil}}
 	f.meters[meter] = map[string]any{"id": meter, "object": "billing.meter", "event_name": event, "display_name": event, "status": "active",
 		"customer_mapping":    map[string]any{"event_payload_key": "stripe_customer_id", "type": "by_id"},

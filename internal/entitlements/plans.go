@@ -114,6 +114,12 @@ type Quota struct {
 	// Notify are the thresholds that send quota.threshold webhooks;
 	// empty = the default, 80% and 100%.
 	Notify []keyspace.QuotaThreshold `json:"notify,omitempty"`
+	// UnitAmountDecimal is what one unit of the meter costs, in Currency's
+	// smallest unit (Stripe's unit_amount_decimal): a Stripe credit grant
+	// is converted at it when its price cannot be read from Stripe (no
+	// key, or a tiered price). "" = none.
+	UnitAmountDecimal string `json:"unit_amount_decimal,omitempty"`
+	Currency          string `json:"currency,omitempty"`
 }
 
 // Rollover of a quota: at most Max unused units of a closed period become a
@@ -246,6 +252,9 @@ type QuotaInput struct {
 	// Notify: thresholds of quota.threshold webhooks, each a percentage
 	// (80) or {"percent": 80} / {"units": 5000}; empty = 80% and 100%.
 	Notify []NotifyInput `json:"notify"`
+	// UnitAmountDecimal and Currency price one unit (see Quota).
+	UnitAmountDecimal string `json:"unit_amount_decimal"`
+	Currency          string `json:"currency"`
 }
 
 // PlanPatch changes a plan in place: PatchPlan hands it the stored plan as a
@@ -318,6 +327,7 @@ func (in *PlanInput) Validate() error {
 		if q.StripeReport != "" && q.StripeReport != ReportOverage && q.StripeReport != ReportTotal {
 			v.Add(field+".stripe_report", `must be "overage" or "total"`)
 		}
+		validateUnitPrice(&v, field, q.UnitAmountDecimal, q.Currency)
 		if r := q.Rollover; r != nil {
 			switch {
 			case r.Max == nil:
@@ -437,6 +447,7 @@ func (in PlanInput) normalized() PlanInput {
 		if qq.StripeReport == "" {
 			qq.StripeReport = ReportOverage
 		}
+		qq.Currency = strings.ToLower(qq.Currency)
 		out.Quotas[m] = &qq
 	}
 	out.Features = uniqueSorted(in.Features)
@@ -484,7 +495,8 @@ func (p Plan) Input() PlanInput {
 	in.Quotas = make(map[string]*QuotaInput, len(p.Quotas))
 	for m, q := range p.Quotas {
 		l := q.Limit
-		in.Quotas[m] = &QuotaInput{Limit: &l, Mode: q.Mode, StripeMeterEvent: q.StripeMeterEvent, StripeReport: q.StripeReport, PerSeat: q.PerSeat, Notify: notifyInputs(q.Notify)}
+		in.Quotas[m] = &QuotaInput{Limit: &l, Mode: q.Mode, StripeMeterEvent: q.StripeMeterEvent, StripeReport: q.StripeReport, PerSeat: q.PerSeat, Notify: notifyInputs(q.Notify),
+			UnitAmountDecimal: q.UnitAmountDecimal, Currency: q.Currency}
 		if r := q.Rollover; r != nil {
 			mx, n := r.Max, r.ExpiresAfterPeriods
 			in.Quotas[m].Rollover = &RolloverInput{Max: &mx, ExpiresAfterPeriods: &n}
@@ -641,7 +653,9 @@ SELECT p.key, p.name, coalesce(p.stripe_price_id, ''),
        p.features, p.quota_window, p.public, p.created_at, p.updated_at, p.version,
        coalesce((SELECT jsonb_object_agg(q.meter, jsonb_build_object('limit', q.quota_limit, 'mode', q.mode,
                         'stripe_meter_event', coalesce(q.stripe_meter_event, ''), 'stripe_report', q.stripe_report,
-                        'per_seat', q.per_seat, 'notify', q.notify) || coalesce(jsonb_build_object('rollover', q.rollover), '{}'::jsonb))
+                        'per_seat', q.per_seat, 'notify', q.notify,
+                        'unit_amount_decimal', coalesce(q.unit_amount_decimal, ''), 'currency', coalesce(q.currency, ''))
+                        || coalesce(jsonb_build_object('rollover', q.rollover), '{}'::jsonb))
                    FROM plan_quotas q WHERE q.plan_key = p.key), '{}'::jsonb),
        p.windows
   FROM plans p`
@@ -740,8 +754,10 @@ func insertQuotas(ctx context.Context, tx pgx.Tx, in PlanInput) error {
 	for _, m := range sortedKeys(in.Quotas) {
 		q := in.Quotas[m]
 		_, err := tx.Exec(ctx, `
-INSERT INTO plan_quotas (plan_key, meter, quota_limit, mode, stripe_meter_event, stripe_report, per_seat, notify, rollover)
-VALUES ($1, $2, $3, $4, nullif($5, ''), $6, $7, $8, $9)`, in.Key, m, *q.Limit, q.Mode, q.StripeMeterEvent, q.StripeReport, q.PerSeat, notifyJSON(thresholds(q.Notify)), rolloverOf(q.Rollover))
+INSERT INTO plan_quotas (plan_key, meter, quota_limit, mode, stripe_meter_event, stripe_report, per_seat, notify, rollover,
+                         unit_amount_decimal, currency)
+VALUES ($1, $2, $3, $4, nullif($5, ''), $6, $7, $8, $9, nullif($10, ''), nullif($11, ''))`, in.Key, m, *q.Limit, q.Mode, q.StripeMeterEvent,
+			q.StripeReport, q.PerSeat, notifyJSON(thresholds(q.Notify)), rolloverOf(q.Rollover), q.UnitAmountDecimal, q.Currency)
 		if err != nil {
 			return pgError(err)
 		}
@@ -825,3 +841,23 @@ func rolloverOf(in *RolloverInput) *Rollover {
 	}
 	return r
 }
+
+// unitAmountRe is Stripe's unit_amount_decimal: at most 12 decimal places.
+var unitAmountRe = regexp.MustCompile(`^[0-9]{1,12}(\.[0-9]{1,12})?$`)
+
+// validateUnitPrice checks a quota's unit price: both fields or neither, a
+// positive decimal and an ISO 4217 code.
+func validateUnitPrice(v *apperr.Validation, field, amount, currency string) {
+	switch {
+	case amount == "" && currency != "":
+		v.Add(field+".unit_amount_decimal", "is required with currency")
+	case amount == "":
+	case !unitAmountRe.MatchString(amount) || strings.Trim(amount, "0.") == "":
+		v.Add(field+".unit_amount_decimal", `must be a positive decimal with at most 12 decimal places, in the currency's smallest unit (such as "2.5" cents)`)
+	}
+	if amount != "" && !currencyRe.MatchString(strings.ToLower(currency)) {
+		v.Add(field+".currency", "must be a three-letter ISO 4217 code (such as usd) when unit_amount_decimal is set")
+	}
+}
+
+var currencyRe = regexp.MustCompile(`^[a-z]{3}$`)
