@@ -374,11 +374,12 @@ func (w *Web) handleAdminEditPlan() echo.HandlerFunc {
 			}
 			for m, q := range quotas {
 				// Keep what the form does not show (the Stripe meter event,
-				// what it is sent, the rollover), and the webhook thresholds
-				// when the form had no field for them.
+				// what it is sent, the rollover, the unit price), and the
+				// webhook thresholds when the form had no field for them.
 				if old, ok := cur.Quotas[m]; ok && old != nil && q != nil {
 					qq := *q
 					qq.StripeMeterEvent, qq.StripeReport, qq.Rollover = old.StripeMeterEvent, old.StripeReport, old.Rollover
+					qq.UnitAmountDecimal, qq.Currency = old.UnitAmountDecimal, old.Currency
 					if !notifyPosted[m] {
 						qq.Notify = old.Notify
 					}

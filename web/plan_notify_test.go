@@ -42,15 +42,16 @@ func TestPlanFormThresholdField(t *testing.T) {
 // Thresholds are set from the console: shown on the plan's page, changed by
 // the edit, back to the defaults when emptied, kept by a form without the
 // field, and a bad one comes back next to its row. Editing keeps what the
-// form does not show (the rollover set through the API).
+// form does not show (the rollover and unit price set through the API).
 func TestConsolePlanEditSetsWebhookThresholds(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	key := uniq("notify")
 	b.plan(t, entitlements.PlanInput{Key: key, Name: "Notify", Quotas: map[string]*entitlements.QuotaInput{"requests": {
 		Limit: ptr[int64](1000), Mode: "hard",
-		Rollover: &entitlements.RolloverInput{Max: ptr[int64](200), ExpiresAfterPeriods: ptr(2)},
-		Notify:   []entitlements.NotifyInput{{QuotaThreshold: keyspace.QuotaThreshold{Percent: 90}}}}}})
+		Rollover:          &entitlements.RolloverInput{Max: ptr[int64](200), ExpiresAfterPeriods: ptr(2)},
+		UnitAmountDecimal: "0.25", Currency: "usd",
+		Notify: []entitlements.NotifyInput{{QuotaThreshold: keyspace.QuotaThreshold{Percent: 90}}}}}})
 	br, tok := b.adminBrowser(t)
 	wantIn(t, br.get("/admin/plans/"+key).body, `name="quotas[0].notify" value="90%"`)
 
@@ -63,6 +64,9 @@ func TestConsolePlanEditSetsWebhookThresholds(t *testing.T) {
 		q := p.Quotas["requests"]
 		if q.Rollover == nil || q.Rollover.Max != 200 || q.Rollover.ExpiresAfterPeriods != 2 {
 			t.Fatalf("the console edit lost the rollover: %+v", q.Rollover)
+		}
+		if q.UnitAmountDecimal != "0.25" || q.Currency != "usd" {
+			t.Fatalf("the console edit lost the unit price: %q %q", q.UnitAmountDecimal, q.Currency)
 		}
 		return q.Notify
 	}
