@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,6 +27,9 @@ type Server struct {
 	dir  string
 	args []string
 	cmd  *exec.Cmd
+	// exited closes when cmd has exited; waitErr is then its Wait's.
+	exited  <-chan struct{}
+	waitErr error
 }
 
 // StartServer starts a private redis-server (extra arguments are appended
@@ -36,17 +40,39 @@ func StartServer(t testing.TB, extra ...string) *Server {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		Unavailable(t, "redis-server", err)
 	}
-	port, err := FreePort()
-	if err != nil {
-		t.Fatalf("redisproc: %v", err)
+	// A cluster node also listens on its port + 10000 (the bus): both
+	// must be below the kernel's ephemeral range and free, or the node
+	// exits at start when an outgoing connection holds its bus port.
+	offset := 0
+	if slices.Contains(extra, "--cluster-enabled") {
+		offset = clusterBusOffset
 	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), port: port, dir: t.TempDir(), args: extra}
-	if err := s.start(); err != nil {
-		t.Fatalf("redisproc: %v", err)
+	dir := t.TempDir()
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var port int
+		if port, err = freePort(offset); err != nil {
+			t.Fatalf("redisproc: %v", err)
+		}
+		s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), port: port, dir: dir, args: extra}
+		if err = s.start(); err == nil {
+			t.Cleanup(s.Kill)
+			return s
+		}
+		s.Kill()
+		if !errors.Is(err, errExited) {
+			break
+		}
+		// Exited at start: a port taken between the check and the bind
+		// (by another test process); another port is as good.
+		t.Logf("redisproc: %v; trying another port", err)
 	}
-	t.Cleanup(s.Kill)
-	return s
+	t.Fatalf("redisproc: %v", err)
+	return nil
 }
+
+// errExited is a redis-server that exited before it answered.
+var errExited = errors.New("redis-server exited at start")
 
 // FreePort returns a loopback TCP port that was free a moment ago, below
 // the kernel's ephemeral range, and never the same port twice in one
@@ -141,15 +167,44 @@ func (s *Server) start() error {
 		return fmt.Errorf("starting redis-server: %w", err)
 	}
 	s.cmd = cmd
-	return waitPing(s.Addr, 10*time.Second)
+	exited := make(chan struct{})
+	s.exited = exited
+	go func() {
+		s.waitErr = cmd.Wait()
+		close(exited)
+	}()
+	return waitPingWhile(s.Addr, 10*time.Second, exited, func() error {
+		return fmt.Errorf("%w (%v) on port %d: %s", errExited, s.waitErr, s.port, s.logTail())
+	})
+}
+
+// logTail is the end of the server's log, which says why it stopped.
+func (s *Server) logTail() string {
+	b, _ := os.ReadFile(filepath.Join(s.dir, "redis-"+strconv.Itoa(s.port)+".log"))
+	if len(b) > 500 {
+		b = b[len(b)-500:]
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // waitPing polls until the server answers PING or the deadline passes.
 func waitPing(addr string, within time.Duration) error {
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	return waitPingWhile(addr, within, nil, nil)
+}
+
+// waitPingWhile is waitPing that gives up with gone() once exited closes.
+func waitPingWhile(addr string, within time.Duration, exited <-chan struct{}, gone func() error) error {
+	// One dial per ping (go-redis retries a dial five times by default):
+	// the loop is the retry, and it looks at exited between pings.
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, DialerRetries: 1, ContextTimeoutEnabled: true})
 	defer c.Close()
 	deadline := time.Now().Add(within)
 	for {
+		select {
+		case <-exited: // nil: never
+			return gone()
+		default:
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		err := c.Ping(ctx).Err()
 		cancel()
@@ -169,7 +224,7 @@ func (s *Server) Kill() {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	_ = s.cmd.Wait()
+	<-s.exited // start's goroutine waits for the process
 	s.cmd = nil
 }
 
