@@ -167,11 +167,25 @@ func TestLocalModeQuotaBudgetIsLeftOverInstances(t *testing.T) {
 		Timeout: 50 * time.Millisecond, Cooldown: time.Hour, ExpectedInstances: 2,
 		FailMode: limiter.FailModes{Quota: limiter.FailLocal},
 	})
-	for i := 0; i < 6; i++ {
-		if d, err := l.Allow(ctx, "little", limiter.Request{Cost: 1, Meter: "requests"}); err != nil || !d.Allowed {
+	for i, tries := 0, 0; i < 6; tries++ {
+		d, err := l.Allow(ctx, "little", limiter.Request{Cost: 1, Meter: "requests"})
+		if errors.Is(err, limiter.ErrUnavailable) && tries < 100 {
+			// Lost on a starved machine (50 ms): nothing taken, or a late
+			// take given back; the client retries.
+			continue
+		}
+		if err != nil || !d.Allowed {
 			t.Fatalf("#%d %+v %v", i, d, err)
 		}
+		i++
 	}
+	// A late take's refund reaches Redis within a flush: the budget is
+	// what is left of 6 admitted.
+	limitertest.Eventually(t, 10*time.Second, "Redis counting the 6 admitted", func() bool {
+		_ = limiter.FlushRefusals(l, ctx)
+		used, _, err := st.Used(ctx, "little", "requests", s.PeriodStart)
+		return err == nil && used == 6
+	})
 	srv.Kill()
 	admitted := 0
 	for i := 0; i < 20; i++ {
