@@ -240,6 +240,7 @@ func (l *Limiter) runScript(ctx context.Context, script *redis.Script, keys []st
 		// res is not read: a call abandoned at its deadline may still be
 		// writing it (late reads it once it is done).
 		if ld != nil && (errors.Is(err, errGaveUp) || errors.Is(err, errGaveUpCtx)) {
+			ld.late()
 			return nil, &lateError{err: err, ld: ld}
 		}
 		return nil, err

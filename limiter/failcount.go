@@ -182,6 +182,7 @@ type lateDecision struct {
 	resErr  error
 	haveFb  bool
 	fb      *Decision
+	counted bool // in Limiter.late until reconciled
 }
 
 // answered is the call's outcome (on the call's goroutine).
@@ -207,7 +208,29 @@ func (ld *lateDecision) fellBack(d *Decision) {
 	}
 }
 
+// late marks the decision as one whose caller stopped waiting: its
+// tenant's refusals wait for it (lateTakes) until it is reconciled.
+func (ld *lateDecision) late() {
+	ld.mu.Lock()
+	ld.counted = true
+	ld.mu.Unlock()
+	ld.l.late.begin(ld.pl.tenant)
+}
+
 func (ld *lateDecision) reconcile() {
+	ld.mu.Lock()
+	counted := ld.counted
+	ld.mu.Unlock()
+	if counted {
+		// After the refund below reached Redis (or failed to): a refusal
+		// waiting for this late take then decides on the units given back.
+		defer func() {
+			ctx, cancel := context.WithTimeout(ld.l.ctx, ld.l.hardWait())
+			_ = ld.l.flushCharges(ctx)
+			cancel()
+			ld.l.late.end(ld.pl.tenant)
+		}()
+	}
 	if ld.resErr != nil || ld.peek {
 		return // Redis did not answer: what the fail mode admitted stays counted
 	}
@@ -216,6 +239,7 @@ func (ld *lateDecision) reconcile() {
 		return // refused (or a needs-seed reply: nothing taken)
 	}
 	l, pl := ld.l, ld.pl
+	l.late.refunds.Add(1)
 	fbAdmitted := ld.fb != nil && ld.fb.Allowed
 	now := time.Now()
 	for i := range pl.pol {

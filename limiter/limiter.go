@@ -58,6 +58,7 @@ type Limiter struct {
 
 	refMu     sync.Mutex               // serialises putShape
 	refShapes atomic.Pointer[shapeMap] // decisions by reference (byref.go)
+	late      lateTakes                // decisions lost while their script may take units
 
 	pubsub *redis.PubSub
 	ctx    context.Context // ends at Close
@@ -274,6 +275,7 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 	}
 	var d *Decision
 	var err error
+	epoch := l.late.epoch()
 	if leased {
 		d, err = l.leases.allow(ctx, pl, req, due)
 	} else {
@@ -295,6 +297,9 @@ func (l *Limiter) allow(ctx context.Context, tenant string, req *Request) (*Deci
 	}
 	if d.Fallback != "" { // decided without a counter (see unbuilt)
 		return d, nil
+	}
+	if !d.Allowed && !leased {
+		d = l.afterLateTakes(ctx, pl, req, d, epoch)
 	}
 	if !d.Allowed {
 		l.cacheRefusal(pl, req, d)
