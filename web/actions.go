@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/metering"
@@ -26,17 +27,19 @@ type UsageReader interface {
 	Usage(ctx context.Context, tenantID string) (metering.Usage, error)
 }
 
-// PlanAdmin creates and edits plans (entitlements.Service); an edit reaches
-// every tenant on the plan through a new entitlement version.
+// PlanAdmin creates and edits plans (catalogue.Service); an edit reaches
+// every tenant on the plan through a new entitlement version, and its
+// preview (the edit's own statements, rolled back) names them.
 type PlanAdmin interface {
-	CreatePlan(ctx context.Context, in entitlements.PlanInput) (entitlements.Plan, error)
-	PatchPlan(ctx context.Context, key string, patch entitlements.PlanPatch) (entitlements.Plan, error)
+	CreatePlan(ctx context.Context, in catalogue.PlanInput) (catalogue.Plan, error)
+	PatchPlan(ctx context.Context, key string, patch catalogue.PlanPatch) (catalogue.Plan, error)
+	PreviewPlanPatch(ctx context.Context, key string, patch catalogue.PlanPatch) (catalogue.PlanEffect, error)
 }
 
-// AddonAdmin manages add-on grants (entitlements.Service).
+// AddonAdmin manages add-on grants (catalogue.Service).
 type AddonAdmin interface {
-	ListAddons(ctx context.Context) ([]entitlements.Addon, error)
-	PutAddon(ctx context.Context, priceID string, in entitlements.AddonInput) (entitlements.Addon, bool, error)
+	ListAddons(ctx context.Context) ([]catalogue.Addon, error)
+	PutAddon(ctx context.Context, priceID string, in catalogue.AddonInput) (catalogue.Addon, bool, error)
 	DeleteAddon(ctx context.Context, priceID string) error
 }
 
@@ -67,7 +70,6 @@ type OverrideManager interface {
 type Previewer interface {
 	PreviewPlanChange(ctx context.Context, tenantID, planKey string) (entitlements.Effect, error)
 	PreviewOverrideRemoval(ctx context.Context, tenantID, overrideID string) (entitlements.Effect, string, error)
-	PreviewPlanPatch(ctx context.Context, key string, patch entitlements.PlanPatch) (entitlements.PlanEffect, error)
 }
 
 // TenantCreator creates and edits tenants (entitlements.Service, the

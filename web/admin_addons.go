@@ -10,7 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/numfmt"
 )
 
@@ -30,9 +30,9 @@ func readAddonForm(c echo.Context) addonForm {
 		ProductID: strings.TrimSpace(c.FormValue("stripe_product_id"))}
 }
 
-func (f addonForm) input() (entitlements.AddonInput, error) {
+func (f addonForm) input() (catalogue.AddonInput, error) {
 	var v apperr.Validation
-	in := entitlements.AddonInput{Name: f.Name, Quotas: map[string]int64{}, Features: []string{}, StripePriceIDs: splitList(f.MorePrices),
+	in := catalogue.AddonInput{Name: f.Name, Quotas: map[string]int64{}, Features: []string{}, StripePriceIDs: splitList(f.MorePrices),
 		StripeProductID: f.ProductID}
 	for _, s := range strings.Split(f.Features, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -60,7 +60,7 @@ func (f addonForm) input() (entitlements.AddonInput, error) {
 
 // addonRow is an add-on as the page lists it.
 type addonRow struct {
-	entitlements.Addon
+	catalogue.Addon
 	QuotaLines []string
 }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/numfmt"
 )
 
@@ -100,7 +100,7 @@ func (f planForm) withSpareRows(n int) planForm {
 		f.Rows = append(f.Rows, quotaRow{Mode: "hard"})
 	}
 	for range spareWindowRows {
-		f.Windows = append(f.Windows, windowRow{Kind: entitlements.WindowSliding})
+		f.Windows = append(f.Windows, windowRow{Kind: catalogue.WindowSliding})
 	}
 	return f
 }
@@ -141,13 +141,13 @@ func readPlanForm(c echo.Context) planForm {
 // input turns the form into the entitlements service's input; the service
 // validates the values, this only parses them. Each quota row is checked on
 // its own, and a bad one is named by its row (quotas[2].limit).
-func (f *planForm) input() (entitlements.PlanInput, error) {
+func (f *planForm) input() (catalogue.PlanInput, error) {
 	var v apperr.Validation
-	in := entitlements.PlanInput{Key: f.Key, Name: f.Name, StripePriceIDs: splitList(f.StripePriceIDs), StripeProductID: f.StripeProductID,
-		Quotas:      map[string]*entitlements.QuotaInput{},
+	in := catalogue.PlanInput{Key: f.Key, Name: f.Name, StripePriceIDs: splitList(f.StripePriceIDs), StripeProductID: f.StripeProductID,
+		Quotas:      map[string]*catalogue.QuotaInput{},
 		QuotaWindow: f.QuotaWindow}
 	if f.RatePerSecond != "" || f.RateBurst != "" {
-		in.Rate = &entitlements.RateInput{}
+		in.Rate = &catalogue.RateInput{}
 		if f.RatePerSecond != "" {
 			ps, err := strconv.ParseFloat(f.RatePerSecond, 64)
 			if err != nil {
@@ -214,7 +214,7 @@ func (f *planForm) input() (entitlements.PlanInput, error) {
 			bad("notify", "%s", err.Error())
 		}
 		if len(r.Errors) == 0 {
-			in.Quotas[r.Meter] = &entitlements.QuotaInput{Limit: &n, Mode: r.Mode, PerSeat: r.PerSeat, Notify: notify}
+			in.Quotas[r.Meter] = &catalogue.QuotaInput{Limit: &n, Mode: r.Mode, PerSeat: r.PerSeat, Notify: notify}
 		}
 	}
 	in.Windows = f.windowInputs(&v)
@@ -365,7 +365,7 @@ func (w *Web) handleAdminEditPlan() echo.HandlerFunc {
 		for _, r := range f.Rows {
 			notifyPosted[r.Meter] = r.notifyPosted
 		}
-		patch := func(cur *entitlements.PlanInput) error {
+		patch := func(cur *catalogue.PlanInput) error {
 			quotas := maps.Clone(in.Quotas)
 			for m := range cur.Quotas {
 				if _, ok := quotas[m]; !ok {
@@ -395,19 +395,19 @@ func (w *Web) handleAdminEditPlan() echo.HandlerFunc {
 				public = cur.Public // a form without the field leaves it as it was
 			}
 			// Price pins are not on the form: they stay as they are.
-			*cur = entitlements.PlanInput{Key: key, Name: in.Name, StripePriceIDs: in.StripePriceIDs, StripeProductID: in.StripeProductID, PriceVersions: cur.PriceVersions, Rate: in.Rate,
+			*cur = catalogue.PlanInput{Key: key, Name: in.Name, StripePriceIDs: in.StripePriceIDs, StripeProductID: in.StripeProductID, PriceVersions: cur.PriceVersions, Rate: in.Rate,
 				Concurrency: in.Concurrency, Quotas: quotas, Features: in.Features, QuotaWindow: in.QuotaWindow, Public: public,
 				Windows: windows}
 			return nil
 		}
 		if err == nil && !confirmed(c) && w.Previews != nil {
-			var e entitlements.PlanEffect
-			if e, err = w.Previews.PreviewPlanPatch(ctx, key, patch); err == nil {
+			var e catalogue.PlanEffect
+			if e, err = w.PlanAdmin.PreviewPlanPatch(ctx, key, patch); err == nil {
 				return w.confirmPlanEdit(c, e)
 			}
 		}
 		if err == nil && !confirmed(c) {
-			return w.confirmPlanEdit(c, entitlements.PlanEffect{})
+			return w.confirmPlanEdit(c, catalogue.PlanEffect{})
 		}
 		if err == nil {
 			_, err = w.PlanAdmin.PatchPlan(ctx, key, patch)
@@ -436,7 +436,7 @@ const tenantsListed = 20
 
 // confirmPlanEdit shows the plan's limits before and after and the tenants
 // whose limits change.
-func (w *Web) confirmPlanEdit(c echo.Context, e entitlements.PlanEffect) error {
+func (w *Web) confirmPlanEdit(c echo.Context, e catalogue.PlanEffect) error {
 	key := c.Param("key")
 	d := confirmPage{
 		Heading: "Save plan " + key + "?",

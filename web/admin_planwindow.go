@@ -8,7 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/numfmt"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -36,7 +36,7 @@ const (
 	maxWindowRows = 20
 )
 
-func windowRowsOf(ws []entitlements.PlanWindow) []windowRow {
+func windowRowsOf(ws []catalogue.PlanWindow) []windowRow {
 	out := make([]windowRow, 0, len(ws))
 	for _, w := range ws {
 		out = append(out, windowRow{Name: w.Name, Limit: strconv.FormatInt(w.Limit, 10), Length: w.Length, Kind: w.Kind})
@@ -69,11 +69,11 @@ func readWindowRows(c echo.Context) (rows []windowRow, posted bool) {
 // idx[j] is the form row of the service's window j. A limit that is not a
 // number is the form's error; everything else is the service's to check.
 // nil when the form has no window editor (windowsPosted false).
-func (f *planForm) windowInputs(v *apperr.Validation) entitlements.WindowInputs {
+func (f *planForm) windowInputs(v *apperr.Validation) catalogue.WindowInputs {
 	if !f.windowsPosted {
 		return nil
 	}
-	out := entitlements.WindowInputs{}
+	out := catalogue.WindowInputs{}
 	f.windowIdx = f.windowIdx[:0]
 	for i := range f.Windows {
 		r := &f.Windows[i]
@@ -81,7 +81,7 @@ func (f *planForm) windowInputs(v *apperr.Validation) entitlements.WindowInputs 
 		if r.Remove || r.blank() {
 			continue
 		}
-		in := entitlements.WindowInput{Name: r.Name, Length: r.Length, Kind: r.Kind}
+		in := catalogue.WindowInput{Name: r.Name, Length: r.Length, Kind: r.Kind}
 		if r.Limit != "" {
 			n, err := strconv.ParseInt(r.Limit, 10, 64)
 			if err != nil {
@@ -118,7 +118,7 @@ func (f *planForm) windowErrors(fe apperr.FieldError) apperr.FieldError {
 
 // windowsText is a plan's windows for the confirmation and the plan list:
 // "hourly 5,000 per 1h (fixed); …".
-func windowsText(ws []entitlements.PlanWindow) string {
+func windowsText(ws []catalogue.PlanWindow) string {
 	if len(ws) == 0 {
 		return "none"
 	}
@@ -134,13 +134,13 @@ func snapshotWindowsText(ws []limiter.Window) string {
 	if len(ws) == 0 {
 		return ""
 	}
-	pw := make([]entitlements.PlanWindow, 0, len(ws))
+	pw := make([]catalogue.PlanWindow, 0, len(ws))
 	for _, w := range ws {
 		kind := string(w.Kind)
 		if kind == "" {
-			kind = entitlements.WindowSliding
+			kind = catalogue.WindowSliding
 		}
-		pw = append(pw, entitlements.PlanWindow{Name: w.Name, Limit: w.Limit, Length: lengthText(w.Length), Kind: kind})
+		pw = append(pw, catalogue.PlanWindow{Name: w.Name, Limit: w.Limit, Length: lengthText(w.Length), Kind: kind})
 	}
 	return windowsText(pw)
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/audit"
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/notify"
 )
 
@@ -140,17 +140,17 @@ func TestConsolePlanEditKeepsNotify(t *testing.T) {
 	br, tok := b.adminBrowser(t)
 	key := uniq("notify")
 	limit := int64(10)
-	var notify []entitlements.NotifyInput
+	var notify []catalogue.NotifyInput
 	if err := json.Unmarshal([]byte(`[50, {"units": 9}]`), &notify); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.ents.CreatePlan(b.ctx, entitlements.PlanInput{Key: key, Quotas: map[string]*entitlements.QuotaInput{
+	if _, err := b.cat.CreatePlan(b.ctx, catalogue.PlanInput{Key: key, Quotas: map[string]*catalogue.QuotaInput{
 		"requests": {Limit: &limit, Mode: "hard", Notify: notify}}}); err != nil {
 		t.Fatal(err)
 	}
 	edit := quotaRows(url.Values{"csrf": {tok}, "name": {"Notify"}, "confirm": {"1"}}, "requests 20 hard")
 	wantRedirect(t, br.post("/admin/plans/"+key, edit), "/admin/plans/"+key+"?done=edited", "edit plan")
-	p, err := b.ents.GetPlan(b.ctx, key)
+	p, err := b.cat.GetPlan(b.ctx, key)
 	if err != nil || p.Quotas["requests"].Limit != 20 || len(p.Quotas["requests"].Notify) != 2 {
 		t.Fatalf("edited plan %+v, %v: want the limit changed and both thresholds kept", p.Quotas, err)
 	}

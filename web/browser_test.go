@@ -14,7 +14,7 @@ import (
 	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/testkit"
 )
@@ -329,9 +329,9 @@ func TestBrowser(t *testing.T) {
 	chrome := newChrome(t)
 	b := setup(t)
 	team := uniq("team")
-	b.plan(t, entitlements.PlanInput{Key: team, Name: "Team",
-		Rate:   &entitlements.RateInput{PerSecond: ptr(100.0), Burst: ptr[int64](1000)},
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](1000000)}, "exports": {Limit: ptr[int64](500), Mode: "soft"}}})
+	b.plan(t, catalogue.PlanInput{Key: team, Name: "Team",
+		Rate:   &catalogue.RateInput{PerSecond: ptr(100.0), Burst: ptr[int64](1000)},
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](1000000)}, "exports": {Limit: ptr[int64](500), Mode: "soft"}}})
 	b.ownPlansOnly(t, b.free, b.pro, team)
 	acme := b.tenant(t, "Acme Analytics", b.pro)
 	other := b.tenant(t, "Globex", b.free)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/numfmt"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -133,7 +133,7 @@ func snapshotLimits(s limiter.Snapshot) limitSet {
 	return l
 }
 
-func planLimits(p entitlements.Plan) limitSet {
+func planLimits(p catalogue.Plan) limitSet {
 	l := limitSet{Plan: p.Key, Rate: p.Rate, Quotas: map[string]quotaLimit{}}
 	if len(p.Windows) > 0 {
 		l.Windows = windowsText(p.Windows)

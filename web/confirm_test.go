@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/audit"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/metering"
 )
@@ -50,8 +51,8 @@ func TestConsolePlanChangeIsConfirmedWithItsEffect(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	tiny := uniq("tiny")
-	b.plan(t, entitlements.PlanInput{Key: tiny, Concurrency: ptr[int64](3),
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](40)}, "exports": {Limit: ptr[int64](5), Mode: "soft"}}})
+	b.plan(t, catalogue.PlanInput{Key: tiny, Concurrency: ptr[int64](3),
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](40)}, "exports": {Limit: ptr[int64](5), Mode: "soft"}}})
 	tn := b.tenant(t, "Confirm Co", b.free)
 	b.use(t, tn.ID, "requests", 50)
 	br, tok := b.adminBrowser(t)

@@ -91,7 +91,7 @@ func TestBrowserSaferConsole(t *testing.T) {
 			t.Fatalf("%d tenants listed, want the one on the plan", n)
 		}
 		step(t, admin, "confirm", chromedp.Click(chromedp.CSS("#confirm-button")))
-		if p, _ := b.ents.GetPlan(b.ctx, b.pro); p.Quotas["tokens"].Limit != 77 || p.Quotas["tokens"].Mode != "soft" || p.Quotas["requests"].Limit != 100000 {
+		if p, _ := b.cat.GetPlan(b.ctx, b.pro); p.Quotas["tokens"].Limit != 77 || p.Quotas["tokens"].Mode != "soft" || p.Quotas["requests"].Limit != 100000 {
 			t.Fatalf("saved quotas %+v", p.Quotas)
 		}
 		screenshot(t, admin, "admin-plan-1280", 1280)

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 )
 
 // The new-plan and add-on forms show placeholders, never real values a
@@ -51,14 +51,14 @@ func TestConsolePlanFormTakesSeveralPricesAndAProduct(t *testing.T) {
 	form := url.Values{"csrf": {tok}, "key": {key}, "stripe_price_ids": {"price_m_" + key + "\nprice_y_" + key}, "stripe_product_id": {"prod_" + key}}
 	quotaRows(form, "requests 5000 hard")
 	wantRedirect(t, br.post("/admin/plans", form), "/admin/plans/"+key+"?done=created", "create plan")
-	p, err := b.ents.GetPlan(b.ctx, key)
+	p, err := b.cat.GetPlan(b.ctx, key)
 	if err != nil || !slices.Equal(p.StripePriceIDs, []string{"price_m_" + key, "price_y_" + key}) || p.StripeProductID != "prod_"+key {
 		t.Fatalf("created plan %+v, %v", p, err)
 	}
 	page := br.get("/admin/plans/" + key)
 	wantIn(t, page.body, "price_m_"+key+"\nprice_y_"+key, `value="prod_`+key+`"`)
 	// A console edit keeps what its form does not show: the price pins.
-	if _, err := b.ents.PatchPlan(b.ctx, key, func(in *entitlements.PlanInput) error {
+	if _, err := b.cat.PatchPlan(b.ctx, key, func(in *catalogue.PlanInput) error {
 		in.PriceVersions = map[string]int64{"price_y_" + key: 1}
 		return nil
 	}); err != nil {
@@ -66,7 +66,7 @@ func TestConsolePlanFormTakesSeveralPricesAndAProduct(t *testing.T) {
 	}
 	edit := quotaRows(url.Values{"csrf": {tok}, "confirm": {"1"}, "stripe_price_ids": {"price_m_" + key + "\nprice_y_" + key}}, "requests 6000 hard")
 	wantRedirect(t, br.post("/admin/plans/"+key, edit), "/admin/plans/"+key+"?done=edited", "edit plan")
-	if p, _ := b.ents.GetPlan(b.ctx, key); p.PriceVersions["price_y_"+key] != 1 || p.Quotas["requests"].Limit != 6000 {
+	if p, _ := b.cat.GetPlan(b.ctx, key); p.PriceVersions["price_y_"+key] != 1 || p.Quotas["requests"].Limit != 6000 {
 		t.Fatalf("after a console edit: pins %v, requests %d", p.PriceVersions, p.Quotas["requests"].Limit)
 	}
 	other := url.Values{"csrf": {tok}, "key": {uniq("dup")}, "stripe_price_ids": {"price_y_" + key}}

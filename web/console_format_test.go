@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
@@ -17,7 +18,7 @@ func TestConsoleFormatsNumbersDatesAndWarnsOnPlanReach(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	price := uniq("price_pack")
-	if _, _, err := b.ents.PutAddon(b.ctx, price, entitlements.AddonInput{Name: "Pack", Quotas: map[string]int64{"requests": 10000}}); err != nil {
+	if _, _, err := b.cat.PutAddon(b.ctx, price, catalogue.AddonInput{Name: "Pack", Quotas: map[string]int64{"requests": 10000}}); err != nil {
 		t.Fatal(err)
 	}
 	tn := b.tenant(t, "Format Co", b.free)

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 )
 
 // windowRows adds window editor rows ("name limit length kind") to a form.
@@ -39,8 +39,8 @@ func TestConsolePlanWindowEditor(t *testing.T) {
 	form := windowRows(quotaRows(url.Values{"csrf": {tok}, "key": {key}}, "requests 1000 hard"),
 		"hourly 5000 60m fixed", "per-minute 60 1m sliding", "- - - sliding")
 	wantRedirect(t, br.post("/admin/plans", form), "/admin/plans/"+key+"?done=created", "create with windows")
-	p, err := b.ents.GetPlan(b.ctx, key)
-	want := []entitlements.PlanWindow{{Name: "hourly", Limit: 5000, Length: "1h", Kind: "fixed"}, {Name: "per-minute", Limit: 60, Length: "1m", Kind: "sliding"}}
+	p, err := b.cat.GetPlan(b.ctx, key)
+	want := []catalogue.PlanWindow{{Name: "hourly", Limit: 5000, Length: "1h", Kind: "fixed"}, {Name: "per-minute", Limit: 60, Length: "1m", Kind: "sliding"}}
 	if err != nil || !slices.Equal(p.Windows, want) {
 		t.Fatalf("created windows %+v (%v), want %+v", p.Windows, err, want)
 	}
@@ -58,14 +58,14 @@ func TestConsolePlanWindowEditor(t *testing.T) {
 	wantIn(t, r.body, `data-limit="Windows" data-before="hourly 5,000 per 1h (fixed); per-minute 60 per 1m (sliding)" data-after="per-minute 120 per 1m (sliding)"`)
 	edit.Set("confirm", "1")
 	wantRedirect(t, br.post("/admin/plans/"+key, edit), "/admin/plans/"+key+"?done=edited", "confirmed")
-	if p, _ := b.ents.GetPlan(b.ctx, key); !slices.Equal(p.Windows, []entitlements.PlanWindow{{Name: "per-minute", Limit: 120, Length: "1m", Kind: "sliding"}}) {
+	if p, _ := b.cat.GetPlan(b.ctx, key); !slices.Equal(p.Windows, []catalogue.PlanWindow{{Name: "per-minute", Limit: 120, Length: "1m", Kind: "sliding"}}) {
 		t.Fatalf("edited windows %+v", p.Windows)
 	}
 	// A form without the window editor (a script of before windows)
 	// leaves them as they are.
 	old := quotaRows(url.Values{"csrf": {tok}, "name": {key}, "confirm": {"1"}}, "requests 2000 hard")
 	wantRedirect(t, br.post("/admin/plans/"+key, old), "/admin/plans/"+key+"?done=edited", "edit without windows")
-	if p, _ := b.ents.GetPlan(b.ctx, key); len(p.Windows) != 1 || p.Quotas["requests"].Limit != 2000 {
+	if p, _ := b.cat.GetPlan(b.ctx, key); len(p.Windows) != 1 || p.Quotas["requests"].Limit != 2000 {
 		t.Fatalf("a form without windows changed them: %+v", p.Windows)
 	}
 
@@ -94,7 +94,7 @@ func TestConsolePlanWindowEditor(t *testing.T) {
 	if strings.Contains(r.body, `data-window-error="0"`) || strings.Contains(r.body, `data-window-error="4"`) {
 		t.Fatal("an error on a row that has none")
 	}
-	if p, _ := b.ents.GetPlan(b.ctx, key); len(p.Windows) != 1 {
+	if p, _ := b.cat.GetPlan(b.ctx, key); len(p.Windows) != 1 {
 		t.Fatalf("a refused form changed the windows: %+v", p.Windows)
 	}
 }
@@ -104,8 +104,8 @@ func TestConsolePlanWindowEditor(t *testing.T) {
 func TestConsolePlanChangeShowsWindows(t *testing.T) {
 	b := setup(t)
 	key := uniq("winchg")
-	b.plan(t, entitlements.PlanInput{Key: key, Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](1000)}},
-		Windows: entitlements.WindowInputs{{Name: "hourly", Limit: ptr[int64](500), Length: "1h", Kind: "fixed"}}})
+	b.plan(t, catalogue.PlanInput{Key: key, Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](1000)}},
+		Windows: catalogue.WindowInputs{{Name: "hourly", Limit: ptr[int64](500), Length: "1h", Kind: "fixed"}}})
 	tn := b.tenant(t, "Window Change Co", b.free)
 	br, tok := b.adminBrowser(t)
 	r := br.post("/admin/tenants/"+tn.ID+"/plan", url.Values{"csrf": {tok}, "plan": {key}})

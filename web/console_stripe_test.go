@@ -43,7 +43,7 @@ func TestConsoleShowsAPIVersionsFailureReasonsAndAddons(t *testing.T) {
 	price := "price_console_addon_" + tn.ID[:8]
 	form := url.Values{"csrf": {tok}, "stripe_price_id": {price}, "name": {"Extra exports"}, "quotas": {"exports 10\nrequests 500"}, "features": {"priority"}}
 	wantRedirect(t, br.post("/admin/addons", form), "/admin/addons?done=addon", "save add-on")
-	a, err := b.ents.GetAddon(b.ctx, price)
+	a, err := b.cat.GetAddon(b.ctx, price)
 	if err != nil || a.Quotas["exports"] != 10 || a.Quotas["requests"] != 500 || len(a.Features) != 1 {
 		t.Fatalf("saved add-on %+v %v", a, err)
 	}
@@ -58,7 +58,7 @@ func TestConsoleShowsAPIVersionsFailureReasonsAndAddons(t *testing.T) {
 		t.Fatalf("negative extra: %d, want 400 naming quotas.exports", r.status)
 	}
 	wantRedirect(t, br.post("/admin/addons/"+price+"/delete", url.Values{"csrf": {tok}}), "/admin/addons?done=unaddon#"+price, "delete add-on")
-	if _, err := b.ents.GetAddon(b.ctx, price); err == nil {
+	if _, err := b.cat.GetAddon(b.ctx, price); err == nil {
 		t.Fatal("the add-on was not removed")
 	}
 }
@@ -71,7 +71,7 @@ func TestConsolePlanFormPerSeatQuota(t *testing.T) {
 	key := uniq("seats")
 	form := quotaRows(url.Values{"csrf": {tok}, "key": {key}, "name": {"Seats"}}, "requests 100 hard per_seat", "exports 5 hard")
 	wantRedirect(t, br.post("/admin/plans", form), "/admin/plans/"+key+"?done=created", "create per-seat plan")
-	p, err := b.ents.GetPlan(b.ctx, key)
+	p, err := b.cat.GetPlan(b.ctx, key)
 	if err != nil || !p.Quotas["requests"].PerSeat || p.Quotas["exports"].PerSeat {
 		t.Fatalf("plan %+v %v, want requests per seat and exports not", p.Quotas, err)
 	}
@@ -81,7 +81,7 @@ func TestConsolePlanFormPerSeatQuota(t *testing.T) {
 	}
 	edit := quotaRows(url.Values{"csrf": {tok}, "name": {"Seats"}, "confirm": {"1"}}, "requests 100 hard")
 	wantRedirect(t, br.post("/admin/plans/"+key, edit), "/admin/plans/"+key+"?done=edited", "edit plan")
-	if p, _ := b.ents.GetPlan(b.ctx, key); p.Quotas["requests"].PerSeat {
+	if p, _ := b.cat.GetPlan(b.ctx, key); p.Quotas["requests"].PerSeat {
 		t.Fatal("removing per_seat in the form must clear it")
 	}
 }

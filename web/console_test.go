@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/stripemock"
 )
@@ -144,7 +145,7 @@ func TestConsolePlans(t *testing.T) {
 		"concurrency": {"5"}, "features": {"sso, exports"}}
 	quotaRows(form, "requests 5000 hard", "exports 10 soft")
 	wantRedirect(t, br.post("/admin/plans", form), "/admin/plans/"+key+"?done=created", "create plan")
-	p, err := b.ents.GetPlan(b.ctx, key)
+	p, err := b.cat.GetPlan(b.ctx, key)
 	if err != nil || p.Quotas["exports"].Mode != "soft" || p.Rate == nil || p.Rate.Burst != 100 || len(p.Features) != 2 {
 		t.Fatalf("created plan %+v, %v", p, err)
 	}
@@ -167,7 +168,7 @@ func TestConsolePlans(t *testing.T) {
 	}
 	edit := quotaRows(url.Values{"csrf": {tok}, "name": {"Pro"}, "confirm": {"1"}}, "requests 200000 hard")
 	wantRedirect(t, br.post("/admin/plans/"+b.pro, edit), "/admin/plans/"+b.pro+"?done=edited", "edit plan")
-	p, _ = b.ents.GetPlan(b.ctx, b.pro)
+	p, _ = b.cat.GetPlan(b.ctx, b.pro)
 	if _, ok := p.Quotas["exports"]; ok || p.Quotas["requests"].Limit != 200000 {
 		t.Fatalf("edited plan quotas %+v", p.Quotas)
 	}
@@ -298,9 +299,9 @@ func TestConsolePlanChangeThroughStripe(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{stripeBase: stripemock.Start(t)})
 	small, big, local := uniq("small"), uniq("big"), uniq("local")
-	b.plan(t, entitlements.PlanInput{Key: small, StripePriceID: "price_" + small, Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](10)}}})
-	b.plan(t, entitlements.PlanInput{Key: big, StripePriceID: "price_" + big, Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](1000)}}})
-	b.plan(t, entitlements.PlanInput{Key: local, Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](99)}}})
+	b.plan(t, catalogue.PlanInput{Key: small, StripePriceID: "price_" + small, Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](10)}}})
+	b.plan(t, catalogue.PlanInput{Key: big, StripePriceID: "price_" + big, Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](1000)}}})
+	b.plan(t, catalogue.PlanInput{Key: local, Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](99)}}})
 	cus := "cus_" + uniq("web")
 	tn, err := b.ents.CreateTenant(b.ctx, entitlements.TenantInput{Name: "Stripe Co", Plan: small, StripeCustomerID: cus})
 	if err != nil {

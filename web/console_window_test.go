@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/period"
 )
 
@@ -20,8 +20,8 @@ func TestConsolePlanQuotaWindow(t *testing.T) {
 	br, tok := b.adminBrowser(t)
 	key := uniq("annual")
 	limit := int64(10)
-	if _, err := b.ents.CreatePlan(b.ctx, entitlements.PlanInput{Key: key, Quotas: map[string]*entitlements.QuotaInput{
-		"tokens": {Limit: &limit, Mode: "soft", StripeMeterEvent: "tokens", StripeReport: entitlements.ReportTotal}}}); err != nil {
+	if _, err := b.cat.CreatePlan(b.ctx, catalogue.PlanInput{Key: key, Quotas: map[string]*catalogue.QuotaInput{
+		"tokens": {Limit: &limit, Mode: "soft", StripeMeterEvent: "tokens", StripeReport: catalogue.ReportTotal}}}); err != nil {
 		t.Fatal(err)
 	}
 	page := br.get("/admin/plans/" + key)
@@ -31,8 +31,8 @@ func TestConsolePlanQuotaWindow(t *testing.T) {
 	}
 	edit := quotaRows(url.Values{"csrf": {tok}, "name": {"Annual"}, "quota_window": {"billing_period"}, "confirm": {"1"}}, "tokens 20 soft")
 	wantRedirect(t, br.post("/admin/plans/"+key, edit), "/admin/plans/"+key+"?done=edited", "edit plan")
-	p, err := b.ents.GetPlan(b.ctx, key)
-	if err != nil || p.QuotaWindow != "billing_period" || p.Quotas["tokens"].StripeReport != entitlements.ReportTotal || p.Quotas["tokens"].StripeMeterEvent != "tokens" {
+	p, err := b.cat.GetPlan(b.ctx, key)
+	if err != nil || p.QuotaWindow != "billing_period" || p.Quotas["tokens"].StripeReport != catalogue.ReportTotal || p.Quotas["tokens"].StripeMeterEvent != "tokens" {
 		t.Fatalf("edited plan %+v, %v", p, err)
 	}
 	if page := br.get("/admin/plans/" + key); !strings.Contains(page.body, `<option value="billing_period" selected>`) {

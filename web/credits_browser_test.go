@@ -8,8 +8,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credits"
-	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
 // creditsPlan is a plan of 100 included requests and no rate limit, so a
@@ -17,8 +17,8 @@ import (
 func (b *bundle) creditsPlan(t *testing.T) string {
 	t.Helper()
 	key := uniq("credits")
-	b.plan(t, entitlements.PlanInput{Key: key, Name: "Credits",
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](100)}}})
+	b.plan(t, catalogue.PlanInput{Key: key, Name: "Credits",
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](100)}}})
 	return key
 }
 

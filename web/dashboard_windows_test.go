@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -15,9 +15,9 @@ import (
 func TestDashboardShowsWindowUsage(t *testing.T) {
 	b := setup(t)
 	key := uniq("windash")
-	b.plan(t, entitlements.PlanInput{Key: key, Name: "Windowed",
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](100000)}},
-		Windows: entitlements.WindowInputs{{Name: "hourly", Limit: ptr[int64](5), Length: "1h", Kind: "fixed"},
+	b.plan(t, catalogue.PlanInput{Key: key, Name: "Windowed",
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](100000)}},
+		Windows: catalogue.WindowInputs{{Name: "hourly", Limit: ptr[int64](5), Length: "1h", Kind: "fixed"},
 			{Name: "daily", Limit: ptr[int64](1000), Length: "24h"}}})
 	tn := b.tenant(t, "Window Dash", key)
 	if _, err := b.ents.BumpAndPublish(b.ctx, tn.ID, "test"); err != nil {

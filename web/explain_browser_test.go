@@ -9,8 +9,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 )
 
 // whyPageRow is one row of the "Why these limits" panel as Chromium shows it.
@@ -56,16 +55,16 @@ func TestBrowserWhyTheseLimits(t *testing.T) {
 	chrome := newChrome(t)
 	b := setup(t)
 	team := uniq("team")
-	b.plan(t, entitlements.PlanInput{Key: team, Name: "Team", Rate: &entitlements.RateInput{PerSecond: ptr(20.0), Burst: ptr[int64](200)},
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](1000), PerSeat: true}, "exports": {Limit: ptr[int64](50), Mode: "soft"}}})
-	if _, err := b.ents.PatchPlan(b.ctx, team, func(in *entitlements.PlanInput) error { in.Concurrency = ptr[int64](4); return nil }); err != nil {
+	b.plan(t, catalogue.PlanInput{Key: team, Name: "Team", Rate: &catalogue.RateInput{PerSecond: ptr(20.0), Burst: ptr[int64](200)},
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](1000), PerSeat: true}, "exports": {Limit: ptr[int64](50), Mode: "soft"}}})
+	if _, err := b.cat.PatchPlan(b.ctx, team, func(in *catalogue.PlanInput) error { in.Concurrency = ptr[int64](4); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	packs, uploads := uniq("price_pack"), uniq("price_up")
-	if _, _, err := b.ents.PutAddon(b.ctx, packs, entitlements.AddonInput{Name: "Request pack", Quotas: map[string]int64{"requests": 10000}}); err != nil {
+	if _, _, err := b.cat.PutAddon(b.ctx, packs, catalogue.AddonInput{Name: "Request pack", Quotas: map[string]int64{"requests": 10000}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.ents.PutAddon(b.ctx, uploads, entitlements.AddonInput{Name: "Uploads", Quotas: map[string]int64{"uploads": 5}}); err != nil {
+	if _, _, err := b.cat.PutAddon(b.ctx, uploads, catalogue.AddonInput{Name: "Uploads", Quotas: map[string]int64{"uploads": 5}}); err != nil {
 		t.Fatal(err)
 	}
 	tn := b.tenant(t, "Why Co", team)

@@ -6,8 +6,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
-
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 )
 
 // In Chromium: the tenant page's "Why these limits" panel shows each of
@@ -17,9 +16,9 @@ func TestBrowserWhyTheseLimitsShowsWindows(t *testing.T) {
 	chrome := newChrome(t)
 	b := setup(t)
 	key := uniq("winwhy")
-	b.plan(t, entitlements.PlanInput{Key: key, Name: "Windowed",
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](100000)}},
-		Windows: entitlements.WindowInputs{{Name: "hourly", Limit: ptr[int64](5000), Length: "1h", Kind: "fixed"},
+	b.plan(t, catalogue.PlanInput{Key: key, Name: "Windowed",
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](100000)}},
+		Windows: catalogue.WindowInputs{{Name: "hourly", Limit: ptr[int64](5000), Length: "1h", Kind: "fixed"},
 			{Name: "per-minute", Limit: ptr[int64](60), Length: "60s"}}})
 	tn := b.tenant(t, "Window Co", key)
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/metering"
 )
@@ -63,10 +64,10 @@ func TestBrowserFigures(t *testing.T) {
 	chrome := newChrome(t)
 	b := setup(t)
 	tiny := uniq("tiny")
-	b.plan(t, entitlements.PlanInput{Key: tiny, Name: "Tiny",
+	b.plan(t, catalogue.PlanInput{Key: tiny, Name: "Tiny",
 		// Three requests, then one every 100 s: the refusal stays cached.
-		Rate:   &entitlements.RateInput{PerSecond: ptr(0.01), Burst: ptr[int64](3)},
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](100000)}, "exports": {Limit: ptr[int64](50), Mode: "soft"}}})
+		Rate:   &catalogue.RateInput{PerSecond: ptr(0.01), Burst: ptr[int64](3)},
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](100000)}, "exports": {Limit: ptr[int64](50), Mode: "soft"}}})
 	acme := b.tenant(t, "Acme First Hour", tiny)
 	key := b.key(t, acme.ID)
 	// The period starts at :37 of the previous hour or earlier: its first

@@ -23,6 +23,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/audit/readers"
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
@@ -46,6 +47,7 @@ type bundle struct {
 	prefix string
 	store  *limitstore.Store
 	ents   *entitlements.Service
+	cat    *catalogue.Service
 	keys   *credentials.Service
 	meter  *metering.Service
 	web    *Web
@@ -98,12 +100,13 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	b := &bundle{ctx: ctx, pool: pool, rdb: rdb, prefix: prefix, store: limitstore.New(rdb, prefix),
 		admin: "tga_" + uniq("admin"), alice: "tga_" + uniq("alice-token"), free: uniq("free"), pro: uniq("pro")}
 	b.ents = entitlements.NewService(pool, b.store, log, entitlements.Options{DefaultPlan: b.free})
+	b.cat = catalogue.NewService(pool, log, catalogue.Options{Touch: b.ents.TouchCatalogue})
 	b.keys = credentials.New(pool, b.ents, log, credentials.Options{Redis: rdb, Prefix: prefix})
 	// keys.Run is not started: without it Authenticate asks Postgres every
 	// time, which is what these tests want to see.
 	b.meter = metering.NewService(pool, b.store, log, metering.Options{Snapshot: b.ents.ReloadSnapshot})
 	// Grants go to Redis, where the limiter draws them, as in cmd/api.
-	b.creds = credits.NewService(pool, b.ents, log, credits.Options{Grants: b.store})
+	b.creds = credits.NewService(pool, b.ents, b.cat, log, credits.Options{Grants: b.store})
 	// The limiter gives Redis 50 ms by default, then decides by the fail
 	// modes for a cooldown: a quota fails open, allowing a request without
 	// counting it (limiter.md). On a loaded CI machine (-race, Chromium,
@@ -129,7 +132,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	if o.stripeBase != "" {
 		bo.SecretKey, bo.APIBase, bo.StripeTimeout = "sk_test_123", o.stripeBase, 5*time.Second
 	}
-	bill, err := billing.New(pool, b.ents, ins, log, bo)
+	bill, err := billing.New(pool, b.ents, b.cat, ins, log, bo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,19 +143,19 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 		plans, upgrades, topups = bill, bill, bill
 	}
 	b.trail = audit.New(pool, log)
-	readers.Register(b.trail, b.ents, b.keys, bill, b.creds)
+	readers.Register(b.trail, b.ents, b.cat, b.keys, bill, b.creds)
 	named := map[string]string{"alice": b.alice}
 	w, err := New(Deps{Log: log, DB: pool, Limits: b.store, Snapshots: b.ents, Usage: b.meter, AdminToken: b.admin, DefaultPlan: b.free,
-		Entitlements: b.ents, Credentials: b.keys, Billing: bill, Metering: b.meter,
+		Entitlements: b.ents, Catalogue: b.cat, Credentials: b.keys, Billing: bill, Metering: b.meter,
 		AdminTokens: named, Audit: b.trail, Upgrades: upgrades, Attempts: lim, BillingContact: o.contact, PublicURL: o.publicURL,
-		Plans: plans, PlanAdmin: b.ents, Addons: b.ents, Keys: b.keys, Overrides: b.ents, Explainer: b.ents, Replayer: bill, Resyncer: bill, Guard: guard,
+		Plans: plans, PlanAdmin: b.cat, Addons: b.cat, Keys: b.keys, Overrides: b.ents, Explainer: b.ents, Replayer: bill, Resyncer: bill, Guard: guard,
 		Tenants: b.ents, Previews: b.ents, Grants: b.creds, Topups: topups})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.web = w
 	api, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, AdminToken: b.admin, AdminTokens: named, Audit: b.trail,
-		Entitlements: b.ents, Credentials: b.keys, Metering: b.meter, PlanChanger: plans, Limiter: lim, AuthLimiter: guard, DashboardLinks: w, Credits: b.creds})
+		Entitlements: b.ents, Catalogue: b.cat, Credentials: b.keys, Metering: b.meter, PlanChanger: plans, Limiter: lim, AuthLimiter: guard, DashboardLinks: w, Credits: b.creds})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,18 +164,18 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	b.srv = httptest.NewServer(api)
 	t.Cleanup(func() { b.srv.Close(); cancel(); _ = lim.Close() })
 
-	b.plan(t, entitlements.PlanInput{Key: b.free, Name: "Free",
-		Rate:   &entitlements.RateInput{PerSecond: ptr(100.0), Burst: ptr[int64](100)},
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](1000)}}})
-	b.plan(t, entitlements.PlanInput{Key: b.pro, Name: "Pro",
-		Quotas:   map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](100000)}, "exports": {Limit: ptr[int64](50), Mode: "soft"}},
+	b.plan(t, catalogue.PlanInput{Key: b.free, Name: "Free",
+		Rate:   &catalogue.RateInput{PerSecond: ptr(100.0), Burst: ptr[int64](100)},
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](1000)}}})
+	b.plan(t, catalogue.PlanInput{Key: b.pro, Name: "Pro",
+		Quotas:   map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](100000)}, "exports": {Limit: ptr[int64](50), Mode: "soft"}},
 		Features: []string{"exports"}})
 	return b
 }
 
-func (b *bundle) plan(t testing.TB, in entitlements.PlanInput) {
+func (b *bundle) plan(t testing.TB, in catalogue.PlanInput) {
 	t.Helper()
-	if _, err := b.ents.CreatePlan(b.ctx, in); err != nil {
+	if _, err := b.cat.CreatePlan(b.ctx, in); err != nil {
 		t.Fatalf("create plan: %v", err)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/tollgatehq/tollgate/internal/audit"
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 )
 
 // Editing a plan reaches every tenant on it: the save first shows the
@@ -17,8 +17,8 @@ func TestConsolePlanEditIsConfirmedWithItsEffect(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	key := uniq("edit")
-	b.plan(t, entitlements.PlanInput{Key: key, Name: "Edit", Rate: &entitlements.RateInput{PerSecond: ptr(10.0), Burst: ptr[int64](20)},
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](1000)}, "exports": {Limit: ptr[int64](5), Mode: "soft"}}})
+	b.plan(t, catalogue.PlanInput{Key: key, Name: "Edit", Rate: &catalogue.RateInput{PerSecond: ptr(10.0), Burst: ptr[int64](20)},
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](1000)}, "exports": {Limit: ptr[int64](5), Mode: "soft"}}})
 	one, two := b.tenant(t, "First On Plan", key), b.tenant(t, "Second On Plan", key)
 	b.tenant(t, "Not On Plan", b.free)
 	br, tok := b.adminBrowser(t)
@@ -39,7 +39,7 @@ func TestConsolePlanEditIsConfirmedWithItsEffect(t *testing.T) {
 	if strings.Contains(r.body, "Not On Plan") {
 		t.Fatal("a tenant on another plan is listed")
 	}
-	if p, _ := b.ents.GetPlan(b.ctx, key); p.Quotas["requests"].Limit != 1000 || p.Concurrency != nil {
+	if p, _ := b.cat.GetPlan(b.ctx, key); p.Quotas["requests"].Limit != 1000 || p.Concurrency != nil {
 		t.Fatalf("the plan was saved without confirmation: %+v", p)
 	}
 	if es, _ := b.trail.List(b.ctx, audit.Filter{PlanKey: key}); len(es) != 0 {
@@ -49,7 +49,7 @@ func TestConsolePlanEditIsConfirmedWithItsEffect(t *testing.T) {
 	// The confirm form posts the same fields back: the plan is saved.
 	form.Set("confirm", "1")
 	wantRedirect(t, br.post("/admin/plans/"+key, form), "/admin/plans/"+key+"?done=edited", "confirmed")
-	p, _ := b.ents.GetPlan(b.ctx, key)
+	p, _ := b.cat.GetPlan(b.ctx, key)
 	if _, ok := p.Quotas["exports"]; ok || p.Quotas["requests"].Limit != 2000 || p.Quotas["tokens"].Mode != "soft" || p.Concurrency == nil || *p.Concurrency != 4 {
 		t.Fatalf("saved plan %+v", p)
 	}
@@ -91,7 +91,7 @@ func TestConsoleQuotaEditorRows(t *testing.T) {
 	r := br.post("/admin/plans", form)
 	wantStatus(t, r, http.StatusOK, "more rows")
 	wantIn(t, r.body, `name="quota_rows" value="5"`, `name="quotas[1].meter" value="exports"`, `name="quotas[4].meter" value=""`)
-	if _, err := b.ents.GetPlan(b.ctx, key); err == nil {
+	if _, err := b.cat.GetPlan(b.ctx, key); err == nil {
 		t.Fatal("More rows saved the plan")
 	}
 	form.Del("more")
@@ -100,7 +100,7 @@ func TestConsoleQuotaEditorRows(t *testing.T) {
 	form.Set("quotas[4].mode", "soft")
 	form.Set("quota_rows", "5")
 	wantRedirect(t, br.post("/admin/plans", form), "/admin/plans/"+key+"?done=created", "create with a row added")
-	p, err := b.ents.GetPlan(b.ctx, key)
+	p, err := b.cat.GetPlan(b.ctx, key)
 	if err != nil || len(p.Quotas) != 3 || p.Quotas["tokens"].Limit != 9 {
 		t.Fatalf("created %+v %v", p.Quotas, err)
 	}
@@ -112,7 +112,7 @@ func TestConsoleQuotaEditorRows(t *testing.T) {
 	r = br.post("/admin/plans/"+key, url.Values{"csrf": {tok}, "more": {"1"}, "quota_rows": {"1"}, "quotas[0].meter": {"requests"}, "quotas[0].limit": {"5"}, "quotas[0].mode": {"hard"}})
 	wantStatus(t, r, http.StatusOK, "more rows on the edit page")
 	wantIn(t, r.body, `name="quota_rows" value="4"`)
-	if p, _ := b.ents.GetPlan(b.ctx, key); p.Quotas["requests"].Limit != 100 {
+	if p, _ := b.cat.GetPlan(b.ctx, key); p.Quotas["requests"].Limit != 100 {
 		t.Fatal("More rows saved the edit")
 	}
 }

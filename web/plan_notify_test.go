@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
@@ -47,17 +47,17 @@ func TestConsolePlanEditSetsWebhookThresholds(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	key := uniq("notify")
-	b.plan(t, entitlements.PlanInput{Key: key, Name: "Notify", Quotas: map[string]*entitlements.QuotaInput{"requests": {
+	b.plan(t, catalogue.PlanInput{Key: key, Name: "Notify", Quotas: map[string]*catalogue.QuotaInput{"requests": {
 		Limit: ptr[int64](1000), Mode: "hard",
-		Rollover:          &entitlements.RolloverInput{Max: ptr[int64](200), ExpiresAfterPeriods: ptr(2)},
+		Rollover:          &catalogue.RolloverInput{Max: ptr[int64](200), ExpiresAfterPeriods: ptr(2)},
 		UnitAmountDecimal: "0.25", Currency: "usd",
-		Notify: []entitlements.NotifyInput{{QuotaThreshold: keyspace.QuotaThreshold{Percent: 90}}}}}})
+		Notify: []catalogue.NotifyInput{{QuotaThreshold: keyspace.QuotaThreshold{Percent: 90}}}}}})
 	br, tok := b.adminBrowser(t)
 	wantIn(t, br.get("/admin/plans/"+key).body, `name="quotas[0].notify" value="90%"`)
 
 	thresholds := func() []keyspace.QuotaThreshold {
 		t.Helper()
-		p, err := b.ents.GetPlan(b.ctx, key)
+		p, err := b.cat.GetPlan(b.ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +112,7 @@ func TestConsolePlanEditSetsWebhookThresholds(t *testing.T) {
 	form := quotaRows(url.Values{"csrf": {tok}, "key": {nk}, "name": {"New"}}, "requests 10 hard")
 	form.Set("quotas[0].notify", "25%")
 	wantRedirect(t, br.post("/admin/plans", form), "/admin/plans/"+nk+"?done=created", "create")
-	if p, err := b.ents.GetPlan(b.ctx, nk); err != nil || !slices.Equal(p.Quotas["requests"].Notify, []keyspace.QuotaThreshold{{Percent: 25}}) {
+	if p, err := b.cat.GetPlan(b.ctx, nk); err != nil || !slices.Equal(p.Quotas["requests"].Notify, []keyspace.QuotaThreshold{{Percent: 25}}) {
 		t.Fatalf("created %+v %v", p.Quotas, err)
 	}
 }

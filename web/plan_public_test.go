@@ -17,7 +17,7 @@ func TestConsolePlanFormPublic(t *testing.T) {
 	key := uniq("staff")
 	form := quotaRows(url.Values{"csrf": {tok}, "key": {key}, "name": {"Staff"}, "public": {"false"}}, "requests 5 hard")
 	wantRedirect(t, br.post("/admin/plans", form), "/admin/plans/"+key+"?done=created", "create internal plan")
-	if p, err := b.ents.GetPlan(b.ctx, key); err != nil || p.Public {
+	if p, err := b.cat.GetPlan(b.ctx, key); err != nil || p.Public {
 		t.Fatalf("plan %+v %v, want internal", p, err)
 	}
 	page := br.get("/admin/plans/" + key)
@@ -29,7 +29,7 @@ func TestConsolePlanFormPublic(t *testing.T) {
 	}
 	edit := quotaRows(url.Values{"csrf": {tok}, "name": {"Staff only"}, "confirm": {"1"}}, "requests 6 hard")
 	wantRedirect(t, br.post("/admin/plans/"+key, edit), "/admin/plans/"+key+"?done=edited", "edit without public")
-	if p, _ := b.ents.GetPlan(b.ctx, key); p.Public || p.Name != "Staff only" {
+	if p, _ := b.cat.GetPlan(b.ctx, key); p.Public || p.Name != "Staff only" {
 		t.Fatalf("an edit without the field must keep the plan internal: %+v", p)
 	}
 	edit.Set("public", "maybe")
@@ -40,12 +40,12 @@ func TestConsolePlanFormPublic(t *testing.T) {
 	}
 	edit.Set("public", "true")
 	wantRedirect(t, br.post("/admin/plans/"+key, edit), "/admin/plans/"+key+"?done=edited", "make public")
-	if p, _ := b.ents.GetPlan(b.ctx, key); !p.Public {
+	if p, _ := b.cat.GetPlan(b.ctx, key); !p.Public {
 		t.Fatal("public=true in the form must make the plan public")
 	}
 	other := uniq("open")
 	wantRedirect(t, br.post("/admin/plans", url.Values{"csrf": {tok}, "key": {other}}), "/admin/plans/"+other+"?done=created", "create without public")
-	if p, _ := b.ents.GetPlan(b.ctx, other); !p.Public {
+	if p, _ := b.cat.GetPlan(b.ctx, other); !p.Public {
 		t.Fatal("a plan created without the field must be public")
 	}
 }

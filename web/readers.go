@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/metering"
@@ -14,20 +15,24 @@ import (
 // owners (issue 24), declared here as what the pages ask. cmd/api passes
 // the services themselves.
 
-// EntitlementsReader is what the pages read of tenants, plans,
-// overrides, versions and subscriptions (*entitlements.Service).
+// EntitlementsReader is what the pages read of tenants, overrides,
+// versions and subscriptions (*entitlements.Service).
 type EntitlementsReader interface {
 	TenantSummary(ctx context.Context, id string) (entitlements.TenantSummary, error)
 	SearchTenants(ctx context.Context, q string, page, size int) ([]entitlements.TenantSummary, int64, error)
 	TenantNames(ctx context.Context, tenantIDs []string, limit int) ([]entitlements.TenantName, error)
 	TenantByCustomer(ctx context.Context, stripeCustomerID string) (entitlements.Tenant, error)
 	TenantByExternalID(ctx context.Context, externalID string) (entitlements.Tenant, error)
-	ListPlans(ctx context.Context) ([]entitlements.Plan, error)
 	PlanTenantCounts(ctx context.Context) (map[string]int64, error)
 	ListOverrides(ctx context.Context, tenantID string) ([]entitlements.Override, error)
 	ListVersions(ctx context.Context, tenantID string, limit int) ([]entitlements.Version, error)
 	CurrentSubscription(ctx context.Context, tenantID string) (*entitlements.SubscriptionState, error)
 	OtherSubscriptions(ctx context.Context, tenantID string, limit int) ([]entitlements.OtherSubscription, error)
+}
+
+// CatalogueReader is what the pages read of plans (*catalogue.Service).
+type CatalogueReader interface {
+	ListPlans(ctx context.Context) ([]catalogue.Plan, error)
 }
 
 // CredentialsReader is what the pages read of API keys

@@ -26,6 +26,7 @@ import (
 type store struct {
 	db    *pgxpool.Pool
 	ents  EntitlementsReader
+	cat   CatalogueReader
 	creds CredentialsReader
 	bill  BillingReader
 	meter MeteringReader

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
@@ -33,7 +34,7 @@ type PlanRow struct {
 	QuotaWindow     string // "month" or "billing_period"
 	Public          bool   // offered to tenants on their dashboard
 	// Windows are the plan's window limits, in its order.
-	Windows []entitlements.PlanWindow
+	Windows []catalogue.PlanWindow
 }
 
 // QuotaRow is one meter's monthly quota of a plan.
@@ -48,7 +49,7 @@ type QuotaRow struct {
 }
 
 func (s *store) plans(ctx context.Context) ([]PlanRow, error) {
-	plans, err := s.ents.ListPlans(ctx)
+	plans, err := s.cat.ListPlans(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("web: plans: %w", err)
 	}

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/limiter/keyspace"
 )
 
@@ -30,11 +30,11 @@ func formatThresholds(ts []keyspace.QuotaThreshold) string {
 // Empty is nil: the defaults. Only the shape is checked here; the ranges
 // (1-100%, at most so many, no repeats) are the service's, and its errors
 // come back named quotas[i].notify[k].
-func parseThresholds(s string) ([]entitlements.NotifyInput, error) {
+func parseThresholds(s string) ([]catalogue.NotifyInput, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
-	var out []entitlements.NotifyInput
+	var out []catalogue.NotifyInput
 	for i, raw := range strings.Split(s, ",") {
 		e := strings.ToLower(strings.TrimSpace(raw))
 		var t keyspace.QuotaThreshold
@@ -54,7 +54,7 @@ func parseThresholds(s string) ([]entitlements.NotifyInput, error) {
 			return nil, errors.New("thresholds are percentages (80%) or units (5000 units), comma-separated; " +
 				strconv.Quote(strings.TrimSpace(raw)) + " is neither")
 		}
-		out = append(out, entitlements.NotifyInput{QuotaThreshold: t})
+		out = append(out, catalogue.NotifyInput{QuotaThreshold: t})
 	}
 	return out, nil
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/stripemock"
 )
 
@@ -21,8 +21,8 @@ func TestDashboardOffersEachPriceOfAPlan(t *testing.T) {
 	b := setup(t, setupOpts{stripeBase: rec.URL})
 	key := uniq("duo")
 	monthly, yearly := "price_m_"+key, "price_y_"+key
-	b.plan(t, entitlements.PlanInput{Key: key, Name: "Duo", StripePriceIDs: []string{monthly, yearly},
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](5000000)}}})
+	b.plan(t, catalogue.PlanInput{Key: key, Name: "Duo", StripePriceIDs: []string{monthly, yearly},
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](5000000)}}})
 	br, tn, page, tok := b.tenantBrowser(t, "Pied Piper", b.free)
 	sel := page.body[strings.Index(page.body, `data-prices="`+key+`"`):]
 	sel = sel[:strings.Index(sel, "</select>")]

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/stripemock"
 )
@@ -16,12 +17,12 @@ import (
 func (b *bundle) offerPlans(t testing.TB) (gold, staff string) {
 	t.Helper()
 	gold, staff = uniq("gold"), uniq("staff")
-	b.plan(t, entitlements.PlanInput{Key: gold, Name: "Gold", StripePriceID: "price_" + gold,
-		Rate:   &entitlements.RateInput{PerSecond: ptr(250.0), Burst: ptr[int64](500)},
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](2000000)}}, Features: []string{"sso"}})
+	b.plan(t, catalogue.PlanInput{Key: gold, Name: "Gold", StripePriceID: "price_" + gold,
+		Rate:   &catalogue.RateInput{PerSecond: ptr(250.0), Burst: ptr[int64](500)},
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](2000000)}}, Features: []string{"sso"}})
 	// Named by its key: other tests of the package add plans too.
-	b.plan(t, entitlements.PlanInput{Key: staff, Name: "Plan " + staff, StripePriceID: "price_" + staff, Public: ptr(false),
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](900000000)}}})
+	b.plan(t, catalogue.PlanInput{Key: staff, Name: "Plan " + staff, StripePriceID: "price_" + staff, Public: ptr(false),
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](900000000)}}})
 	return gold, staff
 }
 

@@ -61,11 +61,12 @@ type Deps struct {
 	// Usage computes the usage of the current period (GET /v1/usage's
 	// function). Required.
 	Usage UsageReader
-	// Entitlements, Credentials, Billing and Metering are the owners the
-	// pages read tenants, plans and subscriptions; API keys; Stripe events
-	// and repairs; usage history and meter reports through (readers.go).
-	// Required.
+	// Entitlements, Catalogue, Credentials, Billing and Metering are the
+	// owners the pages read tenants and subscriptions; plans; API keys;
+	// Stripe events and repairs; usage history and meter reports through
+	// (readers.go). Required.
 	Entitlements EntitlementsReader
+	Catalogue    CatalogueReader
 	Credentials  CredentialsReader
 	Billing      BillingReader
 	Metering     MeteringReader
@@ -99,8 +100,9 @@ type Deps struct {
 	Resyncer  Resyncer
 	// Tenants creates tenants; nil hides the create-tenant form.
 	Tenants TenantCreator
-	// Previews shows the effect of a change on its confirmation page; nil
-	// still asks for the confirmation, without the figures.
+	// Previews shows the effect of a change on its confirmation page (a
+	// plan edit's comes from PlanAdmin, shown alike only when Previews is
+	// set); nil still asks for the confirmation, without the figures.
 	Previews Previewer
 	// Upgrades lets tenants change plan through Stripe from the dashboard;
 	// nil (no STRIPE_SECRET_KEY) shows the plans and whom to ask.
@@ -149,8 +151,8 @@ func New(d Deps) (*Web, error) {
 	if d.DB == nil || d.Snapshots == nil || d.Usage == nil || d.Limits == nil {
 		return nil, errors.New("web: DB, Limits, Snapshots and Usage are required")
 	}
-	if d.Entitlements == nil || d.Credentials == nil || d.Billing == nil || d.Metering == nil {
-		return nil, errors.New("web: Entitlements, Credentials, Billing and Metering are required")
+	if d.Entitlements == nil || d.Catalogue == nil || d.Credentials == nil || d.Billing == nil || d.Metering == nil {
+		return nil, errors.New("web: Entitlements, Catalogue, Credentials, Billing and Metering are required")
 	}
 	if d.AdminToken == "" {
 		return nil, errors.New("web: AdminToken is required")
@@ -170,7 +172,7 @@ func New(d Deps) (*Web, error) {
 	if d.AdminTTL <= 0 {
 		d.AdminTTL = 8 * time.Hour
 	}
-	w := &Web{Deps: d, log: d.Log, store: &store{db: d.DB, ents: d.Entitlements, creds: d.Credentials, bill: d.Billing, meter: d.Metering}}
+	w := &Web{Deps: d, log: d.Log, store: &store{db: d.DB, ents: d.Entitlements, cat: d.Catalogue, creds: d.Credentials, bill: d.Billing, meter: d.Metering}}
 	pages, err := parsePages()
 	if err != nil {
 		return nil, err

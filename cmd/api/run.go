@@ -19,6 +19,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/buildinfo"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/config"
 	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/credits"
@@ -144,6 +145,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 		return err
 	}
 	ents := newEntitlements(pool, rdb, cfg, log, hooks.EntitlementsChanged)
+	cat := wire.Catalogue(pool, ents, log)
 	keys := newCredentials(pool, rdb, ents, cfg, log)
 	// The revocation subscription lives as long as the server; it must end
 	// before rdb is closed.
@@ -151,7 +153,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	subDone := make(chan struct{})
 	go func() { defer close(subDone); _ = keys.Run(subCtx) }()
 	defer func() { stopSub(); <-subDone }()
-	bill, err := wire.Billing(pool, ents, cfg, log, reg, limitstore.New(rdb, keyspace.DefaultPrefix))
+	bill, err := wire.Billing(pool, ents, cat, cfg, log, reg, limitstore.New(rdb, keyspace.DefaultPrefix))
 	if err != nil {
 		return err
 	}
@@ -160,7 +162,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	// Grants: the admin's grants and voids are written to Redis as they
 	// commit, the limiter rebuilds grants Redis lost from the ledger, and
 	// GET /v1/usage shows them.
-	creds := wire.Credits(pool, ents, log, credits.Options{Grants: limitstore.New(rdb, keyspace.DefaultPrefix)})
+	creds := wire.Credits(pool, ents, cat, log, credits.Options{Grants: limitstore.New(rdb, keyspace.DefaultPrefix)})
 	meter := metering.NewService(pool, limitstore.New(rdb, keyspace.DefaultPrefix), log, metering.Options{Snapshot: ents.CachedSnapshot, RedisTimeout: cfg.RedisTimeout, Grants: usageGrants(creds),
 		Prepaid: creds.PrepaidConsumed})
 	lim, closeLimiter, err := newLimiter(cfg, ents, meter.LoadUsage, creds.RedisGrants, reg)
@@ -178,19 +180,19 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 	if cfg.StripeSecretKey != "" {
 		resync, upgrades, topups = bill, bill, bill
 	}
-	trail := wire.Audit(pool, log, ents, keys, bill, creds) // who changed what, through the API or the console
+	trail := wire.Audit(pool, log, ents, cat, keys, bill, creds) // who changed what, through the API or the console
 	pages, err := web.New(web.Deps{Log: log, DB: pool, Limits: limitstore.New(rdb, keyspace.DefaultPrefix),
-		Snapshots: ents, Usage: meter, Entitlements: ents, Credentials: keys, Billing: bill, Metering: meter,
+		Snapshots: ents, Usage: meter, Entitlements: ents, Catalogue: cat, Credentials: keys, Billing: bill, Metering: meter,
 		AdminToken: cfg.AdminToken, AdminTokens: cfg.AdminTokens, Audit: trail,
 		DefaultPlan: cfg.DefaultPlan, PublicURL: cfg.PublicURL, RedisTimeout: cfg.RedisTimeout,
 		BillingContact: cfg.BillingContact, Upgrades: upgrades, Attempts: lim,
-		Plans: planChanger(cfg, ents, bill), PlanAdmin: ents, Addons: ents, Keys: keys, Overrides: ents, Explainer: ents, Replayer: bill, Resyncer: resync, Guard: authLim,
+		Plans: planChanger(cfg, ents, bill), PlanAdmin: cat, Addons: cat, Keys: keys, Overrides: ents, Explainer: ents, Replayer: bill, Resyncer: resync, Guard: authLim,
 		Tenants: ents, Previews: ents, Webhooks: hooks, Grants: creds, Topups: topups})
 	if err != nil {
 		return err
 	}
 	srv, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, Registry: reg, AdminToken: cfg.AdminToken,
-		AdminTokens: cfg.AdminTokens, Audit: trail, Entitlements: ents, Credentials: keys, PlanChanger: planChanger(cfg, ents, bill), Billing: bill, Metering: meter, Limiter: lim,
+		AdminTokens: cfg.AdminTokens, Audit: trail, Entitlements: ents, Catalogue: cat, Credentials: keys, PlanChanger: planChanger(cfg, ents, bill), Billing: bill, Metering: meter, Limiter: lim,
 		AuthLimiter: authLim, DashboardLinks: pages, Notify: hooks, Credits: creds, RequestTimeout: cfg.DatabaseTimeout, OutboundTimeout: billing.DefaultStripeTimeout,
 		TrustedProxies: cfg.TrustedProxies, MetricsToken: cfg.MetricsToken, MetricsElsewhere: cfg.MetricsAddr != ""})
 	if err != nil {
@@ -218,7 +220,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger, ready func(
 		// (a port that cannot be bound) ends both, since an Envoy without
 		// its rate limit service lets every request through.
 		g, gctx := errgroup.WithContext(ctx)
-		g.Go(func() error { return serveRLS(gctx, cfg, ents, keys, creds, lim, pool, rdb, reg, log, nil) })
+		g.Go(func() error { return serveRLS(gctx, cfg, cat, keys, creds, lim, pool, rdb, reg, log, nil) })
 		g.Go(func() error { return httpapi.ListenAndServe(gctx, srv, cfg.HTTPAddr, cfg.ShutdownTimeout, listening) })
 		err = g.Wait()
 	} else {
@@ -283,24 +285,24 @@ func newCredentials(pool *pgxpool.Pool, rdb redis.UniversalClient, ents *entitle
 }
 
 // demoPlans are what seed-demo creates when missing.
-func demoPlans() []entitlements.PlanInput {
+func demoPlans() []catalogue.PlanInput {
 	i64 := func(n int64) *int64 { return &n }
 	f64 := func(f float64) *float64 { return &f }
-	return []entitlements.PlanInput{
+	return []catalogue.PlanInput{
 		{Key: "free", Name: "Free",
-			Rate:   &entitlements.RateInput{PerSecond: f64(5), Burst: i64(10)},
-			Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: i64(1000), Mode: "hard"}}},
+			Rate:   &catalogue.RateInput{PerSecond: f64(5), Burst: i64(10)},
+			Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: i64(1000), Mode: "hard"}}},
 		{Key: "pro", Name: "Pro", StripePriceID: "price_pro_monthly",
-			Rate:        &entitlements.RateInput{PerSecond: f64(20), Burst: i64(200)},
+			Rate:        &catalogue.RateInput{PerSecond: f64(20), Burst: i64(200)},
 			Concurrency: i64(10),
-			Quotas: map[string]*entitlements.QuotaInput{
+			Quotas: map[string]*catalogue.QuotaInput{
 				"requests": {Limit: i64(100000), Mode: "hard"},
 				"exports":  {Limit: i64(50), Mode: "soft"}},
 			Features: []string{"exports", "sso"}},
 		{Key: "team", Name: "Team",
-			Rate:        &entitlements.RateInput{PerSecond: f64(100), Burst: i64(1000)},
+			Rate:        &catalogue.RateInput{PerSecond: f64(100), Burst: i64(1000)},
 			Concurrency: i64(50),
-			Quotas: map[string]*entitlements.QuotaInput{
+			Quotas: map[string]*catalogue.QuotaInput{
 				"requests": {Limit: i64(1000000), Mode: "hard"},
 				"exports":  {Limit: i64(500), Mode: "soft"}},
 			Features: []string{"exports", "sso"}},
@@ -347,10 +349,11 @@ func seedDemo(ctx context.Context, cfg config.Config, log *slog.Logger, stdout i
 	}
 	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock($1)`, seedLock) }()
 
+	cat := wire.Catalogue(pool, ents, log)
 	for _, in := range demoPlans() {
-		_, err := ents.GetPlan(ctx, in.Key)
+		_, err := cat.GetPlan(ctx, in.Key)
 		if apperr.CodeOf(err) == apperr.NotFound {
-			_, err = ents.CreatePlan(ctx, in)
+			_, err = cat.CreatePlan(ctx, in)
 		}
 		if err != nil {
 			return fmt.Errorf("seed-demo: plan %s: %w", in.Key, err)

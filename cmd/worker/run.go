@@ -127,7 +127,8 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	// loader would see them as unknown tenants).
 	river.AddWorker(workers, &entitlements.RepublishWorker{Service: ents})
 	periodic = append(periodic, entitlements.RepublishPeriodic())
-	bill, err := wire.Billing(pool, ents, cfg, log, reg, limitstore.New(rdb, keyspace.DefaultPrefix))
+	cat := wire.Catalogue(pool, ents, log)
+	bill, err := wire.Billing(pool, ents, cat, cfg, log, reg, limitstore.New(rdb, keyspace.DefaultPrefix))
 	if err != nil {
 		return err
 	}
@@ -140,7 +141,7 @@ func work(ctx context.Context, cfg config.Config, log *slog.Logger, started func
 	// Grants: expiries written every 10 s; rollover at each period close;
 	// the grant.* webhooks from the draws the flush records and expiries.
 	// The sweep of the expiry job writes new and changed grants to Redis.
-	creds := wire.Credits(pool, ents, log, credits.Options{Events: hooks.GrantEvents, Grants: limitstore.New(rdb, keyspace.DefaultPrefix)})
+	creds := wire.Credits(pool, ents, cat, log, credits.Options{Events: hooks.GrantEvents, Grants: limitstore.New(rdb, keyspace.DefaultPrefix)})
 	periodic = append(periodic, creds.Register(workers)...)
 	meter := newMetering(pool, rdb, ents, cfg, log, jm, hooks, creds)
 	periodic = append(periodic, meter.Register(workers)...)

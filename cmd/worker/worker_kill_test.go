@@ -20,6 +20,7 @@ import (
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/tollgatehq/tollgate/cmd/internal/wire"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/config"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
@@ -70,7 +71,8 @@ func TestKilledWorkersStripeEventRunsAgainWithinSeconds(t *testing.T) {
 	}
 	log := slog.New(slog.DiscardHandler)
 	ents := entitlements.NewService(pool, nil, log, entitlements.Options{DefaultPlan: "free"})
-	bill, err := wire.Billing(pool, ents, cfg, log, prometheus.NewRegistry(), nil)
+	cat := catalogue.NewService(pool, nil, catalogue.Options{Touch: ents.TouchCatalogue})
+	bill, err := wire.Billing(pool, ents, cat, cfg, log, prometheus.NewRegistry(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

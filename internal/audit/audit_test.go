@@ -14,6 +14,7 @@ import (
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/audit/readers"
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/jobs"
@@ -84,12 +85,13 @@ func TestDoRecordsEachSubjectsStateBeforeAndAfter(t *testing.T) {
 		t.Fatal(err)
 	}
 	ents := entitlements.NewService(pool, nil, nil, entitlements.Options{})
-	bill, err := billing.New(pool, ents, ins, nil, billing.Options{})
+	cat := catalogue.NewService(pool, nil, catalogue.Options{Touch: ents.TouchCatalogue})
+	bill, err := billing.New(pool, ents, cat, ins, nil, billing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	keys := credentials.New(pool, ents, nil, credentials.Options{})
-	readers.Register(l, ents, keys, bill, nil)
+	readers.Register(l, ents, cat, keys, bill, nil)
 	planA, planB := uniq("plan-a"), uniq("plan-b")
 	exec(t, pool, `INSERT INTO plans (key, name) VALUES ($1, 'A'), ($2, 'B')`, planA, planB)
 	tenant := scan(t, pool, `INSERT INTO tenants (name, plan_key) VALUES ('Audit Co', $1) RETURNING id::text`, planA)

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 )
 
 // Add-on prices grant extra quota (× the item's quantity) and features while
@@ -19,10 +19,10 @@ func TestAddonGrantsAndPerSeatQuotasFollowTheSubscription(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	e.plans()
 	ctx := context.Background()
-	if _, err := e.ents.GetPlan(ctx, "seats"); err != nil {
+	if _, err := e.cat.GetPlan(ctx, "seats"); err != nil {
 		lim100, lim5 := int64(100), int64(5)
-		_, err := e.ents.CreatePlan(ctx, entitlements.PlanInput{Key: "seats", Name: "Seats", StripePriceID: "price_seats_test",
-			Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: &lim100, PerSeat: true}, "exports": {Limit: &lim5}}})
+		_, err := e.cat.CreatePlan(ctx, catalogue.PlanInput{Key: "seats", Name: "Seats", StripePriceID: "price_seats_test",
+			Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: &lim100, PerSeat: true}, "exports": {Limit: &lim5}}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stripe/stripe-go/v79"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
@@ -191,11 +192,11 @@ func (s *Service) apply(ctx context.Context, w *entitlements.Writes, ev storedEv
 			return ignored("", "data.object is not a price: %v", err), nil
 		}
 		// A price maps by itself or through its product.
-		plan, err := w.PlanForItem(ctx, p.ID, expandable(p.Product))
+		plan, err := catalogue.PlanForItem(ctx, w.Tx(), p.ID, expandable(p.Product))
 		if err != nil {
 			return outcome{}, err
 		}
-		addon, err := w.AddonForItem(ctx, p.ID, expandable(p.Product))
+		addon, err := catalogue.AddonForItem(ctx, w.Tx(), p.ID, expandable(p.Product))
 		if err != nil {
 			return outcome{}, err
 		}

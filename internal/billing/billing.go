@@ -29,6 +29,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/stripe/stripe-go/v79/client"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
@@ -82,6 +83,7 @@ type Options struct {
 type Service struct {
 	db     *pgxpool.Pool
 	ents   *entitlements.Service
+	cat    *catalogue.Service
 	jobs   *river.Client[pgx.Tx]
 	log    *slog.Logger
 	opts   Options
@@ -91,10 +93,11 @@ type Service struct {
 }
 
 // New builds the service. jobs is a River client used only to insert (the
-// api's insert-only client or the worker's own).
-func New(db *pgxpool.Pool, ents *entitlements.Service, jobs *river.Client[pgx.Tx], log *slog.Logger, opts Options) (*Service, error) {
-	if db == nil || ents == nil || jobs == nil {
-		return nil, errors.New("billing: db, entitlements and jobs are required")
+// api's insert-only client or the worker's own); cat is where plans and
+// their prices are read.
+func New(db *pgxpool.Pool, ents *entitlements.Service, cat *catalogue.Service, jobs *river.Client[pgx.Tx], log *slog.Logger, opts Options) (*Service, error) {
+	if db == nil || ents == nil || cat == nil || jobs == nil {
+		return nil, errors.New("billing: db, entitlements, catalogue and jobs are required")
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -122,7 +125,7 @@ func New(db *pgxpool.Pool, ents *entitlements.Service, jobs *river.Client[pgx.Tx
 	if err != nil {
 		return nil, fmt.Errorf("billing: metrics: %w", err)
 	}
-	s := &Service{db: db, ents: ents, jobs: jobs, log: log, opts: opts, m: m}
+	s := &Service{db: db, ents: ents, cat: cat, jobs: jobs, log: log, opts: opts, m: m}
 	if opts.Registerer != nil {
 		if _, err := register(opts.Registerer, prometheus.Collector(newBacklogCollector(s))); err != nil {
 			return nil, fmt.Errorf("billing: metrics: %w", err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stripe/stripe-go/v79"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
@@ -274,7 +275,7 @@ func (s *Service) creditUnits(ctx context.Context, w *entitlements.Writes, tid s
 	if err != nil {
 		return nil, "", "", err
 	}
-	plan, err := s.ents.GetPlan(ctx, planKey)
+	plan, err := s.cat.GetPlan(ctx, planKey)
 	if err != nil {
 		return nil, "", "", fmt.Errorf("billing: plan %s: %w", planKey, err)
 	}
@@ -348,7 +349,7 @@ func (s *Service) creditUnits(ctx context.Context, w *entitlements.Writes, tid s
 
 // quotaRate is a quota's unit_amount_decimal as money per unit, when it is
 // in currency (nil otherwise).
-func quotaRate(q entitlements.Quota, currency string) *big.Rat {
+func quotaRate(q catalogue.Quota, currency string) *big.Rat {
 	if q.UnitAmountDecimal == "" || q.Currency != currency {
 		return nil
 	}
@@ -364,7 +365,7 @@ func quotaRate(q entitlements.Quota, currency string) *big.Rat {
 // plan's quotas set. Which meters a list of price ids bills is known only
 // to Stripe, so such a scope needs metadata.tollgate_meter to name the one;
 // price_type "metered" covers every quota priced in the credit's currency.
-func creditUnitsFromPlan(v creditGrantView, plan entitlements.Plan) (map[string]int64, string, string, error) {
+func creditUnitsFromPlan(v creditGrantView, plan catalogue.Plan) (map[string]int64, string, string, error) {
 	rates := map[string]*big.Rat{}
 	var otherCurrency []string
 	for m, q := range plan.Quotas {

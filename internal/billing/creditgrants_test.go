@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credits"
-	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/stripemock"
@@ -41,10 +41,10 @@ func (e *env) creditPlan(f *fakeStripe) creditPlan {
 	p := creditPlan{key: "metered" + n, price: "price_plan_" + n, tokEvent: "tg_tokens_" + n, imgEvent: "tg_images_" + n,
 		tokPrice: "price_tok_" + n, imgPrice: "price_img_" + n, tokMeter: "mtr_tok_" + n, imgMeter: "mtr_img_" + n,
 		tokLimit: 100, imgLimit: 10}
-	in := entitlements.PlanInput{Key: p.key, Name: p.key, StripePriceIDs: []string{p.price}, Quotas: map[string]*entitlements.QuotaInput{
+	in := catalogue.PlanInput{Key: p.key, Name: p.key, StripePriceIDs: []string{p.price}, Quotas: map[string]*catalogue.QuotaInput{
 		"tokens": {Limit: &p.tokLimit, Mode: "soft", StripeMeterEvent: p.tokEvent},
 		"images": {Limit: &p.imgLimit, Mode: "soft", StripeMeterEvent: p.imgEvent}}}
-	if _, err := e.ents.CreatePlan(context.Background(), in); err != nil {
+	if _, err := e.cat.CreatePlan(context.Background(), in); err != nil {
 		e.t.Fatal(err)
 	}
 	if f != nil {
@@ -399,12 +399,12 @@ func (e *env) pricedPlan() (plan, tenant, customer string) {
 	e.t.Helper()
 	plan = "priced" + newCustomer()[5:]
 	tok, img, eu := int64(100), int64(10), int64(5)
-	in := entitlements.PlanInput{Key: plan, Name: plan, Quotas: map[string]*entitlements.QuotaInput{
+	in := catalogue.PlanInput{Key: plan, Name: plan, Quotas: map[string]*catalogue.QuotaInput{
 		"tokens": {Limit: &tok, Mode: "soft", UnitAmountDecimal: "2.5", Currency: "usd"},
 		"images": {Limit: &img, Mode: "soft", UnitAmountDecimal: "10", Currency: "usd"},
 		"pages":  {Limit: &eu, Mode: "soft", UnitAmountDecimal: "1", Currency: "eur"},
 		"calls":  {Limit: &eu}}}
-	if _, err := e.ents.CreatePlan(context.Background(), in); err != nil {
+	if _, err := e.cat.CreatePlan(context.Background(), in); err != nil {
 		e.t.Fatal(err)
 	}
 	customer = newCustomer()
@@ -474,7 +474,7 @@ func TestStripeCreditGrantAtATieredPriceUsesTheQuotasUnitAmount(t *testing.T) {
 	f := newFakeStripe(t)
 	e := newEnv(t, envOpts{credits: true, stripeBase: f.URL})
 	plan, tenant, customer := e.pricedPlan()
-	if _, err := e.ents.PatchPlan(context.Background(), plan, func(in *entitlements.PlanInput) error {
+	if _, err := e.cat.PatchPlan(context.Background(), plan, func(in *catalogue.PlanInput) error {
 		in.Quotas["tokens"].StripeMeterEvent = "tg_tok_" + plan
 		in.Quotas["calls"].StripeMeterEvent = "tg_calls_" + plan
 		return nil

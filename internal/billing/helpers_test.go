@@ -22,6 +22,7 @@ import (
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
@@ -72,6 +73,7 @@ type env struct {
 	rdb    *redis.Client
 	prefix string
 	ents   *entitlements.Service
+	cat    *catalogue.Service
 	keys   *credentials.Service
 	svc    *billing.Service
 	srv    *httptest.Server
@@ -95,6 +97,7 @@ func newEnvOn(t testing.TB, pool *pgxpool.Pool, rdb *redis.Client, prefix string
 	t.Helper()
 	store := limitstore.New(rdb, prefix)
 	ents := entitlements.NewService(pool, store, nil, entitlements.Options{DefaultPlan: "free"})
+	cat := catalogue.NewService(pool, nil, catalogue.Options{Touch: ents.TouchCatalogue})
 	inserter, err := jobs.NewInsertClient(pool, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -108,13 +111,13 @@ func newEnvOn(t testing.TB, pool *pgxpool.Pool, rdb *redis.Client, prefix string
 	var creds *credits.Service
 	if o.credits {
 		// Grants are written to Redis (the limiter draws them there).
-		creds = credits.NewService(pool, ents, nil, credits.Options{Grants: store})
+		creds = credits.NewService(pool, ents, cat, nil, credits.Options{Grants: store})
 		bo.Credits = creds
 	}
 	if o.stripeBase != "" {
 		bo.SecretKey, bo.APIBase, bo.StripeTimeout = "sk_test_123", o.stripeBase, 5*time.Second
 	}
-	svc, err := billing.New(pool, ents, inserter, nil, bo)
+	svc, err := billing.New(pool, ents, cat, inserter, nil, bo)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,14 +128,14 @@ func newEnvOn(t testing.TB, pool *pgxpool.Pool, rdb *redis.Client, prefix string
 	}
 	t.Cleanup(func() { _ = lim.Close() })
 	keys := credentials.New(pool, ents, nil, credentials.Options{})
-	srv, err := httpapi.NewServer(httpapi.Deps{DB: pool, Redis: rdb, AdminToken: adminToken, Entitlements: ents, Credentials: keys,
+	srv, err := httpapi.NewServer(httpapi.Deps{DB: pool, Redis: rdb, AdminToken: adminToken, Entitlements: ents, Catalogue: cat, Credentials: keys,
 		PlanChanger: svc, Limiter: lim, Billing: svc})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	e := &env{t: t, pool: pool, rdb: rdb, prefix: prefix, ents: ents, keys: keys, svc: svc, srv: ts, reg: reg, creds: creds}
+	e := &env{t: t, pool: pool, rdb: rdb, prefix: prefix, ents: ents, cat: cat, keys: keys, svc: svc, srv: ts, reg: reg, creds: creds}
 	if !o.noWorker {
 		e.startWorker()
 	}
@@ -164,9 +167,9 @@ func (e *env) startWorker() *river.Client[pgx.Tx] {
 func (e *env) plan(key, price string, burst int64, features ...string) {
 	e.t.Helper()
 	ps := float64(burst)
-	in := entitlements.PlanInput{Key: key, Name: key, StripePriceID: price,
-		Rate: &entitlements.RateInput{PerSecond: &ps, Burst: &burst}, Features: features}
-	if _, err := e.ents.CreatePlan(context.Background(), in); err != nil {
+	in := catalogue.PlanInput{Key: key, Name: key, StripePriceID: price,
+		Rate: &catalogue.RateInput{PerSecond: &ps, Burst: &burst}, Features: features}
+	if _, err := e.cat.CreatePlan(context.Background(), in); err != nil {
 		e.t.Fatalf("create plan %s: %v", key, err)
 	}
 }
@@ -178,7 +181,7 @@ func (e *env) plans() {
 		key, price string
 		burst      int64
 	}{{"free", "", 5}, {"pro", "price_pro_test", 50}, {"team", "price_team_test", 500}} {
-		if _, err := e.ents.GetPlan(context.Background(), p.key); err == nil {
+		if _, err := e.cat.GetPlan(context.Background(), p.key); err == nil {
 			continue
 		}
 		e.plan(p.key, p.price, p.burst)

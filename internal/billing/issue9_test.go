@@ -419,7 +419,7 @@ func TestProrationOptionIsChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := billing.New(e.pool, e.ents, ins, nil, billing.Options{Proration: "sometimes"}); err == nil || !strings.Contains(err.Error(), "proration") {
+	if _, err := billing.New(e.pool, e.ents, e.cat, ins, nil, billing.Options{Proration: "sometimes"}); err == nil || !strings.Contains(err.Error(), "proration") {
 		t.Fatalf("billing.New with proration \"sometimes\": %v, want an error naming proration", err)
 	}
 	for _, p := range []string{billing.ProrationCreate, billing.ProrationAlwaysInvoice, billing.ProrationNone, billing.ProrationPaidFirst} {

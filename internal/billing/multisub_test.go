@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/testkit"
 )
 
@@ -143,8 +143,8 @@ func TestAnAddonOnItsOwnSubscriptionIsGrantedAndLostAlone(t *testing.T) {
 	lim := int64(1000)
 	planPrice := "price_ms_plan_" + suffix
 	planKey := "ms-" + suffix[:20]
-	if _, err := e.ents.CreatePlan(ctx, entitlements.PlanInput{Key: planKey, StripePriceID: planPrice,
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: &lim}}}); err != nil {
+	if _, err := e.cat.CreatePlan(ctx, catalogue.PlanInput{Key: planKey, StripePriceID: planPrice,
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: &lim}}}); err != nil {
 		t.Fatal(err)
 	}
 	addon := "price_ms_extra_" + suffix
@@ -359,7 +359,7 @@ func TestAPlanChangeKeepsTheSubscriptionsInterval(t *testing.T) {
 	fs.setPrice(yearly, "year", "eur", 20000)
 	from, to := "cy-"+sfx[:16], "big-"+sfx[:16]
 	for key, prices := range map[string][]string{from: {cheap}, to: {monthly, yearly}} {
-		if _, err := e.ents.CreatePlan(context.Background(), entitlements.PlanInput{Key: key, StripePriceIDs: prices}); err != nil {
+		if _, err := e.cat.CreatePlan(context.Background(), catalogue.PlanInput{Key: key, StripePriceIDs: prices}); err != nil {
 			t.Fatal(err)
 		}
 	}

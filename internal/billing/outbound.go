@@ -137,7 +137,7 @@ func (s *Service) ChangePlan(ctx context.Context, tenantID, planKey string) (ent
 	if err != nil {
 		return entitlements.TenantDetail{}, fmt.Errorf("billing: load subscription: %w", err)
 	}
-	plan, err := s.ents.GetPlan(ctx, planKey)
+	plan, err := s.cat.GetPlan(ctx, planKey)
 	if apperr.CodeOf(err) == apperr.NotFound {
 		return entitlements.TenantDetail{}, apperr.Invalidf("plan", "no plan %q", planKey)
 	}

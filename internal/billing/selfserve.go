@@ -12,6 +12,7 @@ import (
 	"github.com/stripe/stripe-go/v79"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/ids"
 )
@@ -74,7 +75,7 @@ func (s *Service) StartUpgradePrice(ctx context.Context, tenantID, planKey, pric
 	if !ids.IsUUID(tenantID) {
 		return Upgrade{}, apperr.New(apperr.NotFound, "tenant not found")
 	}
-	plan, err := s.ents.GetPlan(ctx, planKey)
+	plan, err := s.cat.GetPlan(ctx, planKey)
 	// An internal plan answers like an unknown one: a tenant learns nothing
 	// of plans it is not offered.
 	if apperr.CodeOf(err) == apperr.NotFound || (err == nil && (!plan.Public || plan.StripePriceID == "")) {
@@ -177,7 +178,7 @@ func (s *Service) createCustomer(ctx context.Context, tenant entitlements.Tenant
 	return linked, nil
 }
 
-func (s *Service) checkoutUpgrade(ctx context.Context, tenantID, customer string, plan entitlements.Plan, urls UpgradeURLs) (Upgrade, error) {
+func (s *Service) checkoutUpgrade(ctx context.Context, tenantID, customer string, plan catalogue.Plan, urls UpgradeURLs) (Upgrade, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.StripeTimeout)
 	defer cancel()
 	params := &stripe.CheckoutSessionParams{
@@ -203,7 +204,7 @@ func (s *Service) checkoutUpgrade(ctx context.Context, tenantID, customer string
 	return s.sent(ctx, Upgrade{Kind: UpgradeCheckout, URL: cs.URL, SessionID: cs.ID}, tenantID, plan.Key)
 }
 
-func (s *Service) portalUpgrade(ctx context.Context, tenantID string, sub liveSub, plan entitlements.Plan, urls UpgradeURLs) (Upgrade, error) {
+func (s *Service) portalUpgrade(ctx context.Context, tenantID string, sub liveSub, plan catalogue.Plan, urls UpgradeURLs) (Upgrade, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.StripeTimeout)
 	defer cancel()
 	itemID, err := s.planItemID(ctx, sub.ID, sub.ItemID, sub.PriceID)

@@ -8,7 +8,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/billing"
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/stripemock"
 )
 
@@ -156,7 +156,7 @@ func TestSelfServeRefusesPlansNotOffered(t *testing.T) {
 	e := newEnv(t, envOpts{stripeBase: rec.URL, noWorker: true})
 	e.plans()
 	hidden := "staff_" + strings.ToLower(newCustomer()[5:15])
-	if _, err := e.ents.CreatePlan(context.Background(), entitlements.PlanInput{Key: hidden, StripePriceID: "price_" + hidden, Public: ptrBool(false)}); err != nil {
+	if _, err := e.cat.CreatePlan(context.Background(), catalogue.PlanInput{Key: hidden, StripePriceID: "price_" + hidden, Public: ptrBool(false)}); err != nil {
 		t.Fatal(err)
 	}
 	tenant := e.tenant("free", "")

@@ -343,7 +343,7 @@ func TestResyncRepairsDriftAndRecordsIt(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, envOpts{stripeBase: stripemock.Start(t)})
 	e.plans()
-	if _, err := e.ents.GetPlan(context.Background(), "mockplan"); err != nil {
+	if _, err := e.cat.GetPlan(context.Background(), "mockplan"); err != nil {
 		e.plan("mockplan", mockPrice, 77)
 	}
 	cus := newCustomer()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
@@ -31,7 +32,7 @@ func planItems(ctx context.Context, w *entitlements.Writes, items []itemView) ([
 	var its []itemView
 	var plans []string
 	for _, it := range items {
-		plan, err := w.PlanForItem(ctx, it.PriceID, it.ProductID)
+		plan, err := catalogue.PlanForItem(ctx, w.Tx(), it.PriceID, it.ProductID)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -112,7 +113,7 @@ func (s *Service) applySubscription(ctx context.Context, w *entitlements.Writes,
 		prices := make([]string, 0, len(sub.Items))
 		for _, it := range sub.Items {
 			prices = append(prices, it.PriceID)
-			a, err := w.AddonForItem(ctx, it.PriceID, it.ProductID)
+			a, err := catalogue.AddonForItem(ctx, w.Tx(), it.PriceID, it.ProductID)
 			if err != nil {
 				return outcome{}, err
 			}
@@ -223,7 +224,7 @@ func (s *Service) recomputePlan(ctx context.Context, w *entitlements.Writes, ten
 	if terminal(status) || price == "" {
 		return nil
 	}
-	plan, err := w.PlanForItem(ctx, price, product)
+	plan, err := catalogue.PlanForItem(ctx, w.Tx(), price, product)
 	if err != nil || plan == "" {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
@@ -36,12 +37,13 @@ func setup(t testing.TB) *bundle {
 	rdb, prefix := redistest.New(t)
 	b := &bundle{ctx: ctx, pool: pool, rdb: rdb, prefix: prefix, free: testkit.Unique("free")}
 	b.ents = entitlements.NewService(pool, limitstore.New(rdb, prefix), nil, entitlements.Options{DefaultPlan: b.free})
+	cat := catalogue.NewService(pool, nil, catalogue.Options{Touch: b.ents.TouchCatalogue})
 	b.svc = b.newService(t)
 	done := make(chan struct{})
 	go func() { defer close(done); _ = b.svc.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	limit := int64(100)
-	if _, err := b.ents.CreatePlan(ctx, entitlements.PlanInput{Key: b.free, Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: &limit}}}); err != nil {
+	if _, err := cat.CreatePlan(ctx, catalogue.PlanInput{Key: b.free, Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: &limit}}}); err != nil {
 		t.Fatalf("create plan %s: %v", b.free, err)
 	}
 	return b

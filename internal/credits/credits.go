@@ -18,20 +18,25 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
 // Entitlements is what credits asks of the entitlements owner: whether a
-// tenant exists and whether a plan defines a meter. *entitlements.Service
-// is one.
+// tenant exists, and (for rollover) its included quota and periods.
+// *entitlements.Service is one.
 type Entitlements interface {
 	GetTenantRow(ctx context.Context, id string) (entitlements.Tenant, error)
-	MeterDefined(ctx context.Context, meter string) (bool, error)
-	// For rollover: the plans' rollover settings and the tenant's
-	// included quota and periods.
-	ListPlans(ctx context.Context) ([]entitlements.Plan, error)
 	SnapshotFromPostgres(ctx context.Context, tenantID string) (limiter.Snapshot, error)
+}
+
+// Catalogue is what credits asks of the product catalogue: whether a plan
+// defines a meter, and the plans' rollover settings. *catalogue.Service
+// is one.
+type Catalogue interface {
+	MeterDefined(ctx context.Context, meter string) (bool, error)
+	ListPlans(ctx context.Context) ([]catalogue.Plan, error)
 }
 
 // Options of the service. Zero values take the defaults noted.
@@ -54,6 +59,7 @@ type Options struct {
 type Service struct {
 	db   *pgxpool.Pool
 	ents Entitlements
+	cat  Catalogue
 	log  *slog.Logger
 	opts Options
 
@@ -62,7 +68,7 @@ type Service struct {
 }
 
 // NewService returns the service on db.
-func NewService(db *pgxpool.Pool, ents Entitlements, log *slog.Logger, opts Options) *Service {
+func NewService(db *pgxpool.Pool, ents Entitlements, cat Catalogue, log *slog.Logger, opts Options) *Service {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -72,7 +78,7 @@ func NewService(db *pgxpool.Pool, ents Entitlements, log *slog.Logger, opts Opti
 	if opts.LowPercent <= 0 || opts.LowPercent > 100 {
 		opts.LowPercent = DefaultLowPercent
 	}
-	return &Service{db: db, ents: ents, log: log, opts: opts}
+	return &Service{db: db, ents: ents, cat: cat, log: log, opts: opts}
 }
 
 // now is the clock truncated to microseconds, what Postgres keeps, so that

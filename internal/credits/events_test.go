@@ -25,7 +25,7 @@ func TestGrantEventsOnDrawsAndExpiry(t *testing.T) {
 	var got []credits.GrantEvent
 	fail := false
 	tenant := b.tenant(t)
-	svc := credits.NewService(b.db, b.ents, nil, credits.Options{Now: b.clock.Now, Events: func(_ context.Context, tx pgx.Tx, evs []credits.GrantEvent) error {
+	svc := credits.NewService(b.db, b.ents, b.cat, nil, credits.Options{Now: b.clock.Now, Events: func(_ context.Context, tx pgx.Tx, evs []credits.GrantEvent) error {
 		if tx == nil {
 			t.Error("events outside a transaction")
 		}

@@ -274,7 +274,7 @@ func (s *Service) checkMeter(ctx context.Context, meter string) error {
 	if meter == keyspace.DefaultMeter {
 		return nil
 	}
-	ok, err := s.ents.MeterDefined(ctx, meter)
+	ok, err := s.cat.MeterDefined(ctx, meter)
 	if err != nil {
 		return fmt.Errorf("credits: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
@@ -42,6 +43,7 @@ type bundle struct {
 	rdb    *redis.Client
 	prefix string
 	ents   *entitlements.Service
+	cat    *catalogue.Service
 	svc    *credits.Service
 	clock  *clock
 }
@@ -51,8 +53,9 @@ func setup(t *testing.T) bundle {
 	db := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	ents := entitlements.NewService(db, limitstore.New(rdb, prefix), nil, entitlements.Options{})
+	cat := catalogue.NewService(db, nil, catalogue.Options{Touch: ents.TouchCatalogue})
 	c := &clock{now: time.Now().UTC().Truncate(time.Microsecond)}
-	return bundle{db: db, rdb: rdb, prefix: prefix, ents: ents, clock: c, svc: credits.NewService(db, ents, nil, credits.Options{Now: c.Now})}
+	return bundle{db: db, rdb: rdb, prefix: prefix, ents: ents, cat: cat, clock: c, svc: credits.NewService(db, ents, cat, nil, credits.Options{Now: c.Now})}
 }
 
 func unique(prefix string) string {
@@ -67,7 +70,7 @@ func (b bundle) tenant(t *testing.T) string {
 	ctx := context.Background()
 	key := unique("plan")
 	limit := int64(1000)
-	_, err := b.ents.CreatePlan(ctx, entitlements.PlanInput{Key: key, Name: key, Quotas: map[string]*entitlements.QuotaInput{
+	_, err := b.cat.CreatePlan(ctx, catalogue.PlanInput{Key: key, Name: key, Quotas: map[string]*catalogue.QuotaInput{
 		"requests": {Limit: &limit, Mode: "hard"}, "exports": {Limit: &limit, Mode: "soft"}}})
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,7 @@ import (
 // and the worker write them.
 func withRedis(t *testing.T) bundle {
 	b := setup(t)
-	b.svc = credits.NewService(b.db, b.ents, nil, credits.Options{Now: b.clock.Now, Grants: limitstore.New(b.rdb, b.prefix)})
+	b.svc = credits.NewService(b.db, b.ents, b.cat, nil, credits.Options{Now: b.clock.Now, Grants: limitstore.New(b.rdb, b.prefix)})
 	return b
 }
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/period"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -38,11 +38,11 @@ type ClosedPeriod struct {
 // The included quota and the plan are the tenant's as they are at the
 // close (a minute after the window ended), not as they were during it.
 func (s *Service) RolloverTx(ctx context.Context, tx pgx.Tx, closed []ClosedPeriod) (int, error) {
-	plans, err := s.ents.ListPlans(ctx)
+	plans, err := s.cat.ListPlans(ctx)
 	if err != nil {
 		return 0, fmt.Errorf("credits: rollover: %w", err)
 	}
-	rolls := map[string]map[string]entitlements.Rollover{} // plan → meter → rollover
+	rolls := map[string]map[string]catalogue.Rollover{} // plan → meter → rollover
 	meters := map[string]bool{}
 	for _, p := range plans {
 		for m, q := range p.Quotas {
@@ -50,7 +50,7 @@ func (s *Service) RolloverTx(ctx context.Context, tx pgx.Tx, closed []ClosedPeri
 				continue
 			}
 			if rolls[p.Key] == nil {
-				rolls[p.Key] = map[string]entitlements.Rollover{}
+				rolls[p.Key] = map[string]catalogue.Rollover{}
 			}
 			rolls[p.Key][m] = *q.Rollover
 			meters[m] = true

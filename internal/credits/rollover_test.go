@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
@@ -40,9 +41,9 @@ func TestRolloverAtPeriodClose(t *testing.T) {
 	ctx := context.Background()
 	key := unique("plan")
 	lim := int64(1000)
-	_, err := b.ents.CreatePlan(ctx, entitlements.PlanInput{Key: key, Name: key, Quotas: map[string]*entitlements.QuotaInput{
-		"requests": {Limit: &lim, Mode: "hard", Rollover: &entitlements.RolloverInput{Max: ptr(int64(300)), ExpiresAfterPeriods: ptr(1)}},
-		"exports":  {Limit: &lim, Mode: "soft", Rollover: &entitlements.RolloverInput{Max: ptr(int64(5000)), ExpiresAfterPeriods: ptr(2)}},
+	_, err := b.cat.CreatePlan(ctx, catalogue.PlanInput{Key: key, Name: key, Quotas: map[string]*catalogue.QuotaInput{
+		"requests": {Limit: &lim, Mode: "hard", Rollover: &catalogue.RolloverInput{Max: ptr(int64(300)), ExpiresAfterPeriods: ptr(1)}},
+		"exports":  {Limit: &lim, Mode: "soft", Rollover: &catalogue.RolloverInput{Max: ptr(int64(5000)), ExpiresAfterPeriods: ptr(2)}},
 		"seats":    {Limit: &lim, Mode: "hard"},
 	}})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/testkit"
@@ -182,7 +183,7 @@ func TestCanGrow(t *testing.T) {
 	ctx := t.Context()
 	meter, key := strings.ReplaceAll(unique("grow"), "-", "_"), unique("plan")
 	limit := int64(10)
-	if _, err := b.ents.CreatePlan(ctx, entitlements.PlanInput{Key: key, Name: key, Quotas: map[string]*entitlements.QuotaInput{
+	if _, err := b.cat.CreatePlan(ctx, catalogue.PlanInput{Key: key, Name: key, Quotas: map[string]*catalogue.QuotaInput{
 		meter: {Limit: &limit, Mode: "hard"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func TestCanGrow(t *testing.T) {
 	if ok, err := b.svc.CanGrow(ctx, tn.ID, meter); err != nil || ok {
 		t.Fatalf("no grant, no top-up: %v %v", ok, err)
 	}
-	other := credits.NewService(b.db, b.ents, nil, credits.Options{}) // another api process
+	other := credits.NewService(b.db, b.ents, b.cat, nil, credits.Options{}) // another api process
 	n := int64(5)
 	g, err := other.Create(ctx, tn.ID, credits.GrantInput{Meter: meter, Amount: &n})
 	if err != nil {

@@ -4,33 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 )
 
-// PlanState is a plan as the audit trail records it before and after a
-// change: name, Stripe price, rate, concurrency, features, quotas, how many
-// tenants are on it and, when the column exists, whether it is public; nil
-// when there is no such plan. Registered with audit.Log.Read at wiring, so
-// the trail never reads plans itself.
-func (s *Service) PlanState(ctx context.Context, key string) json.RawMessage {
-	return s.auditState(ctx, "plan", key, `
-SELECT jsonb_build_object(
-  'name', p.name, 'stripe_price_id', p.stripe_price_id, 'rate_per_second', p.rate_per_second,
-  'rate_burst', p.rate_burst, 'concurrency', p.concurrency, 'features', p.features,
-  'quotas', COALESCE((SELECT jsonb_object_agg(q.meter, jsonb_build_object('limit', q.quota_limit, 'mode', q.mode))
-      FROM plan_quotas q WHERE q.plan_key = p.key), '{}'::jsonb),
-  'tenants', (SELECT count(*) FROM tenants t WHERE t.plan_key = p.key))
-  || COALESCE((SELECT jsonb_build_object('public', to_jsonb(p) -> 'public') WHERE to_jsonb(p) ? 'public'), '{}'::jsonb)
-FROM plans p WHERE p.key = $1`)
-}
-
-// AddonState is an add-on grant as the audit trail records it: its name,
-// quotas and features; nil when the price grants nothing.
-func (s *Service) AddonState(ctx context.Context, priceID string) json.RawMessage {
-	return s.auditState(ctx, "add-on", priceID, `
-SELECT jsonb_build_object('name', a.name, 'quotas', a.quotas, 'features', to_jsonb(a.features))
-FROM addon_grants a WHERE a.stripe_price_id = $1`)
+// TenantsOnPlan is how many tenants are on plan key: the audit trail's
+// state of a plan names it beside the catalogue's (audit/readers).
+func (s *Service) TenantsOnPlan(ctx context.Context, key string) (int64, error) {
+	var n int64
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM tenants WHERE plan_key = $1`, key).Scan(&n); err != nil {
+		return 0, fmt.Errorf("entitlements: tenants on plan: %w", err)
+	}
+	return n, nil
 }
 
 // auditState runs q, a query of one jsonb row for id; nil when there is no

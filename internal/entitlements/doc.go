@@ -1,6 +1,8 @@
-// Package entitlements owns what each tenant may do: plans, tenants,
-// overrides, and the snapshot of limits the limiter enforces. API keys and
-// service tokens are internal/credentials'.
+// Package entitlements owns what each tenant may do: tenants, overrides,
+// subscriptions, and the snapshot of limits the limiter enforces. Plans,
+// add-ons and their prices are internal/catalogue's (read here inside the
+// snapshot's transaction; a catalogue change reaches tenants through
+// TouchCatalogue); API keys and service tokens are internal/credentials'.
 //
 // Rules this package keeps:
 //   - Postgres is the system of record; a snapshot in Redis is only ever a

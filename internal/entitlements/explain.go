@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/internal/numfmt"
 	"github.com/tollgatehq/tollgate/limiter"
@@ -219,7 +220,7 @@ func graceNote(graceEnd *time.Time) string {
 	return "past_due, the tenant's plan is kept until the grace period ends at " + fmtTime(*graceEnd)
 }
 
-func (e *explainer) ownPlan(p Plan) {
+func (e *explainer) ownPlan(p catalogue.Plan) {
 	if e == nil {
 		return
 	}
@@ -228,7 +229,7 @@ func (e *explainer) ownPlan(p Plan) {
 }
 
 // fallback records the default plan applied instead of the tenant's own.
-func (e *explainer) fallback(p Plan, own, reason string) {
+func (e *explainer) fallback(p catalogue.Plan, own, reason string) {
 	if e == nil {
 		return
 	}
@@ -253,7 +254,7 @@ func (e *explainer) plan(policy, what string, result *int64) {
 
 // kept records a limit of the tenant's own plan that stays after a
 // fallback because the default plan leaves the policy unlimited.
-func (e *explainer) kept(policy string, own Plan, what string, result *int64) {
+func (e *explainer) kept(policy string, own catalogue.Plan, what string, result *int64) {
 	if e == nil {
 		return
 	}

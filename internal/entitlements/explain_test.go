@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -131,9 +132,9 @@ VALUES ($1, $2, 'cus_x', $3, $4, $5, $6, 'evt_' || $1)`, id, tenantID, status, s
 func TestExplainPlainPlanAndItsVersion(t *testing.T) {
 	b := setup(t)
 	pro := uniq("pro")
-	b.mustPlan(t, entitlements.PlanInput{Key: pro,
-		Rate: &entitlements.RateInput{PerSecond: ptr(20.0), Burst: ptr[int64](200)}, Concurrency: ptr[int64](10),
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](100000)}, "exports": {Limit: ptr[int64](50), Mode: "soft"}}})
+	b.mustPlan(t, catalogue.PlanInput{Key: pro,
+		Rate: &catalogue.RateInput{PerSecond: ptr(20.0), Burst: ptr[int64](200)}, Concurrency: ptr[int64](10),
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](100000)}, "exports": {Limit: ptr[int64](50), Mode: "soft"}}})
 	tn := b.mustTenant(t, pro)
 
 	e := b.mustExplain(t, tn.ID)
@@ -157,7 +158,7 @@ func TestExplainPlainPlanAndItsVersion(t *testing.T) {
 	}
 
 	// Every edit is a new plan version, and the explanation names it.
-	if _, err := b.svc.PatchPlan(b.ctx, pro, func(in *entitlements.PlanInput) error {
+	if _, err := b.cat.PatchPlan(b.ctx, pro, func(in *catalogue.PlanInput) error {
 		in.Quotas["requests"].Limit = ptr[int64](120000)
 		return nil
 	}); err != nil {
@@ -167,7 +168,7 @@ func TestExplainPlainPlanAndItsVersion(t *testing.T) {
 	if src := limitOf(t, e, "quota:requests").Sources[0]; src.PlanVersion != 2 || *src.Result != 120000 {
 		t.Fatalf("after the edit: %s", dump(src))
 	}
-	if p, err := b.svc.GetPlan(b.ctx, pro); err != nil || p.Version != 2 {
+	if p, err := b.cat.GetPlan(b.ctx, pro); err != nil || p.Version != 2 {
 		t.Fatalf("plan version after one edit = %d, %v", p.Version, err)
 	}
 }
@@ -225,8 +226,8 @@ VALUES ($1, 'requests', 1000000, 'old deal', now() - interval '1 second', now() 
 func TestExplainSubscriptionStatuses(t *testing.T) {
 	b := setup(t)
 	paid := uniq("paid")
-	b.mustPlan(t, entitlements.PlanInput{Key: paid, Rate: &entitlements.RateInput{PerSecond: ptr(10.0), Burst: ptr[int64](20)},
-		Concurrency: ptr[int64](3), Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](1000)}, "exports": {Limit: ptr[int64](9)}}})
+	b.mustPlan(t, catalogue.PlanInput{Key: paid, Rate: &catalogue.RateInput{PerSecond: ptr(10.0), Burst: ptr[int64](20)},
+		Concurrency: ptr[int64](3), Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](1000)}, "exports": {Limit: ptr[int64](9)}}})
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	cases := []struct {
 		name, status string
@@ -299,13 +300,13 @@ func TestExplainSubscriptionStatuses(t *testing.T) {
 func TestExplainSeatsAndAddons(t *testing.T) {
 	b := setup(t)
 	team := uniq("team")
-	b.mustPlan(t, entitlements.PlanInput{Key: team, Quotas: map[string]*entitlements.QuotaInput{
+	b.mustPlan(t, catalogue.PlanInput{Key: team, Quotas: map[string]*catalogue.QuotaInput{
 		"requests": {Limit: ptr[int64](1000), PerSeat: true}, "exports": {Limit: ptr[int64](20)}}})
 	price, unlimitedPrice := uniq("price_exports"), uniq("price_uploads")
-	if _, _, err := b.svc.PutAddon(b.ctx, price, entitlements.AddonInput{Name: "Export pack", Quotas: map[string]int64{"exports": 5000, "requests": 100}}); err != nil {
+	if _, _, err := b.cat.PutAddon(b.ctx, price, catalogue.AddonInput{Name: "Export pack", Quotas: map[string]int64{"exports": 5000, "requests": 100}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.svc.PutAddon(b.ctx, unlimitedPrice, entitlements.AddonInput{Name: "Uploads", Quotas: map[string]int64{"uploads": 10}}); err != nil {
+	if _, _, err := b.cat.PutAddon(b.ctx, unlimitedPrice, catalogue.AddonInput{Name: "Uploads", Quotas: map[string]int64{"uploads": 10}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -357,7 +358,7 @@ func TestExplainBadTenant(t *testing.T) {
 func TestFallbackToAMissingDefaultPlanRefusesEveryMeter(t *testing.T) {
 	b := setup(t)
 	paid := uniq("paid")
-	b.mustPlan(t, entitlements.PlanInput{Key: paid, Quotas: map[string]*entitlements.QuotaInput{
+	b.mustPlan(t, catalogue.PlanInput{Key: paid, Quotas: map[string]*catalogue.QuotaInput{
 		"requests": {Limit: ptr[int64](1000)}, "exports": {Limit: ptr[int64](9), Mode: "soft"}}})
 	tn := b.mustTenant(t, paid)
 	b.subscribe(t, tn.ID, "canceled", 1, nil, nil, nil)

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
@@ -26,7 +28,8 @@ type bundle struct {
 	prefix string
 	store  *limitstore.Store
 	svc    *entitlements.Service
-	free   string // this test's default plan key
+	cat    *catalogue.Service // wired to svc, as cmd wires them
+	free   string             // this test's default plan key
 }
 
 func uniq(name string) string {
@@ -43,7 +46,8 @@ func setup(t testing.TB) *bundle {
 	rdb, prefix := redistest.New(t)
 	b := &bundle{ctx: ctx, pool: pool, rdb: rdb, prefix: prefix, store: limitstore.New(rdb, prefix), free: uniq("free")}
 	b.svc = b.newService(t)
-	b.mustPlan(t, entitlements.PlanInput{Key: b.free, Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](100)}}})
+	b.cat = catalogue.NewService(pool, slog.New(slog.NewTextHandler(tlog{t}, nil)), catalogue.Options{Touch: b.svc.TouchCatalogue})
+	b.mustPlan(t, catalogue.PlanInput{Key: b.free, Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](100)}}})
 	return b
 }
 
@@ -54,9 +58,9 @@ func (b *bundle) newService(t testing.TB) *entitlements.Service {
 
 func ptr[T any](v T) *T { return &v }
 
-func (b *bundle) mustPlan(t testing.TB, in entitlements.PlanInput) entitlements.Plan {
+func (b *bundle) mustPlan(t testing.TB, in catalogue.PlanInput) catalogue.Plan {
 	t.Helper()
-	p, err := b.svc.CreatePlan(b.ctx, in)
+	p, err := b.cat.CreatePlan(b.ctx, in)
 	if err != nil {
 		t.Fatalf("create plan %s: %v", in.Key, err)
 	}
@@ -76,3 +80,16 @@ func (b *bundle) mustTenant(t testing.TB, plan string) entitlements.Tenant {
 type tlog struct{ t testing.TB }
 
 func (w tlog) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// fieldsOf names the fields of a validation error.
+func fieldsOf(err error) []string {
+	e, ok := apperr.As(err)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, f := range e.Fields {
+		out = append(out, f.Field)
+	}
+	return out
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/limiter"
 	"github.com/tollgatehq/tollgate/limiter/keyspace"
@@ -37,9 +38,9 @@ type OverrideInput struct {
 	Mode  string `json:"mode"`  // "hard" or "soft"; "" keeps the plan's
 	// Notify replaces the plan quota's thresholds of quota.threshold
 	// webhooks for this tenant; empty keeps the plan's.
-	Notify    []NotifyInput `json:"notify"`
-	Reason    string        `json:"reason"`
-	ExpiresAt *time.Time    `json:"expires_at"`
+	Notify    []catalogue.NotifyInput `json:"notify"`
+	Reason    string                  `json:"reason"`
+	ExpiresAt *time.Time              `json:"expires_at"`
 }
 
 // Override is a stored override. Active is false once it has expired.
@@ -76,7 +77,7 @@ func (in *OverrideInput) Validate(now time.Time) error {
 	if in.Mode != "" && in.Mode != string(limiter.ModeHard) && in.Mode != string(limiter.ModeSoft) {
 		v.Add("mode", `must be "hard" or "soft"`)
 	}
-	validateNotify(&v, "notify", in.Notify)
+	catalogue.ValidateNotify(&v, "notify", in.Notify)
 	if in.Extra == nil && in.Limit == nil && in.Mode == "" && len(in.Notify) == 0 {
 		v.Add("extra", "give extra, limit, mode or notify: an override must change something")
 	}
@@ -124,7 +125,7 @@ func (s *Service) CreateOverride(ctx context.Context, tenantID string, in Overri
 		rows, err := tx.Query(ctx, `
 INSERT INTO quota_overrides (tenant_id, meter, extra, quota_limit, mode, reason, expires_at, notify)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING `+overrideCols,
-			tenantID, in.Meter, in.Extra, in.Limit, mode, strings.TrimSpace(in.Reason), in.ExpiresAt, notifyJSON(thresholds(in.Notify)))
+			tenantID, in.Meter, in.Extra, in.Limit, mode, strings.TrimSpace(in.Reason), in.ExpiresAt, notifyJSON(catalogue.Thresholds(in.Notify)))
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/testkit"
 )
@@ -21,7 +22,7 @@ func overrideFields(err error) map[string]bool {
 
 func TestOverridesApplyThroughNewVersion(t *testing.T) {
 	b := setup(t)
-	plan := b.mustPlan(t, entitlements.PlanInput{Key: uniq("ov"), Quotas: map[string]*entitlements.QuotaInput{
+	plan := b.mustPlan(t, catalogue.PlanInput{Key: uniq("ov"), Quotas: map[string]*catalogue.QuotaInput{
 		"requests": {Limit: ptr[int64](100)}, "exports": {Limit: ptr[int64](5), Mode: "soft"}}})
 	tn := b.mustTenant(t, plan.Key)
 	before, err := b.svc.SnapshotFromPostgres(b.ctx, tn.ID)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -17,9 +18,9 @@ import (
 func TestPlanWindowsGoIntoTheSnapshot(t *testing.T) {
 	b := setup(t) // default plan: requests 100 hard, no windows
 	paid := uniq("win")
-	b.mustPlan(t, entitlements.PlanInput{Key: paid,
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](10000)}},
-		Windows: entitlements.WindowInputs{
+	b.mustPlan(t, catalogue.PlanInput{Key: paid,
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](10000)}},
+		Windows: catalogue.WindowInputs{
 			{Name: "hourly", Limit: ptr[int64](5000), Length: "60m", Kind: "fixed"},
 			{Name: "per-minute", Limit: ptr[int64](60), Length: "1m"},
 		}})
@@ -70,8 +71,8 @@ func TestPlanWindowsGoIntoTheSnapshot(t *testing.T) {
 // TestPlanWindowNamedLikeAQuota: a window may not take the name of one of
 // the plan's quotas (a decision and its headers name both alike).
 func TestPlanWindowNamedLikeAQuota(t *testing.T) {
-	in := entitlements.PlanInput{Key: "pro", Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](10)}},
-		Windows: entitlements.WindowInputs{{Name: "ok", Limit: ptr[int64](1), Length: "1h"}, {Name: "requests", Limit: ptr[int64](1), Length: "1h"}}}
+	in := catalogue.PlanInput{Key: "pro", Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](10)}},
+		Windows: catalogue.WindowInputs{{Name: "ok", Limit: ptr[int64](1), Length: "1h"}, {Name: "requests", Limit: ptr[int64](1), Length: "1h"}}}
 	if got := fieldsOf(in.Validate()); !slices.Equal(got, []string{"windows[1].name"}) {
 		t.Fatalf("fields = %v", got)
 	}

@@ -11,8 +11,7 @@ import (
 )
 
 // Previews show an admin what a change would do before it is confirmed. Each
-// one runs the change's own statements (setPlanTx, deleteOverrideTx,
-// patchPlanTx) and computes the result with the snapshot rules, in a
+// one runs the change's own statements (setPlanTx, deleteOverrideTx) and computes the result with the snapshot rules, in a
 // transaction that is always rolled back: the preview can never disagree with
 // the change, because it is the change, undone. Nothing is published.
 
@@ -83,27 +82,4 @@ func (s *Service) PreviewOverrideRemoval(ctx context.Context, tenantID, override
 		return Effect{}, "", fmt.Errorf("entitlements: preview override removal: %w", err)
 	}
 	return e, meter, nil
-}
-
-// PlanEffect is a plan before and after an edit, and the tenants whose
-// limits the edit would change (PatchPlan bumps each of them).
-type PlanEffect struct {
-	Before  Plan
-	After   Plan
-	Tenants []string // tenant ids, sorted
-}
-
-// PreviewPlanPatch is what PatchPlan would save, validated the same way: a
-// bad patch is the same field-named error PatchPlan would return.
-func (s *Service) PreviewPlanPatch(ctx context.Context, key string, patch PlanPatch) (PlanEffect, error) {
-	var e PlanEffect
-	err := s.dryRun(ctx, func(tx pgx.Tx) error {
-		var err error
-		e.Before, e.After, e.Tenants, err = s.patchPlanTx(ctx, tx, key, patch)
-		return err
-	})
-	if err != nil {
-		return PlanEffect{}, fmt.Errorf("entitlements: preview plan patch: %w", err)
-	}
-	return e, nil
 }

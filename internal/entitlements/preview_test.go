@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
@@ -11,10 +12,10 @@ import (
 // (overrides on top of the new plan), and changes nothing.
 func TestPreviewPlanChangeAppliesTheRulesAndWritesNothing(t *testing.T) {
 	b := setup(t)
-	small := b.mustPlan(t, entitlements.PlanInput{Key: uniq("small"), Concurrency: ptr[int64](2),
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](100)}}})
-	big := b.mustPlan(t, entitlements.PlanInput{Key: uniq("big"), Rate: &entitlements.RateInput{PerSecond: ptr(50.0)},
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](5000)}, "exports": {Limit: ptr[int64](9), Mode: "soft"}}})
+	small := b.mustPlan(t, catalogue.PlanInput{Key: uniq("small"), Concurrency: ptr[int64](2),
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](100)}}})
+	big := b.mustPlan(t, catalogue.PlanInput{Key: uniq("big"), Rate: &catalogue.RateInput{PerSecond: ptr(50.0)},
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](5000)}, "exports": {Limit: ptr[int64](9), Mode: "soft"}}})
 	tn := b.mustTenant(t, small.Key)
 	if _, err := b.svc.CreateOverride(b.ctx, tn.ID, entitlements.OverrideInput{Meter: "requests", Extra: ptr[int64](25)}); err != nil {
 		t.Fatal(err)
@@ -46,7 +47,7 @@ func TestPreviewPlanChangeAppliesTheRulesAndWritesNothing(t *testing.T) {
 
 func TestPreviewOverrideRemovalAndPlanPatch(t *testing.T) {
 	b := setup(t)
-	plan := b.mustPlan(t, entitlements.PlanInput{Key: uniq("pp"), Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](100)}}})
+	plan := b.mustPlan(t, catalogue.PlanInput{Key: uniq("pp"), Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](100)}}})
 	tn := b.mustTenant(t, plan.Key)
 	b.mustTenant(t, plan.Key)
 	ov, err := b.svc.CreateOverride(b.ctx, tn.ID, entitlements.OverrideInput{Meter: "requests", Limit: ptr[int64](700)})
@@ -65,18 +66,18 @@ func TestPreviewOverrideRemovalAndPlanPatch(t *testing.T) {
 		t.Fatalf("another tenant's override: %v", err)
 	}
 
-	pe, err := b.svc.PreviewPlanPatch(b.ctx, plan.Key, func(in *entitlements.PlanInput) error {
-		in.Quotas["requests"] = &entitlements.QuotaInput{Limit: ptr[int64](50), Mode: "soft"}
+	pe, err := b.cat.PreviewPlanPatch(b.ctx, plan.Key, func(in *catalogue.PlanInput) error {
+		in.Quotas["requests"] = &catalogue.QuotaInput{Limit: ptr[int64](50), Mode: "soft"}
 		return nil
 	})
 	if err != nil || pe.Before.Quotas["requests"].Limit != 100 || pe.After.Quotas["requests"].Limit != 50 || pe.After.Quotas["requests"].Mode != "soft" || len(pe.Tenants) != 3 {
 		t.Fatalf("plan patch preview: %v %+v", err, pe)
 	}
-	if p, _ := b.svc.GetPlan(b.ctx, plan.Key); p.Quotas["requests"].Limit != 100 {
+	if p, _ := b.cat.GetPlan(b.ctx, plan.Key); p.Quotas["requests"].Limit != 100 {
 		t.Fatalf("the preview saved the plan: %+v", p.Quotas)
 	}
-	_, err = b.svc.PreviewPlanPatch(b.ctx, plan.Key, func(in *entitlements.PlanInput) error {
-		in.Quotas["requests"] = &entitlements.QuotaInput{Limit: ptr[int64](-1)}
+	_, err = b.cat.PreviewPlanPatch(b.ctx, plan.Key, func(in *catalogue.PlanInput) error {
+		in.Quotas["requests"] = &catalogue.QuotaInput{Limit: ptr[int64](-1)}
 		return nil
 	})
 	if e, ok := apperr.As(err); !ok || len(e.Fields) != 1 || e.Fields[0].Field != "quotas.requests.limit" {

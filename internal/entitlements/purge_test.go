@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credentials"
-	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
 // PurgePlan deletes a throwaway plan with its tenants and their keys, and
@@ -13,8 +13,8 @@ import (
 func TestPurgePlanDeletesThePlanAndItsTenants(t *testing.T) {
 	b := setup(t)
 	seeded, kept := uniq("seeded"), uniq("kept")
-	b.mustPlan(t, entitlements.PlanInput{Key: seeded})
-	b.mustPlan(t, entitlements.PlanInput{Key: kept})
+	b.mustPlan(t, catalogue.PlanInput{Key: seeded})
+	b.mustPlan(t, catalogue.PlanInput{Key: kept})
 	a, c := b.mustTenant(t, seeded), b.mustTenant(t, seeded)
 	other := b.mustTenant(t, kept)
 	// The key's row goes with its tenant (ON DELETE CASCADE).
@@ -30,7 +30,7 @@ func TestPurgePlanDeletesThePlanAndItsTenants(t *testing.T) {
 			t.Errorf("tenant %s after the purge: %v", id, err)
 		}
 	}
-	if _, err := b.svc.GetPlan(b.ctx, seeded); apperr.CodeOf(err) != apperr.NotFound {
+	if _, err := b.cat.GetPlan(b.ctx, seeded); apperr.CodeOf(err) != apperr.NotFound {
 		t.Errorf("plan after the purge: %v", err)
 	}
 	if _, err := b.svc.GetTenantRow(b.ctx, other.ID); err != nil {

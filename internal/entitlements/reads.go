@@ -8,12 +8,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/ids"
+	"github.com/tollgatehq/tollgate/internal/postgres"
 )
 
 // TenantSummary is a tenant with the name of its assigned plan and the
@@ -24,17 +27,36 @@ type TenantSummary struct {
 	SubStatus string
 }
 
-var summaryCols = tenantCols + `, p.name,
+var summaryCols = tenantCols + `,
        coalesce((SELECT c.status FROM current_subscriptions c WHERE c.tenant_id = t.id), '')`
 
 func scanSummary(row pgx.CollectableRow) (TenantSummary, error) {
 	var t TenantSummary
 	err := row.Scan(&t.ID, &t.Name, &t.Plan, &t.StripeCustomerID, &t.ExternalID, &t.StripeFeatures, &t.PeriodAnchor,
-		&t.EntitlementVersion, &t.CreatedAt, &t.UpdatedAt, &t.PlanVersion, &t.PlanName, &t.SubStatus)
+		&t.EntitlementVersion, &t.CreatedAt, &t.UpdatedAt, &t.PlanVersion, &t.SubStatus)
 	if t.StripeFeatures == nil {
 		t.StripeFeatures = []string{}
 	}
 	return t, err
+}
+
+// namePlans fills the summaries' plan names from the catalogue: one query
+// for the page, as the join it replaces was.
+func namePlans(ctx context.Context, q postgres.Querier, ts []TenantSummary) error {
+	keys := make([]string, 0, len(ts))
+	for _, t := range ts {
+		if !slices.Contains(keys, t.Plan) {
+			keys = append(keys, t.Plan)
+		}
+	}
+	names, err := catalogue.PlanNames(ctx, q, keys)
+	if err != nil {
+		return err
+	}
+	for i := range ts {
+		ts[i].PlanName = names[ts[i].Plan]
+	}
+	return nil
 }
 
 // TenantSummary returns one tenant as the pages head it; NotFound for an
@@ -43,7 +65,7 @@ func (s *Service) TenantSummary(ctx context.Context, id string) (TenantSummary, 
 	if !ids.IsUUID(id) {
 		return TenantSummary{}, tenantNotFound(id)
 	}
-	rows, err := s.db.Query(ctx, `SELECT `+summaryCols+` FROM tenants t JOIN plans p ON p.key = t.plan_key WHERE t.id = $1`, id)
+	rows, err := s.db.Query(ctx, `SELECT `+summaryCols+` FROM tenants t WHERE t.id = $1`, id)
 	if err != nil {
 		return TenantSummary{}, fmt.Errorf("entitlements: tenant summary: %w", err)
 	}
@@ -54,7 +76,11 @@ func (s *Service) TenantSummary(ctx context.Context, id string) (TenantSummary, 
 	if err != nil {
 		return TenantSummary{}, fmt.Errorf("entitlements: tenant summary: %w", err)
 	}
-	return t, nil
+	ts := []TenantSummary{t}
+	if err := namePlans(ctx, s.db, ts); err != nil {
+		return TenantSummary{}, fmt.Errorf("entitlements: tenant summary: %w", err)
+	}
+	return ts[0], nil
 }
 
 // SearchTenants is the console's numbered tenant list: tenants whose name
@@ -74,13 +100,16 @@ func (s *Service) SearchTenants(ctx context.Context, q string, page, size int) (
 	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM tenants t`+where, like, q).Scan(&total); err != nil {
 		return nil, 0, fmt.Errorf("entitlements: search tenants: %w", err)
 	}
-	rows, err := s.db.Query(ctx, `SELECT `+summaryCols+` FROM tenants t JOIN plans p ON p.key = t.plan_key`+where+`
+	rows, err := s.db.Query(ctx, `SELECT `+summaryCols+` FROM tenants t`+where+`
  ORDER BY t.created_at DESC, t.id DESC LIMIT $3 OFFSET $4`, like, q, size, (page-1)*size)
 	if err != nil {
 		return nil, 0, fmt.Errorf("entitlements: search tenants: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, scanSummary)
 	if err != nil {
+		return nil, 0, fmt.Errorf("entitlements: search tenants: %w", err)
+	}
+	if err := namePlans(ctx, s.db, out); err != nil {
 		return nil, 0, fmt.Errorf("entitlements: search tenants: %w", err)
 	}
 	return out, total, nil

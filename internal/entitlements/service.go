@@ -52,15 +52,13 @@ type Change struct {
 	Reason        string
 }
 
-// Service is the entitlements domain: plans, tenants, overrides, snapshots.
+// Service is the entitlements domain: tenants, overrides, snapshots.
 // API keys and service tokens are internal/credentials'.
 type Service struct {
 	db    *pgxpool.Pool
 	store *limitstore.Store
 	log   *slog.Logger
 	opts  Options
-	// meters caches which meters any plan defines (MeterDefined).
-	meters meterSet
 }
 
 // NewService builds the service. store may be nil in tools that never

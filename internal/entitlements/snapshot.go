@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/internal/numfmt"
 	"github.com/tollgatehq/tollgate/internal/period"
@@ -29,8 +30,8 @@ const (
 // inputs is everything a snapshot is computed from.
 type inputs struct {
 	tenant      Tenant
-	plan        Plan  // the tenant's plan
-	defaultPlan *Plan // nil when DEFAULT_PLAN does not exist
+	plan        catalogue.Plan  // the tenant's plan
+	defaultPlan *catalogue.Plan // nil when DEFAULT_PLAN does not exist
 	sub         *Subscription
 	overrides   []override
 	// addons are the subscription's add-on items with what they grant.
@@ -77,13 +78,9 @@ func loadInputs(ctx context.Context, q postgres.Querier, tenantID string) (input
 // from loadInputs so that the service's clock (not the database's) decides.
 func (s *Service) fill(ctx context.Context, q postgres.Querier, in *inputs) error {
 	in.now = s.opts.Now()
-	rows, err := q.Query(ctx, planSelect+` WHERE p.key = $1 OR p.key = $2`, in.tenant.Plan, s.opts.DefaultPlan)
+	plans, err := catalogue.ReadPlans(ctx, q, in.tenant.Plan, s.opts.DefaultPlan)
 	if err != nil {
-		return fmt.Errorf("read plans: %w", err)
-	}
-	plans, err := pgx.CollectRows(rows, scanPlan)
-	if err != nil {
-		return fmt.Errorf("read plans: %w", err)
+		return err
 	}
 	for i := range plans {
 		if plans[i].Key == in.tenant.Plan {
@@ -115,18 +112,16 @@ SELECT id, status, coalesce(stripe_price_id, ''), current_period_start, current_
 		v = *in.tenant.PlanVersion
 	}
 	if in.sub != nil && in.sub.StripePriceID != "" {
-		var pinned *int64
-		err := q.QueryRow(ctx, `SELECT plan_version FROM catalogue_prices WHERE stripe_price_id = $1 AND plan_key = $2`,
-			in.sub.StripePriceID, in.tenant.Plan).Scan(&pinned)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("read price version: %w", err)
+		pinned, err := catalogue.PinnedVersion(ctx, q, in.sub.StripePriceID, in.tenant.Plan)
+		if err != nil {
+			return err
 		}
-		if pinned != nil {
-			v = *pinned
+		if pinned > 0 {
+			v = pinned
 		}
 	}
 	if in.plan.Key != "" {
-		if in.plan, err = planVersion(ctx, q, in.plan, v); err != nil {
+		if in.plan, err = catalogue.PlanAt(ctx, q, in.plan, v); err != nil {
 			return err
 		}
 	}
@@ -135,7 +130,7 @@ SELECT id, status, coalesce(stripe_price_id, ''), current_period_start, current_
 	if err := s.readAddons(ctx, q, in); err != nil {
 		return err
 	}
-	rows, err = q.Query(ctx, OverlappingSubscriptionsOf("$1"), in.tenant.ID)
+	rows, err := q.Query(ctx, OverlappingSubscriptionsOf("$1"), in.tenant.ID)
 	if err != nil {
 		return fmt.Errorf("read overlapping subscriptions: %w", err)
 	}
@@ -249,7 +244,7 @@ func (s *Service) compute(in inputs, why *explainer) limiter.Snapshot {
 
 // effectivePlan applies the subscription status rules; own is true when the
 // tenant gets its own plan. why learns the subscription and the plan basis.
-func (s *Service) effectivePlan(in inputs, why *explainer) (plan Plan, status string, own bool) {
+func (s *Service) effectivePlan(in inputs, why *explainer) (plan catalogue.Plan, status string, own bool) {
 	if in.sub == nil {
 		why.ownPlan(in.plan)
 		return in.plan, StatusActive, true
@@ -284,18 +279,18 @@ func (s *Service) effectivePlan(in inputs, why *explainer) (plan Plan, status st
 	return s.fallback(in), in.sub.Status, false
 }
 
-func (s *Service) fallback(in inputs) Plan {
+func (s *Service) fallback(in inputs) catalogue.Plan {
 	if in.defaultPlan != nil {
 		return *in.defaultPlan
 	}
 	// No default plan stored: refuse metered use (the default meter and
 	// every meter of the tenant's own plan) rather than keep paid limits
 	// for a tenant that stopped paying. (Version 0 tells Explain.)
-	refused := map[string]Quota{keyspace.DefaultMeter: {Limit: 0, Mode: string(limiter.ModeHard)}}
+	refused := map[string]catalogue.Quota{keyspace.DefaultMeter: {Limit: 0, Mode: string(limiter.ModeHard)}}
 	for m := range in.plan.Quotas {
-		refused[m] = Quota{Limit: 0, Mode: string(limiter.ModeHard)}
+		refused[m] = catalogue.Quota{Limit: 0, Mode: string(limiter.ModeHard)}
 	}
-	return Plan{Key: s.opts.DefaultPlan, Quotas: refused}
+	return catalogue.Plan{Key: s.opts.DefaultPlan, Quotas: refused}
 }
 
 // keepOwnLimits runs after a fallback: a limit of the tenant's own plan that
@@ -303,7 +298,7 @@ func (s *Service) fallback(in inputs) Plan {
 // does not name) stays, at one seat. Otherwise a tenant whose subscription
 // ended would get more than it had while paying: a paid plan's 50 exports
 // would become unlimited on a default plan that never names exports.
-func keepOwnLimits(snap *limiter.Snapshot, own Plan, why *explainer) {
+func keepOwnLimits(snap *limiter.Snapshot, own catalogue.Plan, why *explainer) {
 	if snap.Rate == nil && own.Rate != nil {
 		r := *own.Rate
 		snap.Rate = &r
@@ -341,44 +336,60 @@ func (s *Service) readAddons(ctx context.Context, q postgres.Querier, in *inputs
 	if in.sub != nil {
 		currentID = in.sub.ID
 	}
+	// The items are the tenant's; what their prices grant is the
+	// catalogue's, read in the same transaction.
+	type item struct {
+		price, product, sub, status string
+		qty                         int64
+		graceEnd, pastDue           *time.Time
+	}
 	rows, err := q.Query(ctx, `
-SELECT a.stripe_price_id, a.name, a.quotas, a.features, i.quantity, s.id, s.status, s.grace_ends_at, s.past_due_since
+SELECT i.price_id, coalesce(i.product_id, ''), i.quantity, s.id, s.status, s.grace_ends_at, s.past_due_since
   FROM subscriptions s
   JOIN subscription_items i ON i.subscription_id = s.id
-  JOIN LATERAL (`+addonOfItemSQL("i.price_id", "i.product_id")+`) m ON true
-  JOIN addon_grants a ON a.stripe_price_id = m.addon_price_id
  WHERE s.tenant_id = $1 AND (s.status IN (`+liveStatuses+`) OR s.id = $2)
  ORDER BY s.id = $2 DESC, s.id, i.item_id`, in.tenant.ID, currentID)
 	if err != nil {
 		return fmt.Errorf("read add-ons: %w", err)
 	}
 	var (
-		price, name, sub, status string
-		graceEnd, pastDue        *time.Time
-		it                       addonItem
+		items []item
+		it    item
 	)
-	_, err = pgx.ForEachRow(rows, []any{&price, &name, &it.quotas, &it.features, &it.qty, &sub, &status, &graceEnd, &pastDue}, func() error {
-		if status == StatusPastDue && sub != currentID {
-			end := graceEnd
-			if end == nil && pastDue != nil {
-				g := pastDue.Add(s.opts.GracePeriod)
-				end = &g
+	if _, err := pgx.ForEachRow(rows, []any{&it.price, &it.product, &it.qty, &it.sub, &it.status, &it.graceEnd, &it.pastDue}, func() error {
+		items = append(items, it)
+		it = item{}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("read add-ons: %w", err)
+	}
+	mapped := make([]catalogue.Item, len(items))
+	for i, it := range items {
+		mapped[i] = catalogue.Item{Price: it.price, Product: it.product}
+	}
+	grants, err := catalogue.AddonsForItems(ctx, q, mapped)
+	if err != nil {
+		return err
+	}
+	for i, it := range items {
+		g := grants[i]
+		if g == nil {
+			continue
+		}
+		if it.status == StatusPastDue && it.sub != currentID {
+			end := it.graceEnd
+			if end == nil && it.pastDue != nil {
+				grace := it.pastDue.Add(s.opts.GracePeriod)
+				end = &grace
 			}
 			if end != nil && !in.now.Before(*end) {
-				it = addonItem{}
-				return nil
+				continue
 			}
 		}
-		it.price, it.name, it.sub = price, name, sub
-		in.addons = append(in.addons, it)
+		in.addons = append(in.addons, addonItem{price: g.Price, name: g.Name, sub: it.sub, quotas: g.Quotas, features: g.Features, qty: it.qty})
 		if in.sub != nil {
-			in.sub.Addons = append(in.sub.Addons, SubscriptionAddon{StripePriceID: price, Name: name, Quantity: it.qty, SubscriptionID: sub})
+			in.sub.Addons = append(in.sub.Addons, SubscriptionAddon{StripePriceID: g.Price, Name: g.Name, Quantity: it.qty, SubscriptionID: it.sub})
 		}
-		it = addonItem{}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("read add-ons: %w", err)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/limiter"
@@ -17,9 +18,9 @@ import (
 func TestSnapshotFollowsSubscriptionStatus(t *testing.T) {
 	b := setup(t)
 	paid := uniq("paid")
-	b.mustPlan(t, entitlements.PlanInput{Key: paid, Features: []string{"exports"},
-		Rate: &entitlements.RateInput{PerSecond: ptr(10.0), Burst: ptr[int64](20)}, Concurrency: ptr[int64](3),
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](1000)}}})
+	b.mustPlan(t, catalogue.PlanInput{Key: paid, Features: []string{"exports"},
+		Rate: &catalogue.RateInput{PerSecond: ptr(10.0), Burst: ptr[int64](20)}, Concurrency: ptr[int64](3),
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](1000)}}})
 	now := time.Now()
 	cases := []struct {
 		status       string
@@ -133,7 +134,7 @@ INSERT INTO quota_overrides (tenant_id, meter, extra, quota_limit, mode, expires
 func TestSetPlanAndCurrent(t *testing.T) {
 	b := setup(t)
 	big := uniq("big")
-	b.mustPlan(t, entitlements.PlanInput{Key: big, Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](5000)}}})
+	b.mustPlan(t, catalogue.PlanInput{Key: big, Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](5000)}}})
 	tn := b.mustTenant(t, b.free)
 	d, err := b.svc.SetPlan(b.ctx, tn.ID, big, "")
 	if err != nil {

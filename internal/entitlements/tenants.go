@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/cursor"
 	"github.com/tollgatehq/tollgate/internal/ids"
 	"github.com/tollgatehq/tollgate/internal/postgres"
@@ -55,7 +56,7 @@ func (in *TenantInput) Validate() error {
 	case !cleanText(name):
 		v.Add("name", "must be UTF-8 text without control characters")
 	}
-	if in.Plan != "" && !planKeyRe.MatchString(in.Plan) {
+	if in.Plan != "" && !catalogue.ValidPlanKey(in.Plan) {
 		v.Add("plan", "must be a plan key [a-z0-9_-]{1,64}")
 	}
 	if c := in.StripeCustomerID; c != "" && (len(c) > 255 || !token(c)) {
@@ -172,8 +173,8 @@ func (s *Service) CreateTenant(ctx context.Context, in TenantInput) (Tenant, err
 		snap limiter.Snapshot
 	)
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		var exists bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM plans WHERE key = $1)`, in.Plan).Scan(&exists); err != nil {
+		exists, err := catalogue.PlanExists(ctx, tx, in.Plan)
+		if err != nil {
 			return err
 		}
 		if !exists {
@@ -350,7 +351,7 @@ func (s *Service) TenantByCustomer(ctx context.Context, stripeCustomerID string)
 // SetPlan puts the tenant on another plan locally (no Stripe call), bumps
 // its entitlement version and publishes the new snapshot.
 func (s *Service) SetPlan(ctx context.Context, tenantID, planKey, reason string) (TenantDetail, error) {
-	if !planKeyRe.MatchString(planKey) {
+	if !catalogue.ValidPlanKey(planKey) {
 		return TenantDetail{}, apperr.Invalidf("plan", "must be a plan key [a-z0-9_-]{1,64}")
 	}
 	if reason == "" {
@@ -375,14 +376,14 @@ func (s *Service) SetPlan(ctx context.Context, tenantID, planKey, reason string)
 
 // setPlanTx puts the tenant on planKey inside tx (SetPlan and its preview).
 func setPlanTx(ctx context.Context, tx pgx.Tx, tenantID, planKey string) error {
-	if !planKeyRe.MatchString(planKey) {
+	if !catalogue.ValidPlanKey(planKey) {
 		return apperr.Invalidf("plan", "must be a plan key [a-z0-9_-]{1,64}")
 	}
 	if _, err := getTenant(ctx, tx, tenantID, true); err != nil {
 		return err
 	}
-	var exists bool
-	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM plans WHERE key = $1)`, planKey).Scan(&exists); err != nil {
+	exists, err := catalogue.PlanExists(ctx, tx, planKey)
+	if err != nil {
 		return err
 	}
 	if !exists {

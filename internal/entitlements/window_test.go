@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
@@ -34,7 +35,7 @@ func TestSnapshotMonthlyWindowsOfYearlySubscriptionAnchors29To31(t *testing.T) {
 	}
 	for _, c := range cases {
 		plan := uniq("annual")
-		b.mustPlan(t, entitlements.PlanInput{Key: plan, Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](10)}}})
+		b.mustPlan(t, catalogue.PlanInput{Key: plan, Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](10)}}})
 		tn := b.mustTenant(t, plan)
 		start := d(c.start)
 		if _, err := b.pool.Exec(b.ctx, `
@@ -63,7 +64,7 @@ VALUES ($1, $2, $3, 'active', $4, $5)`, uniq("sub"), tn.ID, uniq("cus"), start, 
 		if err != nil || !ok || !stored.PeriodStart.Equal(snap.PeriodStart) {
 			t.Fatalf("published snapshot %+v %v %v", stored, ok, err)
 		}
-		if _, err := svc.PatchPlan(b.ctx, plan, func(in *entitlements.PlanInput) error { in.QuotaWindow = "billing_period"; return nil }); err != nil {
+		if _, err := catalogue.NewService(b.pool, nil, catalogue.Options{Touch: svc.TouchCatalogue}).PatchPlan(b.ctx, plan, func(in *catalogue.PlanInput) error { in.QuotaWindow = "billing_period"; return nil }); err != nil {
 			t.Fatal(err)
 		}
 		snap, err = svc.SnapshotFromPostgres(b.ctx, tn.ID)

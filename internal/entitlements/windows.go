@@ -3,6 +3,7 @@ package entitlements
 import (
 	"fmt"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/numfmt"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -18,7 +19,7 @@ import (
 func WindowPolicy(name string) string { return "window:" + name }
 
 // snapshotWindow is a stored plan window as the limiter takes it.
-func snapshotWindow(w PlanWindow) limiter.Window {
+func snapshotWindow(w catalogue.PlanWindow) limiter.Window {
 	kind := limiter.WindowKind(w.Kind)
 	if kind == "" {
 		kind = limiter.WindowSliding
@@ -26,16 +27,16 @@ func snapshotWindow(w PlanWindow) limiter.Window {
 	return limiter.Window{Name: w.Name, Limit: w.Limit, Length: w.Duration(), Kind: kind}
 }
 
-func windowWhat(w PlanWindow) string {
+func windowWhat(w catalogue.PlanWindow) string {
 	kind := w.Kind
 	if kind == "" {
-		kind = WindowSliding
+		kind = catalogue.WindowSliding
 	}
 	return fmt.Sprintf("%s per %s, %s", numfmt.Int(w.Limit), w.Length, kind)
 }
 
 // planWindows returns the snapshot's windows of a plan, telling why.
-func planWindows(ws []PlanWindow, why *explainer) []limiter.Window {
+func planWindows(ws []catalogue.PlanWindow, why *explainer) []limiter.Window {
 	if len(ws) == 0 {
 		return nil
 	}
@@ -55,7 +56,7 @@ func planWindows(ws []PlanWindow, why *explainer) []limiter.Window {
 // rate: a window of the tenant's own plan that the default plan does not
 // name stays, so that a tenant whose subscription ended never gets more
 // than it had while paying.
-func keepOwnWindows(snap *limiter.Snapshot, own Plan, why *explainer) {
+func keepOwnWindows(snap *limiter.Snapshot, own catalogue.Plan, why *explainer) {
 	for _, w := range own.Windows {
 		named := false
 		for _, s := range snap.Windows {
@@ -78,7 +79,7 @@ func (e *explainer) windowLimits(snap limiter.Snapshot) []Limit {
 		l := e.limit(WindowPolicy(w.Name), "")
 		n := w.Limit
 		l.Limit, l.Unlimited = &n, false
-		l.Window, l.Length, l.Kind = w.Name, windowLength(w.Length.String()), string(w.Kind)
+		l.Window, l.Length, l.Kind = w.Name, catalogue.WindowLength(w.Length.String()), string(w.Kind)
 		out = append(out, l)
 	}
 	return out

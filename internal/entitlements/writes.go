@@ -210,12 +210,3 @@ func (w *Writes) SetStripeFeatures(ctx context.Context, tenantID string, keys []
 	w.Changed(tenantID)
 	return true, nil
 }
-
-// PlanForPrice is the plan a price maps to (one of its stripe_price_ids),
-// or "".
-func (w *Writes) PlanForPrice(ctx context.Context, price string) (string, error) {
-	if price == "" {
-		return "", nil
-	}
-	return w.PlanForItem(ctx, price, "")
-}

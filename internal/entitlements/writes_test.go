@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
@@ -14,15 +15,15 @@ import (
 // changes nothing at all.
 func TestUpdateBumpsAndPublishesWhatChanged(t *testing.T) {
 	b := setup(t)
-	pro := b.mustPlan(t, entitlements.PlanInput{Key: uniq("pro"), StripePriceID: uniq("price_pro"),
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: ptr[int64](1000)}}})
+	pro := b.mustPlan(t, catalogue.PlanInput{Key: uniq("pro"), StripePriceID: uniq("price_pro"),
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](1000)}}})
 	tn := b.mustTenant(t, b.free)
 	v0 := tn.EntitlementVersion
 	cus := uniq("cus")
 	snaps, err := b.svc.WriteAndPublish(b.ctx, func(ctx context.Context, w *entitlements.Writes) error {
 		w.Reason("test: link and upgrade")
-		if plan, err := w.PlanForPrice(ctx, pro.StripePriceID); err != nil || plan != pro.Key {
-			t.Errorf("PlanForPrice = %q, %v", plan, err)
+		if plan, err := catalogue.PlanForItem(ctx, w.Tx(), pro.StripePriceID, ""); err != nil || plan != pro.Key {
+			t.Errorf("PlanForItem = %q, %v", plan, err)
 		}
 		if ok, err := w.LinkCustomer(ctx, tn.ID, cus); err != nil || !ok {
 			t.Errorf("LinkCustomer = %v, %v", ok, err)

@@ -4,8 +4,7 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
-
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 )
 
 // Add-on grants: what a Stripe price grants as a subscription item beside
@@ -13,7 +12,7 @@ import (
 
 func (s *Server) handleListAddons() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		as, err := s.Entitlements.ListAddons(c.Request().Context())
+		as, err := s.Catalogue.ListAddons(c.Request().Context())
 		if err != nil {
 			return err
 		}
@@ -23,7 +22,7 @@ func (s *Server) handleListAddons() echo.HandlerFunc {
 
 func (s *Server) handleGetAddon() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		a, err := s.Entitlements.GetAddon(c.Request().Context(), c.Param("price_id"))
+		a, err := s.Catalogue.GetAddon(c.Request().Context(), c.Param("price_id"))
 		if err != nil {
 			return err
 		}
@@ -34,11 +33,11 @@ func (s *Server) handleGetAddon() echo.HandlerFunc {
 // handlePutAddon creates (201) or replaces (200) the grant of a price.
 func (s *Server) handlePutAddon() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		var in entitlements.AddonInput
+		var in catalogue.AddonInput
 		if err := decodeBody(c, &in); err != nil {
 			return err
 		}
-		a, created, err := s.Entitlements.PutAddon(c.Request().Context(), c.Param("price_id"), in)
+		a, created, err := s.Catalogue.PutAddon(c.Request().Context(), c.Param("price_id"), in)
 		if err != nil {
 			return err
 		}
@@ -52,7 +51,7 @@ func (s *Server) handlePutAddon() echo.HandlerFunc {
 
 func (s *Server) handleDeleteAddon() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		if err := s.Entitlements.DeleteAddon(c.Request().Context(), c.Param("price_id")); err != nil {
+		if err := s.Catalogue.DeleteAddon(c.Request().Context(), c.Param("price_id")); err != nil {
 			return err
 		}
 		return c.NoContent(http.StatusNoContent)

@@ -47,7 +47,7 @@ func TestExplainTenantAPI(t *testing.T) {
 	a := newTestAPI(t, testAPIOptions{Deps: func(d *Deps) {
 		d.AdminTokens = map[string]string{"billing-bob": billingToken}
 		d.Audit = audit.New(d.DB, d.Log)
-		readers.Register(d.Audit, d.Entitlements, d.Credentials, nil, nil)
+		readers.Register(d.Audit, d.Entitlements, d.Catalogue, d.Credentials, nil, nil)
 	}})
 	plan := a.createPlan(t, map[string]any{"rate": map[string]any{"per_second": 5, "burst": 10}, "concurrency": 2,
 		"quotas": map[string]any{"requests": map[string]any{"limit": 1000}}})

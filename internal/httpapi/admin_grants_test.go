@@ -18,8 +18,8 @@ func grantsAPI(t *testing.T) *testAPI {
 	t.Helper()
 	return newTestAPI(t, testAPIOptions{Deps: func(d *Deps) {
 		d.Audit = audit.New(d.DB, d.Log)
-		d.Credits = credits.NewService(d.DB, d.Entitlements, d.Log, credits.Options{})
-		readers.Register(d.Audit, d.Entitlements, d.Credentials, nil, d.Credits)
+		d.Credits = credits.NewService(d.DB, d.Entitlements, d.Catalogue, d.Log, credits.Options{})
+		readers.Register(d.Audit, d.Entitlements, d.Catalogue, d.Credentials, nil, d.Credits)
 	}})
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/jobs"
@@ -25,6 +26,7 @@ func TestMintDashboardLink(t *testing.T) {
 	rdb, prefix := redistest.New(t)
 	store := limitstore.New(rdb, prefix)
 	ents := entitlements.NewService(pool, store, nil, entitlements.Options{})
+	cat := catalogue.NewService(pool, nil, catalogue.Options{Touch: ents.TouchCatalogue})
 	keys := credentials.New(pool, ents, nil, credentials.Options{})
 	meter := metering.NewService(pool, store, nil, metering.Options{Snapshot: ents.ReloadSnapshot})
 	const token = "tga_links_test"
@@ -32,12 +34,12 @@ func TestMintDashboardLink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bill, err := billing.New(pool, ents, ins, nil, billing.Options{})
+	bill, err := billing.New(pool, ents, cat, ins, nil, billing.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	w, err := web.New(web.Deps{DB: pool, Limits: store, Snapshots: ents, Usage: meter, AdminToken: token,
-		Entitlements: ents, Credentials: keys, Billing: bill, Metering: meter})
+		Entitlements: ents, Catalogue: cat, Credentials: keys, Billing: bill, Metering: meter})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +51,7 @@ func TestMintDashboardLink(t *testing.T) {
 	}
 
 	newServer := func(links DashboardLinks) *httptest.Server {
-		s, err := NewServer(Deps{DB: pool, Redis: rdb, AdminToken: token, Entitlements: ents, Credentials: keys, Metering: meter, DashboardLinks: links})
+		s, err := NewServer(Deps{DB: pool, Redis: rdb, AdminToken: token, Entitlements: ents, Catalogue: cat, Credentials: keys, Metering: meter, DashboardLinks: links})
 		if err != nil {
 			t.Fatal(err)
 		}

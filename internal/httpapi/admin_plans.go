@@ -8,16 +8,17 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
 func (s *Server) handleCreatePlan() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		var in entitlements.PlanInput
+		var in catalogue.PlanInput
 		if err := decodeBody(c, &in); err != nil {
 			return err
 		}
-		p, err := s.Entitlements.CreatePlan(c.Request().Context(), in)
+		p, err := s.Catalogue.CreatePlan(c.Request().Context(), in)
 		if err != nil {
 			return err
 		}
@@ -28,7 +29,7 @@ func (s *Server) handleCreatePlan() echo.HandlerFunc {
 
 func (s *Server) handleListPlans() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		plans, err := s.Entitlements.ListPlans(c.Request().Context())
+		plans, err := s.Catalogue.ListPlans(c.Request().Context())
 		if err != nil {
 			return err
 		}
@@ -38,7 +39,7 @@ func (s *Server) handleListPlans() echo.HandlerFunc {
 
 func (s *Server) handleGetPlan() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		p, err := s.Entitlements.GetPlan(c.Request().Context(), c.Param("key"))
+		p, err := s.Catalogue.GetPlan(c.Request().Context(), c.Param("key"))
 		if err != nil {
 			return err
 		}
@@ -51,7 +52,7 @@ func (s *Server) handleGetPlan() echo.HandlerFunc {
 // or concurrency (unlimited) and a meter set to null loses its quota.
 func (s *Server) handlePatchPlan() echo.HandlerFunc {
 	return func(c echo.Context) error {
-		p, err := s.Entitlements.PatchPlan(c.Request().Context(), c.Param("key"), func(in *entitlements.PlanInput) error {
+		p, err := s.Catalogue.PatchPlan(c.Request().Context(), c.Param("key"), func(in *catalogue.PlanInput) error {
 			return decodeBody(c, in)
 		})
 		if err != nil {

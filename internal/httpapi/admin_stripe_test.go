@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
@@ -25,7 +26,8 @@ func TestAdminStripeRoutesNeedTheTokenAndBilling(t *testing.T) {
 		{http.MethodPost, "/admin/v1/tenants/00000000-0000-0000-0000-000000000000/resync"},
 	}
 	ents := entitlements.NewService(pool, nil, nil, entitlements.Options{})
-	srv, err := NewServer(Deps{DB: pool, AdminToken: whAdminToken, Entitlements: ents, Credentials: credentials.New(pool, ents, nil, credentials.Options{})})
+	cat := catalogue.NewService(pool, nil, catalogue.Options{Touch: ents.TouchCatalogue})
+	srv, err := NewServer(Deps{DB: pool, AdminToken: whAdminToken, Entitlements: ents, Catalogue: cat, Credentials: credentials.New(pool, ents, nil, credentials.Options{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ func TestTenantExternalIDAdminAPI(t *testing.T) {
 	var trail *audit.Log
 	a := newTestAPI(t, testAPIOptions{Deps: func(d *Deps) {
 		trail = audit.New(d.DB, d.Log)
-		readers.Register(trail, d.Entitlements, d.Credentials, nil, nil)
+		readers.Register(trail, d.Entitlements, d.Catalogue, d.Credentials, nil, nil)
 		d.Audit = trail
 	}})
 	plan := a.createPlan(t, map[string]any{})

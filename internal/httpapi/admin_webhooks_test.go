@@ -27,7 +27,7 @@ func webhookAPIWith(t *testing.T, opts notify.Options) (*testAPI, **notify.Servi
 	svc := new(*notify.Service)
 	return newTestAPI(t, testAPIOptions{Deps: func(d *Deps) {
 		d.Audit = audit.New(d.DB, d.Log)
-		readers.Register(d.Audit, d.Entitlements, d.Credentials, nil, nil)
+		readers.Register(d.Audit, d.Entitlements, d.Catalogue, d.Credentials, nil, nil)
 		if opts.SecretKey == nil {
 			opts.SecretKey = make([]byte, 32) // WEBHOOK_SECRET_KEY
 		}

@@ -29,15 +29,15 @@ func auditAPI(t *testing.T, actor, token string) *testAPI {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := billing.New(d.DB, d.Entitlements, ins, d.Log, billing.Options{SecretKey: "sk_test_123", APIBase: stripeBase, StripeTimeout: 5 * time.Second})
+		b, err := billing.New(d.DB, d.Entitlements, d.Catalogue, ins, d.Log, billing.Options{SecretKey: "sk_test_123", APIBase: stripeBase, StripeTimeout: 5 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
 		d.Billing = b
-		readers.Register(d.Audit, d.Entitlements, d.Credentials, b, nil)
+		readers.Register(d.Audit, d.Entitlements, d.Catalogue, d.Credentials, b, nil)
 		// Minting a link reads no counter: the store is never used.
 		links, err := web.New(web.Deps{DB: d.DB, Limits: limitstore.New(d.Redis, redistest.Prefix()), Snapshots: d.Entitlements,
-			Usage: d.Metering, AdminToken: d.AdminToken, Entitlements: d.Entitlements, Credentials: d.Credentials, Billing: b, Metering: d.Metering})
+			Usage: d.Metering, AdminToken: d.AdminToken, Entitlements: d.Entitlements, Catalogue: d.Catalogue, Credentials: d.Credentials, Billing: b, Metering: d.Metering})
 		if err != nil {
 			t.Fatal(err)
 		}

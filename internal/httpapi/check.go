@@ -88,7 +88,7 @@ func (s *Server) handleCheck() echo.HandlerFunc {
 			// A meter no plan defines is a mistake (a typo would otherwise
 			// be "unlimited" forever); one the tenant's plan leaves without
 			// a quota is unlimited and allowed.
-			known, err := s.Entitlements.MeterDefined(c.Request().Context(), req.Meter)
+			known, err := s.Catalogue.MeterDefined(c.Request().Context(), req.Meter)
 			if err != nil {
 				return s.unavailable(c, err)
 			}

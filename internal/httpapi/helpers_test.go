@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
@@ -67,6 +68,7 @@ func newTestAPI(t *testing.T, opt testAPIOptions) *testAPI {
 	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	store := limitstore.New(rdb, prefix)
 	ents := entitlements.NewService(pool, store, log, entitlements.Options{})
+	cat := catalogue.NewService(pool, nil, catalogue.Options{Touch: ents.TouchCatalogue})
 	keys := credentials.New(pool, ents, log, credentials.Options{Redis: rdb, Prefix: prefix})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -75,7 +77,7 @@ func newTestAPI(t *testing.T, opt testAPIOptions) *testAPI {
 	// Metering answers GET /v1/usage and the admin API's usage; a test may
 	// replace it through opt.Deps.
 	meter := metering.NewService(pool, store, log, metering.Options{Snapshot: ents.CachedSnapshot})
-	d := Deps{Log: log, DB: pool, Redis: rdb, AdminToken: testAdminToken, Entitlements: ents, Credentials: keys, Metering: meter}
+	d := Deps{Log: log, DB: pool, Redis: rdb, AdminToken: testAdminToken, Entitlements: ents, Catalogue: cat, Credentials: keys, Metering: meter}
 	if opt.Deps != nil {
 		opt.Deps(&d)
 	}

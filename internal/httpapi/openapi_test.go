@@ -10,6 +10,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
@@ -85,7 +86,8 @@ func registeredOperations(t *testing.T) []string {
 	pool := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	ents := entitlements.NewService(pool, limitstore.New(rdb, prefix), nil, entitlements.Options{})
-	srv, err := NewServer(Deps{DB: pool, Redis: rdb, AdminToken: "tga_openapi_test", Entitlements: ents, Credentials: credentials.New(pool, ents, nil, credentials.Options{})})
+	cat := catalogue.NewService(pool, nil, catalogue.Options{Touch: ents.TouchCatalogue})
+	srv, err := NewServer(Deps{DB: pool, Redis: rdb, AdminToken: "tga_openapi_test", Entitlements: ents, Catalogue: cat, Credentials: credentials.New(pool, ents, nil, credentials.Options{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -208,7 +208,7 @@ func jsonError(err error) error {
 	var mbe *http.MaxBytesError
 	var he *echo.HTTPError
 	if e, ok := apperr.As(err); ok {
-		return e // a field's own decoder named it (entitlements.WindowInputs)
+		return e // a field's own decoder named it (catalogue.WindowInputs)
 	}
 	switch {
 	case errors.As(err, &mbe):

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
@@ -60,6 +61,7 @@ func newLimitInstance(t *testing.T, pool *pgxpool.Pool, addr, prefix string, set
 	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	store := limitstore.New(rdb, prefix)
 	ents := entitlements.NewService(pool, store, nil, entitlements.Options{})
+	cat := catalogue.NewService(pool, nil, catalogue.Options{Touch: ents.TouchCatalogue})
 	keys := credentials.New(pool, ents, nil, credentials.Options{Redis: rdb, Prefix: prefix})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -89,7 +91,7 @@ func newLimitInstance(t *testing.T, pool *pgxpool.Pool, addr, prefix string, set
 	opts.Hooks = m.Hooks()
 	var creds *credits.Service
 	if set.credits {
-		creds = credits.NewService(pool, ents, nil, credits.Options{Grants: store})
+		creds = credits.NewService(pool, ents, cat, nil, credits.Options{Grants: store})
 		opts.GrantLoader = creds.RedisGrants
 	}
 	if opts.Timeout == 0 {
@@ -107,7 +109,7 @@ func newLimitInstance(t *testing.T, pool *pgxpool.Pool, addr, prefix string, set
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lim.Close(); limRDB.Close() })
-	d := Deps{Log: set.log, DB: pool, Redis: rdb, Registry: reg, AdminToken: limitTestAdminToken, Entitlements: ents, Credentials: keys, Metering: meter, Limiter: lim, Credits: creds}
+	d := Deps{Log: set.log, DB: pool, Redis: rdb, Registry: reg, AdminToken: limitTestAdminToken, Entitlements: ents, Catalogue: cat, Credentials: keys, Metering: meter, Limiter: lim, Credits: creds}
 	if set.authOpts != nil {
 		d.AuthLimiter = NewAuthLimiter(lim, *set.authOpts)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
@@ -41,8 +42,11 @@ type Deps struct {
 	AdminTokens map[string]string
 	// Audit records every admin action; nil records nothing.
 	Audit *audit.Log
-	// Entitlements serves plans, tenants and /v1/entitlements.
+	// Entitlements serves tenants, overrides and /v1/entitlements.
 	Entitlements *entitlements.Service
+	// Catalogue serves plans and add-ons, and tells POST /v1/check which
+	// meters a plan defines.
+	Catalogue *catalogue.Service
 	// Credentials checks the API keys of /v1/* and the service tokens of
 	// the limiter's loaders, and serves their admin routes.
 	Credentials *credentials.Service
@@ -103,6 +107,9 @@ func NewServer(d Deps) (*Server, error) {
 	}
 	if d.Entitlements == nil {
 		return nil, errors.New("httpapi: Entitlements is required")
+	}
+	if d.Catalogue == nil {
+		return nil, errors.New("httpapi: Catalogue is required")
 	}
 	if d.Credentials == nil {
 		return nil, errors.New("httpapi: Credentials is required")

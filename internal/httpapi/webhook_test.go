@@ -18,6 +18,7 @@ import (
 	"github.com/stripe/stripe-go/v79/webhook"
 
 	"github.com/tollgatehq/tollgate/internal/billing"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/jobs"
@@ -41,15 +42,16 @@ func whEventID() string { return fmt.Sprintf("evt_wh_%d_%d", time.Now().UnixNano
 func whServer(t *testing.T, pool *pgxpool.Pool, o billing.Options) *httptest.Server {
 	t.Helper()
 	ents := entitlements.NewService(pool, nil, nil, entitlements.Options{})
+	cat := catalogue.NewService(pool, nil, catalogue.Options{Touch: ents.TouchCatalogue})
 	ins, err := jobs.NewInsertClient(pool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := billing.New(pool, ents, ins, nil, o)
+	b, err := billing.New(pool, ents, cat, ins, nil, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := NewServer(Deps{DB: pool, AdminToken: whAdminToken, Entitlements: ents, Credentials: credentials.New(pool, ents, nil, credentials.Options{}), Billing: b})
+	srv, err := NewServer(Deps{DB: pool, AdminToken: whAdminToken, Entitlements: ents, Catalogue: cat, Credentials: credentials.New(pool, ents, nil, credentials.Options{}), Billing: b})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +213,8 @@ func TestWebhookWithoutSecretIs503SayingSo(t *testing.T) {
 	}
 	// A server without billing at all says the same.
 	ents := entitlements.NewService(pool, nil, nil, entitlements.Options{})
-	srv, err := NewServer(Deps{DB: pool, AdminToken: whAdminToken, Entitlements: ents, Credentials: credentials.New(pool, ents, nil, credentials.Options{})})
+	cat := catalogue.NewService(pool, nil, catalogue.Options{Touch: ents.TouchCatalogue})
+	srv, err := NewServer(Deps{DB: pool, AdminToken: whAdminToken, Entitlements: ents, Catalogue: cat, Credentials: credentials.New(pool, ents, nil, credentials.Options{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/limiter"
@@ -24,7 +25,8 @@ func TestFlushRecordsGrantDrawsAsRedisDecided(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	ents := entitlements.NewService(b.db, b.store, nil, entitlements.Options{})
-	creds := credits.NewService(b.db, ents, nil, credits.Options{Grants: b.store})
+	cat := catalogue.NewService(b.db, nil, catalogue.Options{Touch: ents.TouchCatalogue})
+	creds := credits.NewService(b.db, ents, cat, nil, credits.Options{Grants: b.store})
 	b.svc.opts.GrantDraws = func(ctx context.Context, tx pgx.Tx, ds []GrantDraw) error {
 		in := make([]credits.Draw, len(ds))
 		for i, d := range ds {
@@ -35,7 +37,7 @@ func TestFlushRecordsGrantDrawsAsRedisDecided(t *testing.T) {
 	}
 	limit := int64(5000)
 	plan := "p" + randHex(6)
-	if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: plan, Quotas: map[string]*entitlements.QuotaInput{
+	if _, err := cat.CreatePlan(ctx, catalogue.PlanInput{Key: plan, Name: plan, Quotas: map[string]*catalogue.QuotaInput{
 		"requests": {Limit: &limit, Mode: "hard"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +126,8 @@ func TestUsageShowsGrants(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	ents := entitlements.NewService(b.db, b.store, nil, entitlements.Options{})
-	creds := credits.NewService(b.db, ents, nil, credits.Options{Grants: b.store})
+	cat := catalogue.NewService(b.db, nil, catalogue.Options{Touch: ents.TouchCatalogue})
+	creds := credits.NewService(b.db, ents, cat, nil, credits.Options{Grants: b.store})
 	b.svc.opts.Snapshot = ents.SnapshotFromPostgres
 	b.svc.opts.Grants = func(ctx context.Context, tenantID, meter string) ([]UsageGrant, error) {
 		bal, err := creds.Balance(ctx, tenantID, meter, time.Now())
@@ -139,7 +142,7 @@ func TestUsageShowsGrants(t *testing.T) {
 	}
 	limit, amount := int64(100), int64(50)
 	plan := "p" + randHex(6)
-	if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: plan, Quotas: map[string]*entitlements.QuotaInput{
+	if _, err := cat.CreatePlan(ctx, catalogue.PlanInput{Key: plan, Name: plan, Quotas: map[string]*catalogue.QuotaInput{
 		"requests": {Limit: &limit, Mode: "hard"}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +188,8 @@ func TestFlushRecordsSettledGrantDraws(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	ents := entitlements.NewService(b.db, b.store, nil, entitlements.Options{})
-	creds := credits.NewService(b.db, ents, nil, credits.Options{Grants: b.store})
+	cat := catalogue.NewService(b.db, nil, catalogue.Options{Touch: ents.TouchCatalogue})
+	creds := credits.NewService(b.db, ents, cat, nil, credits.Options{Grants: b.store})
 	b.svc.opts.GrantDraws = func(ctx context.Context, tx pgx.Tx, ds []GrantDraw) error {
 		in := make([]credits.Draw, len(ds))
 		for i, d := range ds {
@@ -196,7 +200,7 @@ func TestFlushRecordsSettledGrantDraws(t *testing.T) {
 	}
 	limit := int64(100)
 	plan := "p" + randHex(6)
-	if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: plan, Quotas: map[string]*entitlements.QuotaInput{
+	if _, err := cat.CreatePlan(ctx, catalogue.PlanInput{Key: plan, Name: plan, Quotas: map[string]*catalogue.QuotaInput{
 		"requests": {Limit: &limit, Mode: "hard"}}}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/limiter"
@@ -23,7 +24,8 @@ func TestPrepaidUnitsAreNotReportedAsOverage(t *testing.T) {
 	tenant, customer := b.meteredTenant(t, time.Now().Add(-24*time.Hour), map[string]quotaSpec{
 		"tokens": {100, "overage"}, "seats": {10, "total"}})
 	ents := entitlements.NewService(b.db, b.store, nil, entitlements.Options{})
-	creds := credits.NewService(b.db, ents, nil, credits.Options{})
+	cat := catalogue.NewService(b.db, nil, catalogue.Options{Touch: ents.TouchCatalogue})
+	creds := credits.NewService(b.db, ents, cat, nil, credits.Options{})
 	svc := b.withSnapshots(t, Options{Prepaid: creds.PrepaidConsumed}, map[string]map[string]int64{tenant: {"tokens": 100, "seats": 10}})
 	now := time.Now()
 	if _, err := svc.Ingest(ctx, tenant, []Event{ev("t1", "tokens", 150, now), ev("s1", "seats", 7, now)}); err != nil {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
@@ -35,6 +36,7 @@ func BenchmarkCrossingToDelivery(b *testing.B) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := limitstore.New(rdb, prefix)
 	ents := entitlements.NewService(bd.db, store, log, entitlements.Options{})
+	cat := catalogue.NewService(bd.db, nil, catalogue.Options{Touch: ents.TouchCatalogue})
 	m := metering.NewService(bd.db, store, log, metering.Options{Snapshot: ents.SnapshotFromPostgres, Limits: ents.CachedSnapshot, Crossings: bd.svc.QuotaCrossings})
 	lim, err := limiter.New(rdb, limiter.Options{Prefix: prefix, UsageLoader: m.LoadUsage, Timeout: 5 * time.Second})
 	if err != nil {
@@ -60,8 +62,8 @@ func BenchmarkCrossingToDelivery(b *testing.B) {
 	}
 	limit := int64(10)
 	plan := fmt.Sprintf("bench%d", time.Now().UnixNano())
-	if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: plan,
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: &limit, Mode: "hard"}}}); err != nil {
+	if _, err := cat.CreatePlan(ctx, catalogue.PlanInput{Key: plan, Name: plan,
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: &limit, Mode: "hard"}}}); err != nil {
 		b.Fatal(err)
 	}
 	fctx, stop := context.WithCancel(ctx)
@@ -140,6 +142,7 @@ func BenchmarkFlushPass(b *testing.B) {
 			log := slog.New(slog.NewTextHandler(io.Discard, nil))
 			store := limitstore.New(rdb, prefix)
 			ents := entitlements.NewService(bd.db, store, log, entitlements.Options{})
+			cat := catalogue.NewService(bd.db, nil, catalogue.Options{Touch: ents.TouchCatalogue})
 			opts := metering.Options{Snapshot: ents.SnapshotFromPostgres, Limits: ents.CachedSnapshot}
 			if hook {
 				opts.Crossings = bd.svc.QuotaCrossings
@@ -152,8 +155,8 @@ func BenchmarkFlushPass(b *testing.B) {
 			defer lim.Close()
 			limit := int64(1 << 40)
 			plan := fmt.Sprintf("fp%d", time.Now().UnixNano())
-			if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: plan,
-				Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: &limit, Mode: "hard"}}}); err != nil {
+			if _, err := cat.CreatePlan(ctx, catalogue.PlanInput{Key: plan, Name: plan,
+				Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: &limit, Mode: "hard"}}}); err != nil {
 				b.Fatal(err)
 			}
 			tenants := make([]string, 100)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/redistest"
@@ -26,12 +27,13 @@ func TestPlanChangeEmitsEntitlementsUpdated(t *testing.T) {
 	rdb, prefix := redistest.New(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ents := entitlements.NewService(b.db, limitstore.New(rdb, prefix), log, entitlements.Options{OnChange: b.svc.EntitlementsChanged})
+	cat := catalogue.NewService(b.db, nil, catalogue.Options{Touch: ents.TouchCatalogue})
 	small, big := int64(100), int64(1000)
 	suffix := time.Now().UnixNano()
 	planA, planB := fmt.Sprintf("a%d", suffix), fmt.Sprintf("b%d", suffix)
 	for key, l := range map[string]*int64{planA: &small, planB: &big} {
-		if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: key, Name: key,
-			Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: l, Mode: "hard"}}}); err != nil {
+		if _, err := cat.CreatePlan(ctx, catalogue.PlanInput{Key: key, Name: key,
+			Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: l, Mode: "hard"}}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -97,12 +99,13 @@ func TestStatusChangeAndRollback(t *testing.T) {
 		return errors.New("boom")
 	}
 	ents := entitlements.NewService(b.db, limitstore.New(rdb, prefix), log, entitlements.Options{OnChange: failing})
+	cat := catalogue.NewService(b.db, nil, catalogue.Options{Touch: ents.TouchCatalogue})
 	l1, l2 := int64(1), int64(2)
 	suffix := time.Now().UnixNano()
 	pa, pb := fmt.Sprintf("ra%d", suffix), fmt.Sprintf("rb%d", suffix)
 	for key, l := range map[string]*int64{pa: &l1, pb: &l2} {
-		if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: key, Name: key,
-			Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: l}}}); err != nil {
+		if _, err := cat.CreatePlan(ctx, catalogue.PlanInput{Key: key, Name: key,
+			Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: l}}}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
@@ -27,15 +28,16 @@ type quotaRig struct {
 	store  *limitstore.Store
 }
 
-func newQuotaRig(t *testing.T, b bundle, quotas map[string]*entitlements.QuotaInput, mopts metering.Options) quotaRig {
+func newQuotaRig(t *testing.T, b bundle, quotas map[string]*catalogue.QuotaInput, mopts metering.Options) quotaRig {
 	t.Helper()
 	ctx := context.Background()
 	rdb, prefix := redistest.New(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := limitstore.New(rdb, prefix)
 	ents := entitlements.NewService(b.db, store, log, entitlements.Options{})
+	cat := catalogue.NewService(b.db, nil, catalogue.Options{Touch: ents.TouchCatalogue})
 	plan := fmt.Sprintf("wh%d", time.Now().UnixNano())
-	if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: plan, Quotas: quotas}); err != nil {
+	if _, err := cat.CreatePlan(ctx, catalogue.PlanInput{Key: plan, Name: plan, Quotas: quotas}); err != nil {
 		t.Fatal(err)
 	}
 	tenant, err := ents.CreateTenant(ctx, entitlements.TenantInput{Name: "t", Plan: plan})
@@ -107,7 +109,7 @@ func eventsOf[T any](t *testing.T, b bundle, typ string) []T {
 func TestQuotaExhaustedOncePerWindow(t *testing.T) {
 	b := setup(t, Options{AllowHTTP: true, AllowPrivate: true, Backoff: shortBackoff})
 	hard, soft := int64(5), int64(3)
-	r := newQuotaRig(t, b, map[string]*entitlements.QuotaInput{
+	r := newQuotaRig(t, b, map[string]*catalogue.QuotaInput{
 		"requests": {Limit: &hard, Mode: "hard"}, "exports": {Limit: &soft, Mode: "soft"}}, metering.Options{})
 	rc := newReceiver(t)
 	if _, err := b.svc.Create(context.Background(), EndpointInput{URL: rc.srv.URL, Events: []string{TypeQuotaExhausted}}); err != nil {
@@ -154,7 +156,7 @@ func TestPeriodClosedWithFinalFigures(t *testing.T) {
 		}
 		return now
 	}
-	r := newQuotaRig(t, b, map[string]*entitlements.QuotaInput{"requests": {Limit: &limit, Mode: "hard"}, "exports": {Limit: &limit, Mode: "soft"}},
+	r := newQuotaRig(t, b, map[string]*catalogue.QuotaInput{"requests": {Limit: &limit, Mode: "hard"}, "exports": {Limit: &limit, Mode: "soft"}},
 		metering.Options{Now: clock})
 	r.allow(t, 7, "")
 	r.allow(t, 2, "exports")

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
@@ -25,10 +26,11 @@ func TestGrantEventsAreDeliveredOncePerGrant(t *testing.T) {
 	rdb, prefix := redistest.New(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ents := entitlements.NewService(b.db, limitstore.New(rdb, prefix), log, entitlements.Options{})
+	cat := catalogue.NewService(b.db, nil, catalogue.Options{Touch: ents.TouchCatalogue})
 	limit := int64(1000)
 	plan := "grants" + itoa(time.Now().UnixNano())
-	if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: plan,
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: &limit, Mode: "hard"}}}); err != nil {
+	if _, err := cat.CreatePlan(ctx, catalogue.PlanInput{Key: plan, Name: plan,
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: &limit, Mode: "hard"}}}); err != nil {
 		t.Fatal(err)
 	}
 	tenant, err := ents.CreateTenant(ctx, entitlements.TenantInput{Name: "t", Plan: plan})
@@ -37,7 +39,7 @@ func TestGrantEventsAreDeliveredOncePerGrant(t *testing.T) {
 	}
 	now := time.Now().UTC()
 	clock := func() time.Time { return now }
-	creds := credits.NewService(b.db, ents, log, credits.Options{Now: clock, Events: b.svc.GrantEvents})
+	creds := credits.NewService(b.db, ents, cat, log, credits.Options{Now: clock, Events: b.svc.GrantEvents})
 	r := newReceiver(t)
 	if _, err := b.svc.Create(ctx, EndpointInput{URL: r.srv.URL, Events: []string{TypeGrantLow, TypeGrantDepleted, TypeGrantExpired}}); err != nil {
 		t.Fatal(err)

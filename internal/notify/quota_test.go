@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
@@ -33,10 +34,11 @@ func TestQuotaThresholdsExactlyOnceAcrossTwoFlushers(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	store := limitstore.New(rdb, prefix)
 	ents := entitlements.NewService(b.db, store, log, entitlements.Options{})
+	cat := catalogue.NewService(b.db, nil, catalogue.Options{Touch: ents.TouchCatalogue})
 	limit := int64(500)
 	plan := fmt.Sprintf("wh%d", time.Now().UnixNano())
-	if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: plan,
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: &limit, Mode: "hard"}}}); err != nil {
+	if _, err := cat.CreatePlan(ctx, catalogue.PlanInput{Key: plan, Name: plan,
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: &limit, Mode: "hard"}}}); err != nil {
 		t.Fatal(err)
 	}
 	tenant, err := ents.CreateTenant(ctx, entitlements.TenantInput{Name: "t", Plan: plan})

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tollgatehq/tollgate/internal/entitlements"
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/limiter"
 )
@@ -22,7 +22,7 @@ func TestTeeteringAt80PercentSendsOne(t *testing.T) {
 	b := setup(t, Options{AllowHTTP: true, AllowPrivate: true, Backoff: shortBackoff})
 	ctx := context.Background()
 	limit := int64(100)
-	r := newQuotaRig(t, b, map[string]*entitlements.QuotaInput{"requests": {Limit: &limit, Mode: "hard"}}, metering.Options{})
+	r := newQuotaRig(t, b, map[string]*catalogue.QuotaInput{"requests": {Limit: &limit, Mode: "hard"}}, metering.Options{})
 	rc := newReceiver(t)
 	if _, err := b.svc.Create(ctx, EndpointInput{URL: rc.srv.URL, Events: []string{TypeQuotaThreshold}}); err != nil {
 		t.Fatal(err)

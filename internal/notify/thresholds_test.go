@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/limiter"
@@ -17,11 +18,11 @@ func TestPlanAndOverrideThresholds(t *testing.T) {
 	b := setup(t, Options{AllowHTTP: true, AllowPrivate: true, Backoff: shortBackoff})
 	ctx := context.Background()
 	limit := int64(100)
-	var notify []entitlements.NotifyInput
+	var notify []catalogue.NotifyInput
 	if err := json.Unmarshal([]byte(`[50, {"units": 90}]`), &notify); err != nil {
 		t.Fatal(err)
 	}
-	r := newQuotaRig(t, b, map[string]*entitlements.QuotaInput{"requests": {Limit: &limit, Mode: "hard", Notify: notify}}, metering.Options{})
+	r := newQuotaRig(t, b, map[string]*catalogue.QuotaInput{"requests": {Limit: &limit, Mode: "hard", Notify: notify}}, metering.Options{})
 	lines := func() []string {
 		var out []string
 		for _, e := range eventsOf[QuotaThreshold](t, b, TypeQuotaThreshold) {
@@ -49,7 +50,7 @@ func TestPlanAndOverrideThresholds(t *testing.T) {
 	}
 
 	// An override's thresholds for this tenant: 95% (and not the plan's).
-	var on []entitlements.NotifyInput
+	var on []catalogue.NotifyInput
 	if err := json.Unmarshal([]byte(`[{"percent": 95}]`), &on); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func TestRaisedLimitRearmsACrossedThreshold(t *testing.T) {
 	b := setup(t, Options{AllowHTTP: true, AllowPrivate: true, Backoff: shortBackoff})
 	ctx := context.Background()
 	limit := int64(100)
-	r := newQuotaRig(t, b, map[string]*entitlements.QuotaInput{"requests": {Limit: &limit, Mode: "hard"}}, metering.Options{})
+	r := newQuotaRig(t, b, map[string]*catalogue.QuotaInput{"requests": {Limit: &limit, Mode: "hard"}}, metering.Options{})
 	crossed := func() []string {
 		var out []string
 		for _, e := range eventsOf[QuotaThreshold](t, b, TypeQuotaThreshold) {

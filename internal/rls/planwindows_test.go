@@ -11,6 +11,7 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
 	"github.com/tollgatehq/tollgate/internal/redistest"
@@ -19,13 +20,13 @@ import (
 
 // windowTenant creates a plan of plentiful rate and quota with windows, a
 // tenant on it and an API key.
-func windowTenant(t *testing.T, in *instance, ws entitlements.WindowInputs) string {
+func windowTenant(t *testing.T, in *instance, ws catalogue.WindowInputs) string {
 	t.Helper()
 	ctx := context.Background()
 	planKey := fmt.Sprintf("rlsw_%d_%d", time.Now().UnixNano(), planSeq.Add(1))
-	if _, err := in.ents.CreatePlan(ctx, entitlements.PlanInput{Key: planKey, Name: planKey,
-		Rate:    &entitlements.RateInput{PerSecond: ptr(10000.0), Burst: ptr(int64(10000))},
-		Quotas:  map[string]*entitlements.QuotaInput{"requests": {Limit: ptr(int64(1 << 30)), Mode: "hard"}},
+	if _, err := in.cat.CreatePlan(ctx, catalogue.PlanInput{Key: planKey, Name: planKey,
+		Rate:    &catalogue.RateInput{PerSecond: ptr(10000.0), Burst: ptr(int64(10000))},
+		Quotas:  map[string]*catalogue.QuotaInput{"requests": {Limit: ptr(int64(1 << 30)), Mode: "hard"}},
 		Windows: ws,
 	}); err != nil {
 		t.Fatal(err)
@@ -50,7 +51,7 @@ func TestPlanWindowsInEnvoyAnswers(t *testing.T) {
 	pool := pgtest.New(t)
 	prefix := redistest.Prefix()
 	a, b := newInstance(t, pool, prefix, setup{}), newInstance(t, pool, prefix, setup{})
-	key := windowTenant(t, a, entitlements.WindowInputs{
+	key := windowTenant(t, a, catalogue.WindowInputs{
 		{Name: "hourly", Limit: ptr(int64(20)), Length: "1h", Kind: "fixed"},
 		{Name: "ninety", Limit: ptr(int64(5000)), Length: "90m"},
 	})
@@ -94,7 +95,7 @@ func TestPlanWindowsInEnvoyAnswers(t *testing.T) {
 	}
 
 	// 90 minutes is no unit of Envoy's: its average rate an hour.
-	key2 := windowTenant(t, a, entitlements.WindowInputs{{Name: "ninety", Limit: ptr(int64(50)), Length: "90m"}})
+	key2 := windowTenant(t, a, catalogue.WindowInputs{{Name: "ninety", Limit: ptr(int64(50)), Length: "90m"}})
 	st = ask(t, b, context.Background(), 45, keyDescriptor(key2)).Statuses[0]
 	if st.Code != rlsv3.RateLimitResponse_OK || st.CurrentLimit.GetName() != "ninety" ||
 		st.CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_HOUR || st.CurrentLimit.GetRequestsPerUnit() != 33 || st.LimitRemaining != 5 {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
@@ -41,6 +42,7 @@ const adminToken = "tga_rls_test_admin_token"
 // running), limiter and gRPC listener, on a shared database and prefix.
 type instance struct {
 	ents   *entitlements.Service
+	cat    *catalogue.Service
 	keys   *credentials.Service
 	creds  *credits.Service // with setup.credits
 	client rlsv3.RateLimitServiceClient
@@ -66,6 +68,7 @@ func newInstance(t *testing.T, pool *pgxpool.Pool, prefix string, set setup) *in
 	rdb := redis.NewClient(&redis.Options{Addr: set.addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	store := limitstore.New(rdb, prefix)
 	ents := entitlements.NewService(pool, store, nil, entitlements.Options{})
+	cat := catalogue.NewService(pool, nil, catalogue.Options{Touch: ents.TouchCatalogue})
 	cred := credentials.New(pool, ents, nil, credentials.Options{Redis: rdb, Prefix: prefix})
 	ctx, cancel := context.WithCancel(context.Background())
 	runDone := make(chan struct{})
@@ -93,7 +96,7 @@ func newInstance(t *testing.T, pool *pgxpool.Pool, prefix string, set setup) *in
 	ropts := rls.Options{AdminToken: adminToken}
 	var creds *credits.Service
 	if set.credits {
-		creds = credits.NewService(pool, ents, nil, credits.Options{Grants: store})
+		creds = credits.NewService(pool, ents, cat, nil, credits.Options{Grants: store})
 		lopts.GrantLoader, ropts.CanGrow = creds.RedisGrants, creds.CanGrow
 	}
 	lim, err := limiter.New(limRDB, lopts)
@@ -102,7 +105,7 @@ func newInstance(t *testing.T, pool *pgxpool.Pool, prefix string, set setup) *in
 	}
 	reg := prometheus.NewRegistry()
 	ropts.Registerer = reg
-	srv, err := rls.New(keys{Service: cred, ents: ents, lim: lim}, lim, ropts)
+	srv, err := rls.New(keys{Service: cred, cat: cat, lim: lim}, lim, ropts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,17 +138,17 @@ func newInstance(t *testing.T, pool *pgxpool.Pool, prefix string, set setup) *in
 		rdb.Close() // ends Run's pub/sub read
 		<-runDone
 	})
-	return &instance{ents: ents, keys: cred, creds: creds, client: rlsv3.NewRateLimitServiceClient(conn), health: healthpb.NewHealthClient(conn), reg: reg}
+	return &instance{ents: ents, cat: cat, keys: cred, creds: creds, client: rlsv3.NewRateLimitServiceClient(conn), health: healthpb.NewHealthClient(conn), reg: reg}
 }
 
 type keys struct {
 	*credentials.Service
-	ents *entitlements.Service
-	lim  *limiter.Limiter
+	cat *catalogue.Service
+	lim *limiter.Limiter
 }
 
 func (k keys) MeterDefined(ctx context.Context, meter string) (bool, error) {
-	return k.ents.MeterDefined(ctx, meter)
+	return k.cat.MeterDefined(ctx, meter)
 }
 
 func (k keys) TenantOfKey(ctx context.Context, raw string) (string, error) {
@@ -165,9 +168,9 @@ func tenantWithKey(t *testing.T, in *instance, perSecond float64, burst, quota i
 	t.Helper()
 	ctx := context.Background()
 	planKey := fmt.Sprintf("rls_%d_%d", time.Now().UnixNano(), planSeq.Add(1))
-	if _, err := in.ents.CreatePlan(ctx, entitlements.PlanInput{Key: planKey, Name: planKey,
-		Rate:   &entitlements.RateInput{PerSecond: &perSecond, Burst: &burst},
-		Quotas: map[string]*entitlements.QuotaInput{"requests": {Limit: &quota, Mode: "hard"}, "exports": {Limit: ptr(int64(5)), Mode: "hard"}},
+	if _, err := in.cat.CreatePlan(ctx, catalogue.PlanInput{Key: planKey, Name: planKey,
+		Rate:   &catalogue.RateInput{PerSecond: &perSecond, Burst: &burst},
+		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: &quota, Mode: "hard"}, "exports": {Limit: ptr(int64(5)), Mode: "hard"}},
 	}); err != nil {
 		t.Fatal(err)
 	}

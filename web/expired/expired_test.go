@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
@@ -30,8 +31,9 @@ func TestExpiredLinksAndSessionsArePruned(t *testing.T) {
 	db := pgtest.New(t)
 	rdb, prefix := redistest.New(t)
 	ents := entitlements.NewService(db, limitstore.New(rdb, prefix), nil, entitlements.Options{})
+	cat := catalogue.NewService(db, nil, catalogue.Options{Touch: ents.TouchCatalogue})
 	plan := fmt.Sprintf("prune%d", time.Now().UnixNano())
-	if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: plan}); err != nil {
+	if _, err := cat.CreatePlan(ctx, catalogue.PlanInput{Key: plan, Name: plan}); err != nil {
 		t.Fatal(err)
 	}
 	tn, err := ents.CreateTenant(ctx, entitlements.TenantInput{Name: "Prune", Plan: plan})

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
@@ -84,6 +85,7 @@ func benchHTTP(ctx context.Context, c config, stdout io.Writer) error {
 		m, prefix, c.tenants, c.goroutines, c.runs, c.duration, c.slice)
 	runID := strings.TrimPrefix(prefix, "tgbench")
 	ents := entitlements.NewService(pool, limitstore.New(rdb, prefix), log, entitlements.Options{})
+	cat := catalogue.NewService(pool, log, catalogue.Options{Touch: ents.TouchCatalogue})
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
@@ -112,7 +114,7 @@ func benchHTTP(ctx context.Context, c config, stdout io.Writer) error {
 	}
 	defer lim.Close()
 	srv, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, Registry: reg, AdminToken: benchAdminToken,
-		Entitlements: ents, Credentials: creds, Limiter: lim})
+		Entitlements: ents, Catalogue: cat, Credentials: creds, Limiter: lim})
 	if err != nil {
 		return err
 	}
@@ -131,7 +133,7 @@ func benchHTTP(ctx context.Context, c config, stdout io.Writer) error {
 
 	fmt.Fprintf(stdout, "seeding %d tenants with one API key each...\n", c.tenants)
 	start := time.Now()
-	keys, err := seedTenants(ctx, ents, creds, runID, c.tenants)
+	keys, err := seedTenants(ctx, ents, cat, creds, runID, c.tenants)
 	if err != nil {
 		return err
 	}
@@ -234,13 +236,13 @@ JSON with the rate-limit headers. GET /healthz is the same server's floor withou
 `
 
 // seedTenants creates a bench plan and n tenants with one key each.
-func seedTenants(ctx context.Context, ents *entitlements.Service, creds *credentials.Service, runID string, n int) ([]string, error) {
+func seedTenants(ctx context.Context, ents *entitlements.Service, cat *catalogue.Service, creds *credentials.Service, runID string, n int) ([]string, error) {
 	f64 := func(f float64) *float64 { return &f }
 	i64 := func(n int64) *int64 { return &n }
 	plan := "bench-" + runID
-	if _, err := ents.CreatePlan(ctx, entitlements.PlanInput{Key: plan, Name: "Bench " + runID,
-		Rate:   &entitlements.RateInput{PerSecond: f64(benchRate), Burst: i64(benchRate)},
-		Quotas: map[string]*entitlements.QuotaInput{keyspace.DefaultMeter: {Limit: i64(1 << 40), Mode: string(limiter.ModeHard)}},
+	if _, err := cat.CreatePlan(ctx, catalogue.PlanInput{Key: plan, Name: "Bench " + runID,
+		Rate:   &catalogue.RateInput{PerSecond: f64(benchRate), Burst: i64(benchRate)},
+		Quotas: map[string]*catalogue.QuotaInput{keyspace.DefaultMeter: {Limit: i64(1 << 40), Mode: string(limiter.ModeHard)}},
 	}); err != nil {
 		return nil, fmt.Errorf("bench: plan: %w", err)
 	}

@@ -1,4 +1,4 @@
-package entitlements
+package catalogue
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/postgres"
 )
 
 // The catalogue's mapping from Stripe prices and products to plans and
@@ -51,6 +52,23 @@ func (o owner) String() string {
 		return "plan " + o.plan
 	}
 	return "add-on " + o.addon
+}
+
+// mappedOf is what a plan or add-on has mapped now: its prices and its
+// product ("" none), read before a change replaces them.
+func mappedOf(ctx context.Context, q postgres.Querier, o owner) (prices []string, product string, err error) {
+	rows, err := q.Query(ctx, `SELECT stripe_price_id FROM catalogue_prices WHERE plan_key = nullif($1, '') OR addon_price_id = nullif($2, '') ORDER BY position, stripe_price_id`, o.plan, o.addon)
+	if err != nil {
+		return nil, "", fmt.Errorf("read prices: %w", err)
+	}
+	if prices, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
+		return nil, "", fmt.Errorf("read prices: %w", err)
+	}
+	err = q.QueryRow(ctx, `SELECT stripe_product_id FROM catalogue_products WHERE plan_key = nullif($1, '') OR addon_price_id = nullif($2, '')`, o.plan, o.addon).Scan(&product)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, "", fmt.Errorf("read product: %w", err)
+	}
+	return prices, product, nil
 }
 
 // savePrices replaces the prices and product of a plan (plan != "") or an
@@ -124,10 +142,11 @@ func pricesError(err error, field, id string) error {
 }
 
 // PlanForItem is the plan a subscription item's price (else its
-// product) maps to, or "" when neither maps to a plan.
-func (w *Writes) PlanForItem(ctx context.Context, price, product string) (string, error) {
+// product) maps to, or "" when neither maps to a plan; q is the caller's
+// transaction (billing's, storing the subscription).
+func PlanForItem(ctx context.Context, q postgres.Querier, price, product string) (string, error) {
 	var key string
-	err := w.tx.QueryRow(ctx, `
+	err := q.QueryRow(ctx, `
 SELECT plan_key FROM (
   SELECT plan_key, 0 AS rank FROM catalogue_prices WHERE stripe_price_id = $1
   UNION ALL
@@ -137,21 +156,21 @@ SELECT plan_key FROM (
 		return "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("entitlements: plan by price: %w", err)
+		return "", fmt.Errorf("catalogue: plan by price: %w", err)
 	}
 	return key, nil
 }
 
 // AddonForItem is the add-on (its id, the first price) a subscription
-// item's price or product maps to, or "".
-func (w *Writes) AddonForItem(ctx context.Context, price, product string) (string, error) {
+// item's price or product maps to, or "", in q.
+func AddonForItem(ctx context.Context, q postgres.Querier, price, product string) (string, error) {
 	var id string
-	err := w.tx.QueryRow(ctx, addonOfItemSQL("$1", "$2"), price, product).Scan(&id)
+	err := q.QueryRow(ctx, addonOfItemSQL("$1", "$2"), price, product).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("entitlements: add-on by price: %w", err)
+		return "", fmt.Errorf("catalogue: add-on by price: %w", err)
 	}
 	return id, nil
 }

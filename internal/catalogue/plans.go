@@ -1,4 +1,4 @@
-package entitlements
+package catalogue
 
 import (
 	"bytes"
@@ -267,7 +267,7 @@ type PlanPatch func(in *PlanInput) error
 // the way the JSON body names it (e.g. "quotas.requests.limit").
 func (in *PlanInput) Validate() error {
 	var v apperr.Validation
-	if !planKeyRe.MatchString(in.Key) {
+	if !ValidPlanKey(in.Key) {
 		v.Add("key", "must match [a-z0-9_-]{1,64}")
 	}
 	if !cleanText(in.Name) {
@@ -320,7 +320,7 @@ func (in *PlanInput) Validate() error {
 		if q.Mode != "" && q.Mode != string(limiter.ModeHard) && q.Mode != string(limiter.ModeSoft) {
 			v.Add(field+".mode", `must be "hard" or "soft"`)
 		}
-		validateNotify(&v, field+".notify", q.Notify)
+		ValidateNotify(&v, field+".notify", q.Notify)
 		if len(q.StripeMeterEvent) > 100 || !token(q.StripeMeterEvent) {
 			v.Add(field+".stripe_meter_event", "must be a Stripe meter event name without spaces")
 		}
@@ -458,7 +458,7 @@ func (in PlanInput) normalized() PlanInput {
 		}
 		// Stored as the duration's canonical form ("60m" → "1h"), so
 		// that equal windows read back equal.
-		w.Length = windowLength(w.Length)
+		w.Length = WindowLength(w.Length)
 		out.Windows[i] = w
 	}
 	if out.QuotaWindow == "" {
@@ -522,7 +522,7 @@ func (s *Service) CreatePlan(ctx context.Context, in PlanInput) (Plan, error) {
 		return err
 	})
 	if err != nil {
-		return Plan{}, fmt.Errorf("entitlements: create plan: %w", err)
+		return Plan{}, fmt.Errorf("catalogue: create plan: %w", err)
 	}
 	s.log.InfoContext(ctx, "plan created", "plan", p.Key)
 	return p, nil
@@ -532,11 +532,11 @@ func (s *Service) CreatePlan(ctx context.Context, in PlanInput) (Plan, error) {
 func (s *Service) ListPlans(ctx context.Context) ([]Plan, error) {
 	rows, err := s.db.Query(ctx, planSelect+` ORDER BY p.key`)
 	if err != nil {
-		return nil, fmt.Errorf("entitlements: list plans: %w", err)
+		return nil, fmt.Errorf("catalogue: list plans: %w", err)
 	}
 	plans, err := pgx.CollectRows(rows, scanPlan)
 	if err != nil {
-		return nil, fmt.Errorf("entitlements: list plans: %w", err)
+		return nil, fmt.Errorf("catalogue: list plans: %w", err)
 	}
 	if plans == nil {
 		plans = []Plan{}
@@ -548,100 +548,75 @@ func (s *Service) ListPlans(ctx context.Context) ([]Plan, error) {
 func (s *Service) GetPlan(ctx context.Context, key string) (Plan, error) {
 	p, err := getPlan(ctx, s.db, key, false)
 	if err != nil {
-		return Plan{}, fmt.Errorf("entitlements: get plan: %w", err)
+		return Plan{}, fmt.Errorf("catalogue: get plan: %w", err)
 	}
 	return p, nil
 }
 
-// PatchPlan applies patch to the stored plan and saves the result, then
-// bumps the entitlement version of every tenant the plan reaches and
-// publishes their snapshots, so that they get the new limits at once.
+// PatchPlan applies patch to the stored plan and saves the result; every
+// tenant the plan reaches gets a new entitlement version in the same
+// transaction (Options.Touch) and its snapshot once committed, so that it
+// gets the new limits at once.
 func (s *Service) PatchPlan(ctx context.Context, key string, patch PlanPatch) (Plan, error) {
 	var (
-		p     Plan
-		snaps []limiter.Snapshot
+		p       Plan
+		touched Touched
 	)
 	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
 		var (
-			ids []string
+			r   Reach
 			err error
 		)
-		if _, p, ids, err = s.patchPlanTx(ctx, tx, key, patch); err != nil {
+		if _, p, r, err = patchPlanTx(ctx, tx, key, patch); err != nil {
 			return err
 		}
-		for _, id := range ids {
-			snap, err := s.BumpVersionTx(ctx, tx, id, "plan "+key+" changed")
-			if err != nil {
-				return err
-			}
-			snaps = append(snaps, snap)
-		}
-		return nil
+		touched, err = s.touch(ctx, tx, r)
+		return err
 	})
 	if err != nil {
-		return Plan{}, fmt.Errorf("entitlements: patch plan: %w", err)
+		return Plan{}, fmt.Errorf("catalogue: patch plan: %w", err)
 	}
-	s.log.InfoContext(ctx, "plan changed", "plan", key, "tenants", len(snaps))
-	s.publishAll(ctx, snaps)
+	s.log.InfoContext(ctx, "plan changed", "plan", key, "tenants", len(touched.Tenants))
+	committed(ctx, touched)
 	return p, nil
 }
 
 // patchPlanTx applies patch to the stored plan inside tx and returns the plan
-// before and after and the tenants it reaches (PatchPlan and its preview).
-func (s *Service) patchPlanTx(ctx context.Context, tx pgx.Tx, key string, patch PlanPatch) (before, after Plan, tenants []string, err error) {
+// before and after and whom the edit reaches (PatchPlan and its preview).
+func patchPlanTx(ctx context.Context, tx pgx.Tx, key string, patch PlanPatch) (before, after Plan, r Reach, err error) {
 	if before, err = getPlan(ctx, tx, key, true); err != nil {
-		return Plan{}, Plan{}, nil, err
+		return Plan{}, Plan{}, Reach{}, err
 	}
 	in := before.Input()
 	if err := patch(&in); err != nil {
-		return Plan{}, Plan{}, nil, err
+		return Plan{}, Plan{}, Reach{}, err
 	}
 	if in.Key != key {
-		return Plan{}, Plan{}, nil, apperr.Invalidf("key", "cannot be changed (the plan is %q)", key)
+		return Plan{}, Plan{}, Reach{}, apperr.Invalidf("key", "cannot be changed (the plan is %q)", key)
 	}
 	if err := in.Validate(); err != nil {
-		return Plan{}, Plan{}, nil, err
+		return Plan{}, Plan{}, Reach{}, err
 	}
 	in = in.normalized()
 	// Every version tenants or prices may keep has its record; with
-	// "apply": "new" the tenants on the plan keep this one.
+	// "apply": "new" the tenants on the plan keep this one (Reach.Keep).
 	if err := saveVersion(ctx, tx, before); err != nil {
-		return Plan{}, Plan{}, nil, err
+		return Plan{}, Plan{}, Reach{}, err
 	}
+	r = Reach{Plan: key, Reason: "plan " + key + " changed"}
 	if in.Apply == ApplyNew {
-		if err := grandfather(ctx, tx, before); err != nil {
-			return Plan{}, Plan{}, nil, err
-		}
+		r.Keep = before.Version
 	}
 	if err := updatePlan(ctx, tx, in); err != nil {
-		return Plan{}, Plan{}, nil, err
+		return Plan{}, Plan{}, Reach{}, err
 	}
 	if err := savePriceVersions(ctx, tx, in.Key, in.PriceVersions, before.Version+1); err != nil {
-		return Plan{}, Plan{}, nil, err
+		return Plan{}, Plan{}, Reach{}, err
 	}
 	if after, err = getPlan(ctx, tx, key, false); err != nil {
-		return Plan{}, Plan{}, nil, err
+		return Plan{}, Plan{}, Reach{}, err
 	}
-	if tenants, err = s.tenantsReachedBy(ctx, tx, key); err != nil {
-		return Plan{}, Plan{}, nil, err
-	}
-	return before, after, tenants, nil
-}
-
-// tenantsReachedBy lists the tenants whose snapshot depends on the plan:
-// those on it, and, for the default plan, those whose subscription status
-// may have sent them to it.
-func (s *Service) tenantsReachedBy(ctx context.Context, q postgres.Querier, key string) ([]string, error) {
-	rows, err := q.Query(ctx, `
-SELECT id::text FROM tenants WHERE plan_key = $1 AND plan_version IS NULL
-UNION
-SELECT DISTINCT tenant_id::text FROM subscriptions
- WHERE $1 = $2 AND status NOT IN ('active', 'trialing')
-ORDER BY 1`, key, s.opts.DefaultPlan)
-	if err != nil {
-		return nil, fmt.Errorf("list tenants of plan: %w", err)
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
+	return before, after, r, nil
 }
 
 const planSelect = `
@@ -689,7 +664,7 @@ func scanPlan(row pgx.CollectableRow) (Plan, error) {
 }
 
 func getPlan(ctx context.Context, q postgres.Querier, key string, lock bool) (Plan, error) {
-	if !planKeyRe.MatchString(key) {
+	if !ValidPlanKey(key) {
 		return Plan{}, apperr.New(apperr.NotFound, "no plan %q", key)
 	}
 	sql := planSelect + ` WHERE p.key = $1`
@@ -757,7 +732,7 @@ func insertQuotas(ctx context.Context, tx pgx.Tx, in PlanInput) error {
 INSERT INTO plan_quotas (plan_key, meter, quota_limit, mode, stripe_meter_event, stripe_report, per_seat, notify, rollover,
                          unit_amount_decimal, currency)
 VALUES ($1, $2, $3, $4, nullif($5, ''), $6, $7, $8, $9, nullif($10, ''), nullif($11, ''))`, in.Key, m, *q.Limit, q.Mode, q.StripeMeterEvent,
-			q.StripeReport, q.PerSeat, notifyJSON(thresholds(q.Notify)), rolloverOf(q.Rollover), q.UnitAmountDecimal, q.Currency)
+			q.StripeReport, q.PerSeat, notifyJSON(Thresholds(q.Notify)), rolloverOf(q.Rollover), q.UnitAmountDecimal, q.Currency)
 		if err != nil {
 			return pgError(err)
 		}
@@ -774,8 +749,9 @@ func (in *PlanInput) storedWindows() []PlanWindow {
 	return out
 }
 
-// windowLength is a valid duration in its canonical form.
-func windowLength(s string) string {
+// WindowLength is a valid duration in the canonical form windows are
+// stored in ("1h", not "1h0m0s"; explanations show it alike).
+func WindowLength(s string) string {
 	d, err := time.ParseDuration(s)
 	if err != nil {
 		return s

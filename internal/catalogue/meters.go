@@ -1,4 +1,4 @@
-package entitlements
+package catalogue
 
 import (
 	"context"
@@ -36,19 +36,19 @@ func (s *Service) MeterDefined(ctx context.Context, meter string) (bool, error) 
 	}
 	rows, err := s.db.Query(ctx, `SELECT DISTINCT meter FROM plan_quotas`)
 	if err != nil {
-		return false, fmt.Errorf("entitlements: meters: %w", err)
+		return false, fmt.Errorf("catalogue: meters: %w", err)
 	}
 	defer rows.Close()
 	set := map[string]bool{}
 	for rows.Next() {
 		var name string
 		if err := rows.Scan(&name); err != nil {
-			return false, fmt.Errorf("entitlements: meters: %w", err)
+			return false, fmt.Errorf("catalogue: meters: %w", err)
 		}
 		set[name] = true
 	}
 	if err := rows.Err(); err != nil {
-		return false, fmt.Errorf("entitlements: meters: %w", err)
+		return false, fmt.Errorf("catalogue: meters: %w", err)
 	}
 	m.meters, m.read = set, time.Now()
 	return set[meter], nil

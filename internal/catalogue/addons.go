@@ -1,14 +1,16 @@
-package entitlements
+package catalogue
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/postgres"
 )
 
 // Addon is what a Stripe price grants when it is an item of a tenant's
@@ -107,11 +109,11 @@ func scanAddon(r pgx.CollectableRow) (Addon, error) {
 func (s *Service) ListAddons(ctx context.Context) ([]Addon, error) {
 	rows, err := s.db.Query(ctx, `SELECT `+addonCols+` FROM addon_grants ORDER BY stripe_price_id`)
 	if err != nil {
-		return nil, fmt.Errorf("entitlements: list add-ons: %w", err)
+		return nil, fmt.Errorf("catalogue: list add-ons: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, scanAddon)
 	if err != nil {
-		return nil, fmt.Errorf("entitlements: list add-ons: %w", err)
+		return nil, fmt.Errorf("catalogue: list add-ons: %w", err)
 	}
 	if out == nil {
 		out = []Addon{}
@@ -123,21 +125,22 @@ func (s *Service) ListAddons(ctx context.Context) ([]Addon, error) {
 func (s *Service) GetAddon(ctx context.Context, priceID string) (Addon, error) {
 	rows, err := s.db.Query(ctx, `SELECT `+addonCols+` FROM addon_grants WHERE stripe_price_id = $1`, priceID)
 	if err != nil {
-		return Addon{}, fmt.Errorf("entitlements: get add-on: %w", err)
+		return Addon{}, fmt.Errorf("catalogue: get add-on: %w", err)
 	}
 	a, err := pgx.CollectExactlyOneRow(rows, scanAddon)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Addon{}, apperr.New(apperr.NotFound, "no add-on for price %q", priceID)
 	}
 	if err != nil {
-		return Addon{}, fmt.Errorf("entitlements: get add-on: %w", err)
+		return Addon{}, fmt.Errorf("catalogue: get add-on: %w", err)
 	}
 	return a, nil
 }
 
 // PutAddon creates or replaces the grant of a price; created tells which.
 // A price that is a plan's stripe_price_id cannot be an add-on. Tenants
-// whose subscription has an item with the price get a new version.
+// whose subscription has an item of one of its prices or its product, as
+// it was or as it is, get a new version (Options.Touch).
 func (s *Service) PutAddon(ctx context.Context, priceID string, in AddonInput) (Addon, bool, error) {
 	if err := in.Validate(priceID); err != nil {
 		return Addon{}, false, err
@@ -149,9 +152,12 @@ func (s *Service) PutAddon(ctx context.Context, priceID string, in AddonInput) (
 	if in.Features == nil {
 		in.Features = []string{}
 	}
-	var created bool
-	snaps, err := s.WriteAndPublish(ctx, func(ctx context.Context, w *Writes) error {
-		err := w.tx.QueryRow(ctx, `
+	var (
+		created bool
+		touched Touched
+	)
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `
 INSERT INTO addon_grants (stripe_price_id, name, quotas, features) VALUES ($1, $2, $3, $4)
 ON CONFLICT (stripe_price_id) DO UPDATE SET name = EXCLUDED.name, quotas = EXCLUDED.quotas, features = EXCLUDED.features, updated_at = now()
 RETURNING (xmax = 0)`, priceID, in.Name, in.Quotas, in.Features).Scan(&created)
@@ -159,61 +165,74 @@ RETURNING (xmax = 0)`, priceID, in.Name, in.Quotas, in.Features).Scan(&created)
 			return pgError(err)
 		}
 		// Tenants of the prices it had and of the ones it has now.
-		if err := s.touchAddonTenants(ctx, w, priceID, "add-on "+priceID+" changed"); err != nil {
+		r, err := addonReach(ctx, tx, priceID, "add-on "+priceID+" changed")
+		if err != nil {
 			return err
 		}
-		if err := savePrices(ctx, w.tx, owner{addon: priceID}, "stripe_price_ids", in.prices(priceID), in.StripeProductID); err != nil {
+		if err := savePrices(ctx, tx, owner{addon: priceID}, "stripe_price_ids", in.prices(priceID), in.StripeProductID); err != nil {
 			return err
 		}
-		return s.touchAddonTenants(ctx, w, priceID, "add-on "+priceID+" changed")
+		r.Prices = appendNew(r.Prices, in.prices(priceID)...)
+		if in.StripeProductID != "" {
+			r.Products = appendNew(r.Products, in.StripeProductID)
+		}
+		touched, err = s.touch(ctx, tx, r)
+		return err
 	})
 	if err != nil {
-		return Addon{}, false, fmt.Errorf("entitlements: put add-on: %w", err)
+		return Addon{}, false, fmt.Errorf("catalogue: put add-on: %w", err)
 	}
-	s.log.InfoContext(ctx, "add-on saved", "price", priceID, "tenants", len(snaps))
+	s.log.InfoContext(ctx, "add-on saved", "price", priceID, "tenants", len(touched.Tenants))
+	committed(ctx, touched)
 	a, err := s.GetAddon(ctx, priceID)
 	return a, created, err
 }
 
 // DeleteAddon removes a grant; tenants that had it get a new version.
 func (s *Service) DeleteAddon(ctx context.Context, priceID string) error {
-	_, err := s.WriteAndPublish(ctx, func(ctx context.Context, w *Writes) error {
-		if err := s.touchAddonTenants(ctx, w, priceID, "add-on "+priceID+" removed"); err != nil {
+	var touched Touched
+	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
+		r, err := addonReach(ctx, tx, priceID, "add-on "+priceID+" removed")
+		if err != nil {
 			return err
 		}
-		tag, err := w.tx.Exec(ctx, `DELETE FROM addon_grants WHERE stripe_price_id = $1`, priceID)
+		tag, err := tx.Exec(ctx, `DELETE FROM addon_grants WHERE stripe_price_id = $1`, priceID)
 		if err != nil {
 			return err
 		}
 		if tag.RowsAffected() == 0 {
 			return apperr.New(apperr.NotFound, "no add-on for price %q", priceID)
 		}
-		return nil
+		touched, err = s.touch(ctx, tx, r)
+		return err
 	})
 	if err != nil {
-		return fmt.Errorf("entitlements: delete add-on: %w", err)
+		return fmt.Errorf("catalogue: delete add-on: %w", err)
 	}
+	committed(ctx, touched)
 	return nil
 }
 
-// touchAddonTenants marks the tenants with a subscription item of the price.
-func (s *Service) touchAddonTenants(ctx context.Context, w *Writes, priceID, reason string) error {
-	rows, err := w.tx.Query(ctx, `SELECT DISTINCT s.tenant_id::text FROM subscription_items i
-		JOIN subscriptions s ON s.id = i.subscription_id
-		WHERE i.price_id = $1
-		   OR i.price_id IN (SELECT stripe_price_id FROM catalogue_prices WHERE addon_price_id = $1)
-		   OR i.product_id IN (SELECT stripe_product_id FROM catalogue_products WHERE addon_price_id = $1)
-		ORDER BY 1`, priceID)
+// addonReach is whom a change of the add-on reaches as it is mapped now:
+// items of its id, its prices and its product.
+func addonReach(ctx context.Context, q postgres.Querier, priceID, reason string) (Reach, error) {
+	prices, product, err := mappedOf(ctx, q, owner{addon: priceID})
 	if err != nil {
-		return fmt.Errorf("tenants of add-on: %w", err)
+		return Reach{}, err
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return fmt.Errorf("tenants of add-on: %w", err)
+	r := Reach{Prices: appendNew([]string{priceID}, prices...), Reason: reason}
+	if product != "" {
+		r.Products = []string{product}
 	}
+	return r, nil
+}
+
+// appendNew appends the ids list does not have yet.
+func appendNew(list []string, ids ...string) []string {
 	for _, id := range ids {
-		w.Changed(id)
+		if !slices.Contains(list, id) {
+			list = append(list, id)
+		}
 	}
-	w.Reason(reason)
-	return nil
+	return list
 }
