@@ -83,7 +83,7 @@ type Subject struct {
 
 // Reader reads, for the audit trail, the subjects of one kind as the
 // package that owns them shows them (billing's Stripe events,
-// entitlements' plans and add-ons, credits' grants and top-ups), so that
+// the catalogue's plans and add-ons, credits' grants and top-ups), so that
 // neither the trail, the API nor the console knows whose tables they are
 // in. A kind named by the entry's Target (a grant, a top-up) is read by
 // it; the others by their own Subject field.

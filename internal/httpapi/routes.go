@@ -36,7 +36,7 @@ func (s *Server) routes() {
 	// idempotent: Idempotency-Key on POSTs (idempotency.go).
 	// audited: the routes audit.Routes declares record their action (audit.go).
 	admin := e.Group("/admin/v1", middleware.BodyLimit(bodyLimitDefault), s.authFailures(AuthAdmin), s.requireAdmin, s.idempotent, s.audited)
-	// --- admin: plans, tenants, plan changes (entitlements), API keys (credentials) ---
+	// --- admin: plans and add-ons (catalogue), tenants, plan changes (entitlements), API keys (credentials) ---
 	admin.POST("/plans", s.handleCreatePlan())
 	admin.GET("/plans", s.handleListPlans())
 	admin.GET("/plans/:key", s.handleGetPlan())
