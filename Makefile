@@ -58,4 +58,4 @@ clean: ## stop the throwaway Postgres and Redis, remove their data (TOLLGATE_DAT
 .PHONY: screenshots
 screenshots: services ## refresh docs/screenshots/ from the browser tests
 	@command -v chromium >/dev/null || { echo "screenshots: needs Chromium (apt-get install chromium); without it the browser tests skip"; exit 1; }
-	UPDATE_SCREENSHOTS=1 $(GO) test -count=1 -run TestBrowser ./web/
+	UPDATE_SCREENSHOTS=1 $(GO) test -count=1 -run TestBrowser ./web/browser/

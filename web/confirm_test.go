@@ -5,21 +5,11 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tollgatehq/tollgate/internal/audit"
 	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
-	"github.com/tollgatehq/tollgate/internal/metering"
 )
-
-// use records quantity units of meter for the tenant (a usage event).
-func (b *bundle) use(t testing.TB, tenantID, meter string, quantity int64) {
-	t.Helper()
-	if _, err := b.meter.Ingest(b.ctx, tenantID, []metering.Event{{ID: uniq("use"), Meter: meter, Quantity: quantity, Timestamp: time.Now()}}); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // actions lists the audit trail's actions of the tenant, newest first.
 func (b *bundle) actions(t testing.TB, tenantID string) []string {
@@ -54,7 +44,7 @@ func TestConsolePlanChangeIsConfirmedWithItsEffect(t *testing.T) {
 	b.plan(t, catalogue.PlanInput{Key: tiny, Concurrency: ptr[int64](3),
 		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](40)}, "exports": {Limit: ptr[int64](5), Mode: "soft"}}})
 	tn := b.tenant(t, "Confirm Co", b.free)
-	b.use(t, tn.ID, "requests", 50)
+	b.Use(t, tn.ID, "requests", 50)
 	br, tok := b.adminBrowser(t)
 	path := "/admin/tenants/" + tn.ID + "/plan"
 
@@ -146,7 +136,7 @@ func TestConsoleOverrideRemovalIsConfirmed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.use(t, tn.ID, "requests", 100200)
+	b.Use(t, tn.ID, "requests", 100200)
 	br, tok := b.adminBrowser(t)
 	path := "/admin/tenants/" + tn.ID + "/overrides/" + ov.ID + "/delete"
 

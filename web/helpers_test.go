@@ -2,8 +2,6 @@ package web
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"io"
 	"log/slog"
 	"net/http"
@@ -13,7 +11,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,26 +18,25 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgatehq/tollgate/internal/audit"
-	"github.com/tollgatehq/tollgate/internal/audit/readers"
-	"github.com/tollgatehq/tollgate/internal/billing"
 	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/credentials"
 	"github.com/tollgatehq/tollgate/internal/credits"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/httpapi"
-	"github.com/tollgatehq/tollgate/internal/jobs"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
 	"github.com/tollgatehq/tollgate/internal/metering"
 	"github.com/tollgatehq/tollgate/internal/pgtest"
-	"github.com/tollgatehq/tollgate/internal/redistest"
-	"github.com/tollgatehq/tollgate/limiter"
+	"github.com/tollgatehq/tollgate/web/webtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // bundle is one test's world: the real API server with the web registered
-// on it, on the package's database and the test's own Redis prefix.
+// on it, on the package's database and the test's own Redis prefix. The
+// services are webtest's (shared with the browser tests in web/browser);
+// the short fields name them as web's tests always have.
 type bundle struct {
+	*webtest.World
 	ctx    context.Context
 	pool   *pgxpool.Pool
 	rdb    *redis.Client
@@ -59,19 +55,9 @@ type bundle struct {
 	creds  *credits.Service
 	free   string // this test's default plan
 	pro    string // a bigger plan
-	// fallbacks counts the limiter's fail-mode decisions (Redis slower
-	// than the timeout): a quota decided so is allowed but not counted.
-	fallbacks atomic.Int64
-	// cachedRefusals counts refusals the limiter answered from its local
-	// refusal cache (no Redis round trip).
-	cachedRefusals atomic.Int64
 }
 
-func uniq(name string) string {
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	return name + "-" + hex.EncodeToString(b[:])
-}
+var uniq = webtest.Uniq
 
 func ptr[T any](v T) *T { return &v }
 
@@ -93,109 +79,37 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	pool := pgtest.New(t)
-	rdb, prefix := redistest.New(t)
-	log := slog.New(slog.DiscardHandler)
-	b := &bundle{ctx: ctx, pool: pool, rdb: rdb, prefix: prefix, store: limitstore.New(rdb, prefix),
-		admin: "tga_" + uniq("admin"), alice: "tga_" + uniq("alice-token"), free: uniq("free"), pro: uniq("pro")}
-	b.ents = entitlements.NewService(pool, b.store, log, entitlements.Options{DefaultPlan: b.free})
-	b.cat = catalogue.NewService(pool, log, catalogue.Options{Touch: b.ents.TouchCatalogue})
-	b.keys = credentials.New(pool, b.ents, log, credentials.Options{Redis: rdb, Prefix: prefix})
-	// keys.Run is not started: without it Authenticate asks Postgres every
-	// time, which is what these tests want to see.
-	b.meter = metering.NewService(pool, b.store, log, metering.Options{Snapshot: b.ents.ReloadSnapshot})
-	// Grants go to Redis, where the limiter draws them, as in cmd/api.
-	b.creds = credits.NewService(pool, b.ents, b.cat, log, credits.Options{Grants: b.store})
-	// The limiter gives Redis 50 ms by default, then decides by the fail
-	// modes for a cooldown: a quota fails open, allowing a request without
-	// counting it (limiter.md). On a loaded CI machine (-race, Chromium,
-	// other packages on the same Redis) one reply can take longer, and
-	// checks the tests count on went uncounted. These tests are about the
-	// pages, not the fail modes (internal/httpapi tests those), so the
-	// timeout is generous and a fallback is recorded for the tests to
-	// assert on.
-	lim, err := limiter.New(rdb, limiter.Options{Prefix: prefix, Loader: b.ents.ReloadSnapshot, UsageLoader: b.meter.LoadUsage,
-		GrantLoader: b.creds.RedisGrants,
-		Timeout:     10 * time.Second,
-		Hooks: limiter.Hooks{OnFallback: func(string, limiter.FailMode) { b.fallbacks.Add(1) },
-			OnRefusalCacheHit: func(string) { b.cachedRefusals.Add(1) }}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	guard := httpapi.NewAuthLimiter(lim, httpapi.AuthLimitOptions{Limit: 5, Window: time.Minute})
-	ins, err := jobs.NewInsertClient(pool, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bo := billing.Options{Credits: b.creds}
-	if o.stripeBase != "" {
-		bo.SecretKey, bo.APIBase, bo.StripeTimeout = "sk_test_123", o.stripeBase, 5*time.Second
-	}
-	bill, err := billing.New(pool, b.ents, b.cat, ins, log, bo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var plans entitlements.PlanChanger = b.ents
+	w := webtest.New(t, webtest.Options{StripeBase: o.stripeBase})
+	b := &bundle{World: w, ctx: w.Ctx, pool: w.Pool, rdb: w.Redis, prefix: w.Prefix, store: w.Store, ents: w.Ents, cat: w.Cat, keys: w.Keys,
+		meter: w.Meter, admin: w.Admin, alice: w.Alice, trail: w.Trail, creds: w.Creds, free: w.Free, pro: w.Pro}
 	var upgrades Upgrader // as cmd/api: self-serve plan changes need Stripe
 	var topups TopupBuyer // and so does buying credits
-	if o.stripeBase != "" {
-		plans, upgrades, topups = bill, bill, bill
+	if w.Stripe {
+		upgrades, topups = w.Billing, w.Billing
 	}
-	b.trail = audit.New(pool, log)
-	readers.Register(b.trail, b.ents, b.cat, b.keys, bill, b.creds)
-	named := map[string]string{"alice": b.alice}
-	w, err := New(Deps{Log: log, DB: pool, Limits: b.store, Snapshots: b.ents, Usage: b.meter, AdminToken: b.admin, DefaultPlan: b.free,
-		Entitlements: b.ents, Catalogue: b.cat, Credentials: b.keys, Billing: bill, Metering: b.meter,
-		AdminTokens: named, Audit: b.trail, Upgrades: upgrades, Attempts: lim, BillingContact: o.contact, PublicURL: o.publicURL,
-		Plans: plans, PlanAdmin: b.cat, Addons: b.cat, Keys: b.keys, Overrides: b.ents, Explainer: b.ents, Replayer: bill, Resyncer: bill, Guard: guard,
-		Tenants: b.ents, Previews: b.ents, Grants: b.creds, Topups: topups})
+	pages, err := New(Deps{Log: slog.New(slog.DiscardHandler), DB: w.Pool, Limits: w.Store, Snapshots: w.Ents, Usage: w.Meter,
+		AdminToken: w.Admin, DefaultPlan: w.Free, Entitlements: w.Ents, Catalogue: w.Cat, Credentials: w.Keys, Billing: w.Billing, Metering: w.Meter,
+		AdminTokens: w.AdminTokens, Audit: w.Trail, Upgrades: upgrades, Attempts: w.Limiter, BillingContact: o.contact, PublicURL: o.publicURL,
+		Plans: w.Plans, PlanAdmin: w.Cat, Addons: w.Cat, Keys: w.Keys, Overrides: w.Ents, Explainer: w.Ents, Replayer: w.Billing,
+		Resyncer: w.Billing, Guard: w.Guard, Tenants: w.Ents, Previews: w.Ents, Grants: w.Creds, Topups: topups})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.web = w
-	api, err := httpapi.NewServer(httpapi.Deps{Log: log, DB: pool, Redis: rdb, AdminToken: b.admin, AdminTokens: named, Audit: b.trail,
-		Entitlements: b.ents, Catalogue: b.cat, Credentials: b.keys, Metering: b.meter, PlanChanger: plans, Limiter: lim, AuthLimiter: guard, DashboardLinks: w, Credits: b.creds})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Register(api.Echo())
-	b.api = api
-	b.srv = httptest.NewServer(api)
-	t.Cleanup(func() { b.srv.Close(); cancel(); _ = lim.Close() })
-
-	b.plan(t, catalogue.PlanInput{Key: b.free, Name: "Free",
-		Rate:   &catalogue.RateInput{PerSecond: ptr(100.0), Burst: ptr[int64](100)},
-		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](1000)}}})
-	b.plan(t, catalogue.PlanInput{Key: b.pro, Name: "Pro",
-		Quotas:   map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](100000)}, "exports": {Limit: ptr[int64](50), Mode: "soft"}},
-		Features: []string{"exports"}})
+	b.web = pages
+	b.srv, b.api = w.Serve(t, pages)
 	return b
 }
 
-func (b *bundle) plan(t testing.TB, in catalogue.PlanInput) {
-	t.Helper()
-	if _, err := b.cat.CreatePlan(b.ctx, in); err != nil {
-		t.Fatalf("create plan: %v", err)
-	}
-}
+func (b *bundle) plan(t testing.TB, in catalogue.PlanInput) { t.Helper(); b.Plan(t, in) }
 
 func (b *bundle) tenant(t testing.TB, name, plan string) entitlements.Tenant {
 	t.Helper()
-	tn, err := b.ents.CreateTenant(b.ctx, entitlements.TenantInput{Name: name, Plan: plan})
-	if err != nil {
-		t.Fatalf("create tenant: %v", err)
-	}
-	return tn
+	return b.Tenant(t, name, plan)
 }
 
 func (b *bundle) key(t testing.TB, tenantID string) credentials.IssuedKey {
 	t.Helper()
-	k, err := b.keys.IssueKey(b.ctx, tenantID, "test")
-	if err != nil {
-		t.Fatalf("issue key: %v", err)
-	}
-	return k
+	return b.Key(t, tenantID)
 }
 
 func (b *bundle) mint(t testing.TB, tenantID string) string {
@@ -206,6 +120,8 @@ func (b *bundle) mint(t testing.TB, tenantID string) string {
 	}
 	return u
 }
+
+var apiJSON = webtest.APIJSON
 
 // browser is an HTTP client with cookies that does not follow redirects, so
 // that tests see each 303.

@@ -6,25 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgatehq/tollgate/internal/catalogue"
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/stripemock"
 )
-
-// offerPlans adds, beside the setup's free and pro (pro has no Stripe
-// price), a public plan with a Stripe price and an internal one with a
-// price too, and returns their keys.
-func (b *bundle) offerPlans(t testing.TB) (gold, staff string) {
-	t.Helper()
-	gold, staff = uniq("gold"), uniq("staff")
-	b.plan(t, catalogue.PlanInput{Key: gold, Name: "Gold", StripePriceID: "price_" + gold,
-		Rate:   &catalogue.RateInput{PerSecond: ptr(250.0), Burst: ptr[int64](500)},
-		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](2000000)}}, Features: []string{"sso"}})
-	// Named by its key: other tests of the package add plans too.
-	b.plan(t, catalogue.PlanInput{Key: staff, Name: "Plan " + staff, StripePriceID: "price_" + staff, Public: ptr(false),
-		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](900000000)}}})
-	return gold, staff
-}
 
 // tenantBrowser logs a new tenant on plan into its dashboard and returns
 // the browser, the dashboard page and the CSRF token of its forms.
@@ -38,22 +22,13 @@ func (b *bundle) tenantBrowser(t *testing.T, name, plan string) (*browser, entit
 	return br, tn, page, csrf(t, page.body)
 }
 
-func (b *bundle) planOf(t testing.TB, tenantID string) string {
-	t.Helper()
-	tn, err := b.ents.GetTenantRow(b.ctx, tenantID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tn.Plan
-}
-
 // Without STRIPE_SECRET_KEY the section lists the public plans with their
 // limits next to the tenant's and says whom to ask, with no button; a
 // crafted POST is a 404 that changes nothing.
 func TestDashboardPlansWithoutStripeSayWhomToAsk(t *testing.T) {
 	t.Parallel()
 	b := setup(t, setupOpts{contact: "billing@example.com"})
-	gold, staff := b.offerPlans(t)
+	gold, staff := b.OfferPlans(t)
 	br, tn, page, tok := b.tenantBrowser(t, "Hooli", b.free)
 	for _, want := range []string{`id="plan-h">Change plan`, `<a href="mailto:billing@example.com">billing@example.com</a>`,
 		"Gold", "2,000,000", "250/s", "Pro", "100,000", "your plan", "1,000"} {
@@ -72,7 +47,7 @@ func TestDashboardPlansWithoutStripeSayWhomToAsk(t *testing.T) {
 	if !strings.Contains(r.body, "billing@example.com") {
 		t.Fatal("the refusal must say whom to ask")
 	}
-	if b.planOf(t, tn.ID) != b.free {
+	if b.PlanOf(t, tn.ID) != b.free {
 		t.Fatal("a refused plan change changed the plan")
 	}
 
@@ -91,7 +66,7 @@ func TestDashboardPlanChangeRedirectsToCheckout(t *testing.T) {
 	t.Parallel()
 	rec := stripemock.NewRecorder(t, stripemock.Start(t))
 	b := setup(t, setupOpts{stripeBase: rec.URL})
-	gold, staff := b.offerPlans(t)
+	gold, staff := b.OfferPlans(t)
 	other := b.tenant(t, "Globex", b.free)
 	br, tn, page, tok := b.tenantBrowser(t, "Hooli", b.free)
 	if !strings.Contains(page.body, `data-plan="`+gold+`"`) || !strings.Contains(page.body, "Upgrade to Gold") {
@@ -118,7 +93,7 @@ func TestDashboardPlanChangeRedirectsToCheckout(t *testing.T) {
 		f.Get("success_url") != b.srv.URL+"/dashboard?plan=changed#plan" || f.Get("cancel_url") != b.srv.URL+"/dashboard?plan=kept#plan" {
 		t.Fatalf("checkout params %v", f)
 	}
-	if b.planOf(t, tn.ID) != b.free || b.planOf(t, other.ID) != b.free {
+	if b.PlanOf(t, tn.ID) != b.free || b.PlanOf(t, other.ID) != b.free {
 		t.Fatal("starting Checkout granted a plan")
 	}
 	if back := br.get("/dashboard?plan=changed"); !strings.Contains(back.body, "Stripe has your plan change") {
@@ -136,7 +111,7 @@ func TestDashboardPlanChangeRefusals(t *testing.T) {
 	t.Parallel()
 	rec := stripemock.NewRecorder(t, stripemock.Start(t))
 	b := setup(t, setupOpts{stripeBase: rec.URL})
-	gold, staff := b.offerPlans(t)
+	gold, staff := b.OfferPlans(t)
 	br, tn, _, tok := b.tenantBrowser(t, "Hooli", b.free)
 	for _, plan := range []string{staff, b.pro, "no-such-plan", ""} {
 		r := br.post("/dashboard/plan", url.Values{"csrf": {tok}, "plan": {plan}})
@@ -146,7 +121,7 @@ func TestDashboardPlanChangeRefusals(t *testing.T) {
 		}
 	}
 	wantStatus(t, br.post("/dashboard/plan", url.Values{"plan": {gold}}), http.StatusForbidden, "no CSRF token")
-	if rec.Count() != 0 || b.planOf(t, tn.ID) != b.free {
+	if rec.Count() != 0 || b.PlanOf(t, tn.ID) != b.free {
 		t.Fatalf("refused changes reached Stripe %d times or changed the plan", rec.Count())
 	}
 	if cus, _ := b.ents.GetTenantRow(b.ctx, tn.ID); cus.StripeCustomerID != "" {
@@ -159,12 +134,12 @@ func TestDashboardPlanChangeRefusals(t *testing.T) {
 	if !strings.Contains(r.body, "No such price") || !strings.Contains(r.body, "Nothing was changed") || !strings.Contains(r.body, `id="plan-h"`) {
 		t.Fatalf("Stripe's refusal must show on the dashboard:\n%.3000s", r.body)
 	}
-	if b.planOf(t, tn.ID) != b.free {
+	if b.PlanOf(t, tn.ID) != b.free {
 		t.Fatal("a refused Checkout changed the plan")
 	}
 
 	b2 := setup(t, setupOpts{stripeBase: stripemock.Unreachable(t)})
-	gold2, _ := b2.offerPlans(t)
+	gold2, _ := b2.OfferPlans(t)
 	br2, tn2, _, tok2 := b2.tenantBrowser(t, "Pied Piper", b2.free)
 	r = br2.post("/dashboard/plan", url.Values{"csrf": {tok2}, "plan": {gold2}})
 	wantStatus(t, r, http.StatusBadGateway, "Stripe down")
@@ -183,7 +158,7 @@ func TestDashboardPlanChangeAttemptsAreBounded(t *testing.T) {
 	t.Parallel()
 	rec := stripemock.NewRecorder(t, stripemock.Start(t))
 	b := setup(t, setupOpts{stripeBase: rec.URL})
-	gold, _ := b.offerPlans(t)
+	gold, _ := b.OfferPlans(t)
 	br, _, _, tok := b.tenantBrowser(t, "Hooli", b.free)
 	limit := int(upgradeLimits.Windows[0].Limit)
 	for i := 0; i < limit; i++ {
@@ -213,7 +188,7 @@ func TestDashboardPlanChangeWithASubscriptionGoesToThePortal(t *testing.T) {
 	t.Parallel()
 	rec := stripemock.NewRecorder(t, stripemock.Start(t))
 	b := setup(t, setupOpts{stripeBase: rec.URL})
-	gold, _ := b.offerPlans(t)
+	gold, _ := b.OfferPlans(t)
 	tn := b.tenant(t, "Subscribed Co", b.free)
 	sub := "sub_" + uniq("dash")
 	if _, err := b.pool.Exec(b.ctx, `INSERT INTO subscriptions (id, tenant_id, stripe_customer_id, stripe_price_id, stripe_item_id, status)
@@ -235,7 +210,7 @@ func TestDashboardPlanChangeWithASubscriptionGoesToThePortal(t *testing.T) {
 		ps[0].Form.Get("flow_data[subscription_update_confirm][items][0][price]") != "price_"+gold {
 		t.Fatalf("portal sessions %+v", ps)
 	}
-	if len(rec.Posts("/v1/checkout/sessions")) != 0 || b.planOf(t, tn.ID) != b.free {
+	if len(rec.Posts("/v1/checkout/sessions")) != 0 || b.PlanOf(t, tn.ID) != b.free {
 		t.Fatal("a subscribed tenant got a Checkout, or the plan changed before Stripe confirmed")
 	}
 }

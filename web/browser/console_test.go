@@ -1,4 +1,4 @@
-package web
+package browser_test
 
 import (
 	"net/http"
@@ -16,10 +16,7 @@ func TestBrowserSaferConsole(t *testing.T) {
 	chrome := newChrome(t)
 	b := setup(t)
 	base := b.srv.URL
-	admin := user(t, chrome)
-	step(t, admin, "login page", chromedp.Navigate(base+"/admin/login"))
-	do(t, admin, "type token", chromedp.SetValue(chromedp.CSS("#token"), b.admin))
-	step(t, admin, "login", chromedp.Submit(chromedp.CSS("#token")))
+	admin := b.consoleTab(t, chrome, b.Admin)
 
 	var id string
 	cus := "cus_" + uniq("browser")
@@ -27,7 +24,7 @@ func TestBrowserSaferConsole(t *testing.T) {
 		step(t, admin, "tenants", chromedp.Navigate(base+"/admin/tenants"))
 		step(t, admin, "new tenant", chromedp.Click(chromedp.CSS("#new-tenant")))
 		do(t, admin, "fill", chromedp.SetValue(chromedp.CSS("#tn-name"), "Browser Co"),
-			chromedp.SetValue(chromedp.CSS("#tn-plan"), b.free), chromedp.SetValue(chromedp.CSS("#tn-cus"), cus))
+			chromedp.SetValue(chromedp.CSS("#tn-plan"), b.Free), chromedp.SetValue(chromedp.CSS("#tn-cus"), cus))
 		screenshot(t, admin, "admin-tenant-new-1280", 1280)
 		screenshot(t, admin, "admin-tenant-new-375", 375)
 		if st := step(t, admin, "create", chromedp.Click(chromedp.CSS("#create-tenant"))); st != http.StatusOK {
@@ -52,7 +49,7 @@ func TestBrowserSaferConsole(t *testing.T) {
 
 	t.Run("plan change shows the new limits before it is made", func(t *testing.T) {
 		step(t, admin, "tenant page", chromedp.Navigate(base+"/admin/tenants/"+id))
-		do(t, admin, "choose plan", chromedp.SetValue(chromedp.CSS("#plan-select"), b.pro))
+		do(t, admin, "choose plan", chromedp.SetValue(chromedp.CSS("#plan-select"), b.Pro))
 		if st := step(t, admin, "change", chromedp.Click(chromedp.CSS("#change-plan"))); st != http.StatusOK {
 			t.Fatalf("change: %d", st)
 		}
@@ -60,24 +57,24 @@ func TestBrowserSaferConsole(t *testing.T) {
 		if !strings.Contains(after, "Quota requests: 1,000 hard -> 100,000 hard") || !strings.Contains(after, "Quota exports: unlimited -> 50 soft") {
 			t.Fatalf("confirmation shows %q", after)
 		}
-		if d, _ := b.ents.GetTenant(b.ctx, id); d.Plan != b.free {
+		if d, _ := b.Ents.GetTenant(b.Ctx, id); d.Plan != b.Free {
 			t.Fatalf("the plan changed before the confirmation: %s", d.Plan)
 		}
 		screenshot(t, admin, "admin-confirm-plan-1280", 1280)
 		screenshot(t, admin, "admin-confirm-plan-375", 375)
 		step(t, admin, "confirm", chromedp.Click(chromedp.CSS("#confirm-button")))
-		if p := run(t, admin, "plan", chromedp.AttributeValue(chromedp.CSS("#plan"), "data-plan")); p.Value != b.pro {
+		if p := run(t, admin, "plan", chromedp.AttributeValue(chromedp.CSS("#plan"), "data-plan")); p.Value != b.Pro {
 			t.Fatalf("console shows plan %q after confirming", p.Value)
 		}
 	})
 
 	t.Run("quota editor: add a row and save", func(t *testing.T) {
-		step(t, admin, "plan page", chromedp.Navigate(base+"/admin/plans/"+b.pro))
+		step(t, admin, "plan page", chromedp.Navigate(base+"/admin/plans/"+b.Pro))
 		rows := run(t, admin, "rows", chromedp.Evaluate[int64](`document.querySelectorAll('#quota-editor tr[data-row]').length`))
 		step(t, admin, "more rows", chromedp.Click(chromedp.CSS("#more-rows")))
 		more := run(t, admin, "rows", chromedp.Evaluate[int64](`document.querySelectorAll('#quota-editor tr[data-row]').length`))
-		if more != rows+moreRows {
-			t.Fatalf("%d rows after More, want %d", more, rows+moreRows)
+		if more != rows+3 { // "More rows" adds three (web's moreRows)
+			t.Fatalf("%d rows after More, want %d", more, rows+3)
 		}
 		last := "#q" + itoa(more-1)
 		do(t, admin, "fill the new row", chromedp.SetValue(chromedp.CSS(last+"-meter"), "tokens"),
@@ -91,7 +88,7 @@ func TestBrowserSaferConsole(t *testing.T) {
 			t.Fatalf("%d tenants listed, want the one on the plan", n)
 		}
 		step(t, admin, "confirm", chromedp.Click(chromedp.CSS("#confirm-button")))
-		if p, _ := b.cat.GetPlan(b.ctx, b.pro); p.Quotas["tokens"].Limit != 77 || p.Quotas["tokens"].Mode != "soft" || p.Quotas["requests"].Limit != 100000 {
+		if p, _ := b.Cat.GetPlan(b.Ctx, b.Pro); p.Quotas["tokens"].Limit != 77 || p.Quotas["tokens"].Mode != "soft" || p.Quotas["requests"].Limit != 100000 {
 			t.Fatalf("saved quotas %+v", p.Quotas)
 		}
 		screenshot(t, admin, "admin-plan-1280", 1280)
@@ -110,7 +107,7 @@ func TestBrowserSaferConsole(t *testing.T) {
 		screenshot(t, admin, "admin-events-1280", 1280)
 		screenshot(t, admin, "admin-events-375", 375)
 		// One event's page: why it failed, its tenant, the payload.
-		if _, err := b.pool.Exec(b.ctx, `UPDATE stripe_events SET last_error = $2, payload = $3 WHERE id = $1`, "evt_x1"+tag,
+		if _, err := b.Pool.Exec(b.Ctx, `UPDATE stripe_events SET last_error = $2, payload = $3 WHERE id = $1`, "evt_x1"+tag,
 			"billing: price price_1QxTeam not in any plan: add it to a plan, then replay",
 			`{"id": "evt_x1`+tag+`", "type": "customer.subscription.updated", "data": {"object": {"id": "sub_1QxBrowser", "customer": "`+cus+`", "status": "active", "items": {"data": [{"price": {"id": "price_1QxTeam"}, "quantity": 3}]}}}}`); err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package web
+package browser_test
 
 import (
 	"net/http"
@@ -24,9 +24,9 @@ func TestBrowserPlanChangeGoesToCheckout(t *testing.T) {
 	chrome := newChrome(t)
 	rec := stripemock.NewRecorder(t, stripemock.Start(t))
 	b := setup(t, setupOpts{stripeBase: rec.URL})
-	gold, staff := b.offerPlans(t)
-	tn := b.tenant(t, "Umbrella Labs", b.free)
-	key := b.key(t, tn.ID)
+	gold, staff := b.OfferPlans(t)
+	tn := b.Tenant(t, "Umbrella Labs", b.Free)
+	key := b.Key(t, tn.ID)
 	base := b.srv.URL
 
 	tab := user(t, chrome)
@@ -38,8 +38,8 @@ func TestBrowserPlanChangeGoesToCheckout(t *testing.T) {
 	offered := run(t, tab, "offered plans", chromedp.Evaluate[string](`[...document.querySelectorAll('#plan button[data-plan]')].map(b => b.dataset.plan).join(',')`))
 	// Other tests of the package add plans to the same database; these
 	// three are this test's.
-	if got := strings.Split(offered, ","); !slices.Contains(got, gold) || slices.Contains(got, staff) || slices.Contains(got, b.pro) {
-		t.Fatalf("buttons for %q, want %s and neither the internal %s nor the unpriced %s", offered, gold, staff, b.pro)
+	if got := strings.Split(offered, ","); !slices.Contains(got, gold) || slices.Contains(got, staff) || slices.Contains(got, b.Pro) {
+		t.Fatalf("buttons for %q, want %s and neither the internal %s nor the unpriced %s", offered, gold, staff, b.Pro)
 	}
 	if cur := text(t, tab, "#plan tr.current th"); !strings.Contains(cur, "Free") || !strings.Contains(cur, "your plan") {
 		t.Fatalf("current plan row %q", cur)
@@ -88,7 +88,7 @@ func TestBrowserPlanChangeGoesToCheckout(t *testing.T) {
 	if h := text(t, tab, "#stripe"); !strings.Contains(h, "Stripe Checkout") {
 		t.Fatalf("page %q", h)
 	}
-	if sessions[0].Form.Get("client_reference_id") != tn.ID || b.planOf(t, tn.ID) != b.free {
+	if sessions[0].Form.Get("client_reference_id") != tn.ID || b.PlanOf(t, tn.ID) != b.Free {
 		t.Fatal("the session is not the tenant's, or the plan changed before Stripe confirmed")
 	}
 }

@@ -1,4 +1,4 @@
-package web
+package browser_test
 
 import (
 	"encoding/json"
@@ -55,38 +55,35 @@ func TestBrowserWhyTheseLimits(t *testing.T) {
 	chrome := newChrome(t)
 	b := setup(t)
 	team := uniq("team")
-	b.plan(t, catalogue.PlanInput{Key: team, Name: "Team", Rate: &catalogue.RateInput{PerSecond: ptr(20.0), Burst: ptr[int64](200)},
+	b.Plan(t, catalogue.PlanInput{Key: team, Name: "Team", Rate: &catalogue.RateInput{PerSecond: ptr(20.0), Burst: ptr[int64](200)},
 		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](1000), PerSeat: true}, "exports": {Limit: ptr[int64](50), Mode: "soft"}}})
-	if _, err := b.cat.PatchPlan(b.ctx, team, func(in *catalogue.PlanInput) error { in.Concurrency = ptr[int64](4); return nil }); err != nil {
+	if _, err := b.Cat.PatchPlan(b.Ctx, team, func(in *catalogue.PlanInput) error { in.Concurrency = ptr[int64](4); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	packs, uploads := uniq("price_pack"), uniq("price_up")
-	if _, _, err := b.cat.PutAddon(b.ctx, packs, catalogue.AddonInput{Name: "Request pack", Quotas: map[string]int64{"requests": 10000}}); err != nil {
+	if _, _, err := b.Cat.PutAddon(b.Ctx, packs, catalogue.AddonInput{Name: "Request pack", Quotas: map[string]int64{"requests": 10000}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := b.cat.PutAddon(b.ctx, uploads, catalogue.AddonInput{Name: "Uploads", Quotas: map[string]int64{"uploads": 5}}); err != nil {
+	if _, _, err := b.Cat.PutAddon(b.Ctx, uploads, catalogue.AddonInput{Name: "Uploads", Quotas: map[string]int64{"uploads": 5}}); err != nil {
 		t.Fatal(err)
 	}
-	tn := b.tenant(t, "Why Co", team)
+	tn := b.Tenant(t, "Why Co", team)
 	sub, evt := uniq("sub"), uniq("evt")
-	if _, err := b.pool.Exec(b.ctx, `
+	if _, err := b.Pool.Exec(b.Ctx, `
 		INSERT INTO subscriptions (id, tenant_id, stripe_customer_id, status, current_period_start, current_period_end, plan_quantity, last_event_id)
 		VALUES ($1, $2, 'cus_why', 'active', now() - interval '1 day', now() + interval '29 days', 5, $3)`, sub, tn.ID, evt); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.pool.Exec(b.ctx, `INSERT INTO subscription_items (subscription_id, item_id, price_id, quantity) VALUES ($1, 'si_1', $2, 1), ($1, 'si_2', $3, 2)`,
+	if _, err := b.Pool.Exec(b.Ctx, `INSERT INTO subscription_items (subscription_id, item_id, price_id, quantity) VALUES ($1, 'si_1', $2, 1), ($1, 'si_2', $3, 2)`,
 		sub, packs, uploads); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.ents.BumpAndPublish(b.ctx, tn.ID, "subscription fixture"); err != nil {
+	if _, err := b.Ents.BumpAndPublish(b.Ctx, tn.ID, "subscription fixture"); err != nil {
 		t.Fatal(err)
 	}
 
 	base := b.srv.URL
-	admin := user(t, chrome)
-	step(t, admin, "login page", chromedp.Navigate(base+"/admin/login"))
-	do(t, admin, "type token", chromedp.SetValue(chromedp.CSS("#token"), b.alice))
-	step(t, admin, "login", chromedp.Submit(chromedp.CSS("#token")))
+	admin := b.consoleTab(t, chrome, b.Alice)
 	step(t, admin, "tenant page", chromedp.Navigate(base+"/admin/tenants/"+tn.ID))
 	do(t, admin, "fill override",
 		chromedp.SetValue(chromedp.CSS("#ov-meter"), "requests"),
@@ -99,7 +96,7 @@ func TestBrowserWhyTheseLimits(t *testing.T) {
 	rows := readWhy(t, run(t, admin, "panel", chromedp.Evaluate[string](whyRowsJS)))
 
 	// The figures are the enforced snapshot's.
-	snap, err := b.ents.SnapshotFromPostgres(b.ctx, tn.ID)
+	snap, err := b.Ents.SnapshotFromPostgres(b.Ctx, tn.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

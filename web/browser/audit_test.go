@@ -1,4 +1,4 @@
-package web
+package browser_test
 
 import (
 	"bytes"
@@ -16,14 +16,11 @@ import (
 func TestBrowserAudit(t *testing.T) {
 	chrome := newChrome(t)
 	b := setup(t)
-	tn := b.tenant(t, "Trail Co", b.free)
+	tn := b.Tenant(t, "Trail Co", b.Free)
 	base := b.srv.URL
-	admin := user(t, chrome)
-	step(t, admin, "login page", chromedp.Navigate(base+"/admin/login"))
-	do(t, admin, "type token", chromedp.SetValue(chromedp.CSS("#token"), b.alice))
-	step(t, admin, "login", chromedp.Submit(chromedp.CSS("#token")))
+	admin := b.consoleTab(t, chrome, b.Alice)
 	step(t, admin, "tenant page", chromedp.Navigate(base+"/admin/tenants/"+tn.ID))
-	do(t, admin, "choose plan", chromedp.SetValue(chromedp.CSS("#plan-select"), b.pro))
+	do(t, admin, "choose plan", chromedp.SetValue(chromedp.CSS("#plan-select"), b.Pro))
 	if st := step(t, admin, "change", chromedp.Click(chromedp.CSS("#change-plan"))); st != http.StatusOK {
 		t.Fatalf("plan change: %d", st)
 	}
@@ -37,8 +34,8 @@ func TestBrowserAudit(t *testing.T) {
 		const c = [...r.querySelectorAll('.change')].find(e => e.querySelector('strong').textContent === 'plan');
 		return c ? c.querySelector('.before').textContent + ' -> ' + c.querySelector('.after').textContent : 'no plan change';
 	})()`))
-	if row != b.free+" -> "+b.pro {
-		t.Fatalf("audit page row: %q, want %s -> %s", row, b.free, b.pro)
+	if row != b.Free+" -> "+b.Pro {
+		t.Fatalf("audit page row: %q, want %s -> %s", row, b.Free, b.Pro)
 	}
 	screenshot(t, admin, "admin-audit-1280", 1280)
 	screenshot(t, admin, "admin-audit-375", 375)
@@ -51,8 +48,8 @@ func TestBrowserAudit(t *testing.T) {
 		feats = append(feats, fmt.Sprintf("feature_with_a_rather_long_name_%02d", i))
 	}
 	raw, _ := json.Marshal(map[string]any{"name": strings.Repeat("Professional ", 12), "features": feats})
-	req, _ := http.NewRequest(http.MethodPatch, base+"/admin/v1/plans/"+b.pro, bytes.NewReader(raw))
-	req.Header.Set("Authorization", "Bearer "+b.admin)
+	req, _ := http.NewRequest(http.MethodPatch, base+"/admin/v1/plans/"+b.Pro, bytes.NewReader(raw))
+	req.Header.Set("Authorization", "Bearer "+b.Admin)
 	req.Header.Set("Content-Type", "application/json")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -63,7 +60,7 @@ func TestBrowserAudit(t *testing.T) {
 		t.Fatalf("PATCH plan: %d", res.StatusCode)
 	}
 	do(t, admin, "viewport", chromedp.EmulateViewport(1280, 800))
-	step(t, admin, "audit page", chromedp.Navigate(base+"/admin/audit?plan="+b.pro))
+	step(t, admin, "audit page", chromedp.Navigate(base+"/admin/audit?plan="+b.Pro))
 	wide := run(t, admin, "sideways scroll", chromedp.Evaluate[string](`(() => {
 		const box = document.querySelector('.table-scroll');
 		const row = document.querySelector('tr[data-audit="plan.edit"]');

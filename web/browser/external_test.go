@@ -1,4 +1,4 @@
-package web
+package browser_test
 
 import (
 	"net/http"
@@ -15,20 +15,17 @@ func TestBrowserTenantExternalID(t *testing.T) {
 	chrome := newChrome(t)
 	b := setup(t)
 	base := b.srv.URL
-	admin := user(t, chrome)
-	step(t, admin, "login page", chromedp.Navigate(base+"/admin/login"))
-	do(t, admin, "type token", chromedp.SetValue(chromedp.CSS("#token"), b.admin))
-	step(t, admin, "login", chromedp.Submit(chromedp.CSS("#token")))
+	admin := b.consoleTab(t, chrome, b.Admin)
 
-	taken := b.tenant(t, "Holder Co", b.free)
+	taken := b.Tenant(t, "Holder Co", b.Free)
 	held := "held-" + uniq("x")
-	if _, err := b.pool.Exec(b.ctx, `UPDATE tenants SET external_id = $2 WHERE id = $1`, taken.ID, held); err != nil {
+	if _, err := b.Pool.Exec(b.Ctx, `UPDATE tenants SET external_id = $2 WHERE id = $1`, taken.ID, held); err != nil {
 		t.Fatal(err)
 	}
 	ext := "org:" + uniq("b") + "@eu"
 	step(t, admin, "new tenant", chromedp.Navigate(base+"/admin/tenants/new"))
 	do(t, admin, "fill", chromedp.SetValue(chromedp.CSS("#tn-name"), "Ext Browser Co"),
-		chromedp.SetValue(chromedp.CSS("#tn-plan"), b.free), chromedp.SetValue(chromedp.CSS("#tn-ext"), ext))
+		chromedp.SetValue(chromedp.CSS("#tn-plan"), b.Free), chromedp.SetValue(chromedp.CSS("#tn-ext"), ext))
 	if st := step(t, admin, "create", chromedp.Click(chromedp.CSS("#create-tenant"))); st != http.StatusOK {
 		t.Fatalf("create: %d", st)
 	}

@@ -1,4 +1,4 @@
-package web
+package browser_test
 
 import (
 	"net/http"
@@ -17,7 +17,7 @@ import (
 func (b *bundle) creditsPlan(t *testing.T) string {
 	t.Helper()
 	key := uniq("credits")
-	b.plan(t, catalogue.PlanInput{Key: key, Name: "Credits",
+	b.Plan(t, catalogue.PlanInput{Key: key, Name: "Credits",
 		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](100)}}})
 	return key
 }
@@ -36,15 +36,15 @@ func (b *bundle) check(t *testing.T, key string, cost int) int {
 func TestBrowserDashboardCreditBalance(t *testing.T) {
 	chrome := newChrome(t)
 	b := setup(t)
-	tn := b.tenant(t, "Initech", b.creditsPlan(t))
-	key := b.key(t, tn.ID)
+	tn := b.Tenant(t, "Initech", b.creditsPlan(t))
+	key := b.Key(t, tn.ID)
 	in30, tomorrow := time.Now().Add(30*24*time.Hour), time.Now().Add(24*time.Hour)
 	amount, later := int64(500), int64(200)
-	promo, err := b.creds.Create(b.ctx, tn.ID, credits.GrantInput{Meter: "requests", Amount: &amount, ExpiresAt: &in30, Reason: "launch promo"})
+	promo, err := b.Creds.Create(b.Ctx, tn.ID, credits.GrantInput{Meter: "requests", Amount: &amount, ExpiresAt: &in30, Reason: "launch promo"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pending, err := b.creds.Create(b.ctx, tn.ID, credits.GrantInput{Meter: "requests", Amount: &later, EffectiveAt: &tomorrow})
+	pending, err := b.Creds.Create(b.Ctx, tn.ID, credits.GrantInput{Meter: "requests", Amount: &later, EffectiveAt: &tomorrow})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func TestBrowserDashboardCreditBalance(t *testing.T) {
 	if st := b.check(t, key.Key, 381); st != http.StatusTooManyRequests {
 		t.Fatalf("check past the grant: %d, want 429", st)
 	}
-	if n := b.fallbacks.Load(); n != 0 {
+	if n := b.Fallbacks.Load(); n != 0 {
 		t.Fatalf("%d decisions went to the fail mode", n)
 	}
 
@@ -71,7 +71,7 @@ func TestBrowserDashboardCreditBalance(t *testing.T) {
 		t.Fatalf("available %q, want 380", got)
 	}
 	row := text(t, u, `li[data-grant="`+promo.ID+`"]`)
-	for _, want := range []string{"380 of 500", "expires " + fmtTime(*promo.ExpiresAt), "launch promo"} {
+	for _, want := range []string{"380 of 500", "expires " + promo.ExpiresAt.UTC().Format("2 Jan 2006 15:04 UTC"), "launch promo"} {
 		if !strings.Contains(row, want) {
 			t.Errorf("promo grant reads %q, want %q in it", row, want)
 		}
@@ -90,13 +90,10 @@ func TestBrowserDashboardCreditBalance(t *testing.T) {
 func TestBrowserConsoleGrantsPanel(t *testing.T) {
 	chrome := newChrome(t)
 	b := setup(t)
-	tn := b.tenant(t, "Umbrella", b.creditsPlan(t))
-	key := b.key(t, tn.ID)
+	tn := b.Tenant(t, "Umbrella", b.creditsPlan(t))
+	key := b.Key(t, tn.ID)
 	base := b.srv.URL
-	admin := user(t, chrome)
-	step(t, admin, "login page", chromedp.Navigate(base+"/admin/login"))
-	do(t, admin, "type token", chromedp.SetValue(chromedp.CSS("#token"), b.admin))
-	step(t, admin, "login", chromedp.Submit(chromedp.CSS("#token")))
+	admin := b.consoleTab(t, chrome, b.Admin)
 	step(t, admin, "tenant page", chromedp.Navigate(base+"/admin/tenants/"+tn.ID))
 
 	fill := func(amount string) int64 {
@@ -115,7 +112,7 @@ func TestBrowserConsoleGrantsPanel(t *testing.T) {
 	if msg := text(t, admin, `#grant-form [role="alert"]`); !strings.Contains(msg, "amount") {
 		t.Fatalf("the refusal reads %q, want the amount named", msg)
 	}
-	if gs, _ := b.creds.List(b.ctx, tn.ID); len(gs) != 0 {
+	if gs, _ := b.Creds.List(b.Ctx, tn.ID); len(gs) != 0 {
 		t.Fatalf("a refused form issued %+v", gs)
 	}
 	if st := fill("5,000"); st != http.StatusOK {
@@ -124,7 +121,7 @@ func TestBrowserConsoleGrantsPanel(t *testing.T) {
 	if loc := location(t, admin); !strings.HasSuffix(loc, "?done=granted#grants") {
 		t.Fatalf("after issuing at %s", loc)
 	}
-	gs, err := b.creds.List(b.ctx, tn.ID)
+	gs, err := b.Creds.List(b.Ctx, tn.ID)
 	if err != nil || len(gs) != 1 {
 		t.Fatalf("grants %+v %v", gs, err)
 	}
@@ -147,7 +144,7 @@ func TestBrowserConsoleGrantsPanel(t *testing.T) {
 	if msg := text(t, admin, "main"); !strings.Contains(msg, "Void a requests grant of Umbrella?") {
 		t.Fatalf("the confirmation reads %q", msg)
 	}
-	if cur, _ := b.creds.Get(b.ctx, g.ID); cur.VoidedAt != nil {
+	if cur, _ := b.Creds.Get(b.Ctx, g.ID); cur.VoidedAt != nil {
 		t.Fatal("voided before the confirmation")
 	}
 	if st := b.check(t, key.Key, 1); st != http.StatusOK {

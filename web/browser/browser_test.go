@@ -1,4 +1,4 @@
-package web
+package browser_test
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -220,7 +219,7 @@ func savePNG(t *testing.T, name string, png []byte) {
 	t.Helper()
 	dir := t.TempDir()
 	if os.Getenv("UPDATE_SCREENSHOTS") != "" {
-		dir = filepath.Join("..", "docs", "screenshots")
+		dir = filepath.Join("..", "..", "docs", "screenshots")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -238,7 +237,7 @@ func savePNG(t *testing.T, name string, png []byte) {
 // this test's plans alone.
 func (b *bundle) ownPlansOnly(t testing.TB, keys ...string) {
 	t.Helper()
-	if _, err := b.pool.Exec(b.ctx, `UPDATE plans SET public = false WHERE key <> ALL($1)`, keys); err != nil {
+	if _, err := b.Pool.Exec(b.Ctx, `UPDATE plans SET public = false WHERE key <> ALL($1)`, keys); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -271,10 +270,10 @@ func pageMeters(t *testing.T, ctx context.Context) map[string]pageMeter {
 // period has history to show.
 func (b *bundle) backdate(t testing.TB, tenantID string, days int) {
 	t.Helper()
-	if _, err := b.pool.Exec(b.ctx, `UPDATE tenants SET period_anchor = now() - make_interval(days => $2) WHERE id = $1`, tenantID, days); err != nil {
+	if _, err := b.Pool.Exec(b.Ctx, `UPDATE tenants SET period_anchor = now() - make_interval(days => $2) WHERE id = $1`, tenantID, days); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.ents.BumpAndPublish(b.ctx, tenantID, "test: period anchor moved back"); err != nil {
+	if _, err := b.Ents.BumpAndPublish(b.Ctx, tenantID, "test: period anchor moved back"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -285,11 +284,11 @@ func (b *bundle) backdate(t testing.TB, tenantID string, days int) {
 // events.
 func (b *bundle) seedUsage(t testing.TB, tenantID string, hours int) (requests, exports int64) {
 	t.Helper()
-	snap, err := b.ents.SnapshotFromPostgres(b.ctx, tenantID)
+	snap, err := b.Ents.SnapshotFromPostgres(b.Ctx, tenantID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.pool.Exec(b.ctx, `
+	if _, err := b.Pool.Exec(b.Ctx, `
 		INSERT INTO usage_hourly (tenant_id, period_start, meter, hour, used)
 		SELECT $1, $3, m, h, CASE WHEN m = 'requests' THEN (150 + 60 * sin(extract(epoch FROM h) / 20000))::bigint
 		                      WHEN extract(hour FROM h) IN (9, 15) THEN 1 ELSE 0 END
@@ -299,7 +298,7 @@ func (b *bundle) seedUsage(t testing.TB, tenantID string, hours int) (requests, 
 		ON CONFLICT DO NOTHING`, tenantID, hours, snap.PeriodStart); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.pool.QueryRow(b.ctx, `
+	if err := b.Pool.QueryRow(b.Ctx, `
 		WITH s AS (SELECT meter, sum(used)::bigint AS n FROM usage_hourly WHERE tenant_id = $1 AND period_start = $2 GROUP BY meter),
 		ins AS (INSERT INTO usage_periods (tenant_id, meter, period_start, period_end, used)
 		        SELECT $1, meter, $2, $3, n FROM s ON CONFLICT (tenant_id, meter, period_start) DO UPDATE SET used = EXCLUDED.used)
@@ -307,7 +306,7 @@ func (b *bundle) seedUsage(t testing.TB, tenantID string, hours int) (requests, 
 		tenantID, snap.PeriodStart, snap.PeriodEnd).Scan(&requests, &exports); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.pool.Exec(b.ctx, `
+	if _, err := b.Pool.Exec(b.Ctx, `
 		INSERT INTO refusals_daily (tenant_id, day, policy, refused)
 		SELECT $1, d::date, p, (CASE WHEN p = 'rate' THEN 4 ELSE 0 END + (extract(day FROM d)::int * 7) % 23)::bigint
 		FROM generate_series(now() - interval '28 days', now(), interval '1 day') d, unnest(ARRAY['rate', 'requests']) p
@@ -319,7 +318,7 @@ func (b *bundle) seedUsage(t testing.TB, tenantID string, hours int) (requests, 
 	for i := 0; i < 3; i++ {
 		evs = append(evs, metering.Event{ID: uniq("evt"), Meter: "exports", Quantity: 7, Timestamp: time.Now()})
 	}
-	if _, err := b.meter.Ingest(b.ctx, tenantID, evs); err != nil {
+	if _, err := b.Meter.Ingest(b.Ctx, tenantID, evs); err != nil {
 		t.Fatal(err)
 	}
 	return requests, exports
@@ -329,13 +328,13 @@ func TestBrowser(t *testing.T) {
 	chrome := newChrome(t)
 	b := setup(t)
 	team := uniq("team")
-	b.plan(t, catalogue.PlanInput{Key: team, Name: "Team",
+	b.Plan(t, catalogue.PlanInput{Key: team, Name: "Team",
 		Rate:   &catalogue.RateInput{PerSecond: ptr(100.0), Burst: ptr[int64](1000)},
 		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](1000000)}, "exports": {Limit: ptr[int64](500), Mode: "soft"}}})
-	b.ownPlansOnly(t, b.free, b.pro, team)
-	acme := b.tenant(t, "Acme Analytics", b.pro)
-	other := b.tenant(t, "Globex", b.free)
-	acmeKey, otherKey := b.key(t, acme.ID), b.key(t, other.ID)
+	b.ownPlansOnly(t, b.Free, b.Pro, team)
+	acme := b.Tenant(t, "Acme Analytics", b.Pro)
+	other := b.Tenant(t, "Globex", b.Free)
+	acmeKey, otherKey := b.Key(t, acme.ID), b.Key(t, other.ID)
 	b.backdate(t, acme.ID, 20)
 	seededRequests, seededExports := b.seedUsage(t, acme.ID, 24*30)
 	// Some requests through the API, counted by the limiter in Redis.
@@ -352,7 +351,7 @@ func TestBrowser(t *testing.T) {
 			t.Fatalf("check: %d", r.StatusCode)
 		}
 	}
-	if n := b.fallbacks.Load(); n != 0 {
+	if n := b.Fallbacks.Load(); n != 0 {
 		// Allowed by the fail mode, so not counted: the usage below would
 		// be short by their cost.
 		t.Fatalf("%d limiter decisions of the checks went to the fail mode (Redis slower than the timeout)", n)
@@ -363,7 +362,7 @@ func TestBrowser(t *testing.T) {
 	var link string
 	t.Run("dashboard link logs in", func(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPost, base+"/admin/v1/tenants/"+acme.ID+"/dashboard-links", nil)
-		req.Header.Set("Authorization", "Bearer "+b.admin)
+		req.Header.Set("Authorization", "Bearer "+b.Admin)
 		r, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -456,7 +455,7 @@ func TestBrowser(t *testing.T) {
 	})
 
 	t.Run("admin changes the plan and the dashboard shows it", func(t *testing.T) {
-		do(t, admin, "type token", chromedp.SetValue(chromedp.CSS("#token"), b.admin))
+		do(t, admin, "type token", chromedp.SetValue(chromedp.CSS("#token"), b.Admin))
 		step(t, admin, "login", chromedp.Submit(chromedp.CSS("#token")))
 		if loc := location(t, admin); loc != base+"/admin/tenants" {
 			t.Fatalf("at %s after login", loc)
@@ -487,11 +486,11 @@ func TestBrowser(t *testing.T) {
 	t.Run("a form without its CSRF token is refused", func(t *testing.T) {
 		step(t, admin, "tenant page", chromedp.Navigate(base+"/admin/tenants/"+acme.ID))
 		do(t, admin, "drop token", chromedp.Evaluate[chromedp.Void](`document.querySelector('#change-plan').form.querySelector('[name=csrf]').remove()`))
-		do(t, admin, "choose plan", chromedp.SetValue(chromedp.CSS("#plan-select"), b.free))
+		do(t, admin, "choose plan", chromedp.SetValue(chromedp.CSS("#plan-select"), b.Free))
 		if st := step(t, admin, "submit", chromedp.Click(chromedp.CSS("#change-plan"))); st != http.StatusForbidden {
 			t.Fatalf("without csrf: %d, want 403", st)
 		}
-		if d, _ := b.ents.GetTenant(b.ctx, acme.ID); d.Plan != team {
+		if d, _ := b.Ents.GetTenant(b.Ctx, acme.ID); d.Plan != team {
 			t.Fatalf("plan changed to %s by a form without csrf", d.Plan)
 		}
 	})
@@ -509,10 +508,18 @@ func TestBrowser(t *testing.T) {
 		if st := step(t, keyUser, "submit", chromedp.Click(chromedp.CSS(`form[action$="/revoke"] button`))); st != http.StatusNotFound {
 			t.Fatalf("revoking another tenant's key: %d, want 404", st)
 		}
-		if _, err := b.keys.Authenticate(b.ctx, otherKey.Key); err != nil {
+		if _, err := b.Keys.Authenticate(b.Ctx, otherKey.Key); err != nil {
 			t.Fatalf("the other tenant's key was revoked: %v", err)
 		}
 	})
 }
 
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+// consoleTab is a new user's tab logged into the console with token.
+func (b *bundle) consoleTab(t *testing.T, chrome context.Context, token string) context.Context {
+	t.Helper()
+	admin := user(t, chrome)
+	step(t, admin, "login page", chromedp.Navigate(b.srv.URL+"/admin/login"))
+	do(t, admin, "type token", chromedp.SetValue(chromedp.CSS("#token"), token))
+	step(t, admin, "login", chromedp.Submit(chromedp.CSS("#token")))
+	return admin
+}

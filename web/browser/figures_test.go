@@ -1,4 +1,4 @@
-package web
+package browser_test
 
 import (
 	"bytes"
@@ -6,7 +6,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"net/http"
-	"strings"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,31 +16,6 @@ import (
 	"github.com/tollgatehq/tollgate/internal/entitlements"
 	"github.com/tollgatehq/tollgate/internal/metering"
 )
-
-// apiJSON calls the API with a bearer token and decodes the answer.
-func apiJSON(t testing.TB, method, url, token, body string, out any) int {
-	t.Helper()
-	var rd *strings.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	} else {
-		rd = strings.NewReader("")
-	}
-	req, _ := http.NewRequest(method, url, rd)
-	req.Header.Set("Authorization", "Bearer "+token)
-	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	r, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Body.Close()
-	if out != nil {
-		_ = json.NewDecoder(r.Body).Decode(out)
-	}
-	return r.StatusCode
-}
 
 // chartDay reads one day's total of a chart from the page ("" when the day
 // has no row).
@@ -64,24 +39,24 @@ func TestBrowserFigures(t *testing.T) {
 	chrome := newChrome(t)
 	b := setup(t)
 	tiny := uniq("tiny")
-	b.plan(t, catalogue.PlanInput{Key: tiny, Name: "Tiny",
+	b.Plan(t, catalogue.PlanInput{Key: tiny, Name: "Tiny",
 		// Three requests, then one every 100 s: the refusal stays cached.
 		Rate:   &catalogue.RateInput{PerSecond: ptr(0.01), Burst: ptr[int64](3)},
 		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](100000)}, "exports": {Limit: ptr[int64](50), Mode: "soft"}}})
-	acme := b.tenant(t, "Acme First Hour", tiny)
-	key := b.key(t, acme.ID)
+	acme := b.Tenant(t, "Acme First Hour", tiny)
+	key := b.Key(t, acme.ID)
 	// The period starts at :37 of the previous hour or earlier: its first
 	// hour is partial.
-	if _, err := b.pool.Exec(b.ctx, `UPDATE tenants SET period_anchor = date_trunc('hour', now() - interval '1 hour') + interval '37 minutes' WHERE id = $1`, acme.ID); err != nil {
+	if _, err := b.Pool.Exec(b.Ctx, `UPDATE tenants SET period_anchor = date_trunc('hour', now() - interval '1 hour') + interval '37 minutes' WHERE id = $1`, acme.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.ents.BumpAndPublish(b.ctx, acme.ID, "test: period starts at :37"); err != nil {
+	if _, err := b.Ents.BumpAndPublish(b.Ctx, acme.ID, "test: period starts at :37"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.ents.CreateOverride(b.ctx, acme.ID, entitlements.OverrideInput{Meter: "requests", Extra: ptr[int64](5000), Reason: "launch week"}); err != nil {
+	if _, err := b.Ents.CreateOverride(b.Ctx, acme.ID, entitlements.OverrideInput{Meter: "requests", Extra: ptr[int64](5000), Reason: "launch week"}); err != nil {
 		t.Fatal(err)
 	}
-	snap, err := b.ents.SnapshotFromPostgres(b.ctx, acme.ID)
+	snap, err := b.Ents.SnapshotFromPostgres(b.Ctx, acme.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +67,7 @@ func TestBrowserFigures(t *testing.T) {
 	// At :17 of the same clock hour the previous period was still running:
 	// its usage there is no part of this period's figures or charts.
 	before := snap.PeriodStart.Add(-20 * time.Minute)
-	if _, err := b.meter.Ingest(b.ctx, acme.ID, []metering.Event{
+	if _, err := b.Meter.Ingest(b.Ctx, acme.ID, []metering.Event{
 		{ID: uniq("evt"), Meter: "requests", Quantity: 332, Timestamp: at},
 		{ID: uniq("evt"), Meter: "exports", Quantity: 72, Timestamp: at},
 		{ID: uniq("evt"), Meter: "requests", Quantity: 7000, Timestamp: before},
@@ -118,12 +93,12 @@ func TestBrowserFigures(t *testing.T) {
 			refused++
 		}
 	}
-	if refused != 18 || b.cachedRefusals.Load() != 17 {
-		t.Fatalf("refused %d (want 18), %d from the cache (want 17)", refused, b.cachedRefusals.Load())
+	if refused != 18 || b.CachedRefusals.Load() != 17 {
+		t.Fatalf("refused %d (want 18), %d from the cache (want 17)", refused, b.CachedRefusals.Load())
 	}
 	// After them, the function behind GET /v1/usage and the admin API.
 	want := map[string][2]string{"requests": {"334", "105000"}, "exports": {"72", "50"}}
-	u, err := b.meter.Usage(b.ctx, acme.ID)
+	u, err := b.Meter.Usage(b.Ctx, acme.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +114,7 @@ func TestBrowserFigures(t *testing.T) {
 			Limit *int64
 		}
 	}
-	if st := apiJSON(t, http.MethodGet, b.srv.URL+"/admin/v1/tenants/"+acme.ID, b.admin, "", &detail); st != http.StatusOK {
+	if st := apiJSON(t, http.MethodGet, b.srv.URL+"/admin/v1/tenants/"+acme.ID, b.Admin, "", &detail); st != http.StatusOK {
 		t.Fatalf("admin tenant: %d", st)
 	}
 	for _, m := range detail.Usage {
@@ -197,14 +172,11 @@ func TestBrowserFigures(t *testing.T) {
 			t.Fatalf("parse csv: %v\n%s", err, body)
 		}
 		want := [][]string{{"day", "meter", "quantity"}, {firstDay, "exports", "72"}, {firstDay, "requests", "332"}}
-		if !equalRows(got, want) {
+		if !slices.EqualFunc(got, want, slices.Equal[[]string]) {
 			t.Fatalf("the CSV the link downloads:\n%v\nwant\n%v", got, want)
 		}
 	})
-	admin := user(t, chrome)
-	step(t, admin, "login page", chromedp.Navigate(base+"/admin/login"))
-	do(t, admin, "type token", chromedp.SetValue(chromedp.CSS("#token"), b.admin))
-	step(t, admin, "login", chromedp.Submit(chromedp.CSS("#token")))
+	admin := b.consoleTab(t, chrome, b.Admin)
 	t.Run("console tenant page", func(t *testing.T) {
 		refusalsShown(t, admin, base+"/admin/tenants/"+acme.ID)
 		checkPage(t, admin, "console")

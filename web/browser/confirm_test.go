@@ -1,4 +1,4 @@
-package web
+package browser_test
 
 import (
 	"net/http"
@@ -20,13 +20,13 @@ func TestBrowserConsoleConfirmations(t *testing.T) {
 	chrome := newChrome(t)
 	b := setup(t)
 	base := b.srv.URL
-	tn := b.tenant(t, "Confirm Co", b.pro)
-	k := b.key(t, tn.ID)
-	ov, err := b.ents.CreateOverride(b.ctx, tn.ID, entitlements.OverrideInput{Meter: "requests", Extra: ptr[int64](500), Reason: "launch week"})
+	tn := b.Tenant(t, "Confirm Co", b.Pro)
+	k := b.Key(t, tn.ID)
+	ov, err := b.Ents.CreateOverride(b.Ctx, tn.ID, entitlements.OverrideInput{Meter: "requests", Extra: ptr[int64](500), Reason: "launch week"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.use(t, tn.ID, "requests", 100200) // over the limit the override's removal leaves
+	b.Use(t, tn.ID, "requests", 100200) // over the limit the override's removal leaves
 
 	// The tenant is on its dashboard, logged in with the key.
 	tenant := user(t, chrome)
@@ -35,10 +35,7 @@ func TestBrowserConsoleConfirmations(t *testing.T) {
 	if st := step(t, tenant, "login", chromedp.Submit(chromedp.CSS("#api_key"))); st != http.StatusOK {
 		t.Fatalf("tenant login: %d", st)
 	}
-	admin := user(t, chrome)
-	step(t, admin, "login page", chromedp.Navigate(base+"/admin/login"))
-	do(t, admin, "type token", chromedp.SetValue(chromedp.CSS("#token"), b.admin))
-	step(t, admin, "login", chromedp.Submit(chromedp.CSS("#token")))
+	admin := b.consoleTab(t, chrome, b.Admin)
 	page := base + "/admin/tenants/" + tn.ID
 
 	t.Run("tenant list", func(t *testing.T) {
@@ -68,7 +65,7 @@ func TestBrowserConsoleConfirmations(t *testing.T) {
 		if got := text(t, admin, `[data-fact="Dashboard sessions it ends"]`); got != "1" {
 			t.Fatalf("the confirmation says it ends %q sessions, want 1", got)
 		}
-		if _, err := b.keys.Authenticate(b.ctx, k.Key); err != nil {
+		if _, err := b.Keys.Authenticate(b.Ctx, k.Key); err != nil {
 			t.Fatalf("the key was revoked before the confirmation: %v", err)
 		}
 		screenshot(t, admin, "admin-confirm-revoke-1280", 1280)
@@ -91,7 +88,7 @@ func TestBrowserConsoleConfirmations(t *testing.T) {
 		if n := run(t, admin, "revoke buttons", chromedp.Evaluate[int64](`document.querySelectorAll('`+keyRow+` button').length`)); n != 0 {
 			t.Fatal("a revoked key still has a Revoke button")
 		}
-		if _, err := b.keys.Authenticate(b.ctx, k.Key); err == nil {
+		if _, err := b.Keys.Authenticate(b.Ctx, k.Key); err == nil {
 			t.Fatal("the key still works after the confirmed revocation")
 		}
 		// The tenant's session ended with its key.
@@ -114,7 +111,7 @@ func TestBrowserConsoleConfirmations(t *testing.T) {
 		if w := text(t, admin, "#confirm-warning"); !strings.Contains(w, "refused") {
 			t.Fatalf("warning %q", w)
 		}
-		if ovs, _ := b.ents.ListOverrides(b.ctx, tn.ID); len(ovs) != 1 {
+		if ovs, _ := b.Ents.ListOverrides(b.Ctx, tn.ID); len(ovs) != 1 {
 			t.Fatal("the override was removed before the confirmation")
 		}
 		screenshot(t, admin, "admin-confirm-override-1280", 1280)
@@ -132,7 +129,7 @@ func TestBrowserConsoleConfirmations(t *testing.T) {
 		if got.Limit != "100000" {
 			t.Fatalf("the tenant page shows the requests limit %q after the removal, want 100000", got.Limit)
 		}
-		if ovs, _ := b.ents.ListOverrides(b.ctx, tn.ID); len(ovs) != 0 {
+		if ovs, _ := b.Ents.ListOverrides(b.Ctx, tn.ID); len(ovs) != 0 {
 			t.Fatal("the override is still there")
 		}
 	})

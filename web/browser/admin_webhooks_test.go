@@ -1,4 +1,4 @@
-package web
+package browser_test
 
 import (
 	"net/http"
@@ -16,19 +16,16 @@ import (
 func TestBrowserConsoleWebhooks(t *testing.T) {
 	chrome := newChrome(t)
 	b := setup(t)
-	svc, err := notify.NewService(b.pool, nil, notify.Options{SecretKey: make([]byte, 32)})
+	svc, err := notify.NewService(b.Pool, nil, notify.Options{SecretKey: make([]byte, 32)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	b.web.Webhooks = svc
-	if _, err := b.pool.Exec(b.ctx, `TRUNCATE webhook_endpoints, webhook_events CASCADE`); err != nil {
+	if _, err := b.Pool.Exec(b.Ctx, `TRUNCATE webhook_endpoints, webhook_events CASCADE`); err != nil {
 		t.Fatal(err)
 	}
 	base := b.srv.URL
-	admin := user(t, chrome)
-	step(t, admin, "login page", chromedp.Navigate(base+"/admin/login"))
-	do(t, admin, "type token", chromedp.SetValue(chromedp.CSS("#token"), b.admin))
-	step(t, admin, "login", chromedp.Submit(chromedp.CSS("#token")))
+	admin := b.consoleTab(t, chrome, b.Admin)
 
 	step(t, admin, "webhooks page", chromedp.Navigate(base+"/admin/webhooks"))
 	do(t, admin, "type url", chromedp.SetValue(chromedp.CSS("#wh-url"), "https://203.0.113.9/hook"))

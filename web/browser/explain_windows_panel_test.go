@@ -1,4 +1,4 @@
-package web
+package browser_test
 
 import (
 	"slices"
@@ -16,16 +16,13 @@ func TestBrowserWhyTheseLimitsShowsWindows(t *testing.T) {
 	chrome := newChrome(t)
 	b := setup(t)
 	key := uniq("winwhy")
-	b.plan(t, catalogue.PlanInput{Key: key, Name: "Windowed",
+	b.Plan(t, catalogue.PlanInput{Key: key, Name: "Windowed",
 		Quotas: map[string]*catalogue.QuotaInput{"requests": {Limit: ptr[int64](100000)}},
 		Windows: catalogue.WindowInputs{{Name: "hourly", Limit: ptr[int64](5000), Length: "1h", Kind: "fixed"},
 			{Name: "per-minute", Limit: ptr[int64](60), Length: "60s"}}})
-	tn := b.tenant(t, "Window Co", key)
+	tn := b.Tenant(t, "Window Co", key)
 
-	admin := user(t, chrome)
-	step(t, admin, "login page", chromedp.Navigate(b.srv.URL+"/admin/login"))
-	do(t, admin, "type token", chromedp.SetValue(chromedp.CSS("#token"), b.alice))
-	step(t, admin, "login", chromedp.Submit(chromedp.CSS("#token")))
+	admin := b.consoleTab(t, chrome, b.Alice)
 	step(t, admin, "tenant page", chromedp.Navigate(b.srv.URL+"/admin/tenants/"+tn.ID))
 	rows := readWhy(t, run(t, admin, "panel", chromedp.Evaluate[string](whyRowsJS)))
 	for policy, want := range map[string][2]string{
