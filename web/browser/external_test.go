@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/chromedp/chromedp"
+	"github.com/tollgatehq/tollgate/internal/entitlements"
 )
 
 // In Chromium: create a tenant with an external id, see it on its page,
@@ -19,7 +20,7 @@ func TestBrowserTenantExternalID(t *testing.T) {
 
 	taken := b.Tenant(t, "Holder Co", b.Free)
 	held := "held-" + uniq("x")
-	if _, err := b.Pool.Exec(b.Ctx, `UPDATE tenants SET external_id = $2 WHERE id = $1`, taken.ID, held); err != nil {
+	if _, err := b.Ents.UpdateTenant(b.Ctx, taken.ID, entitlements.TenantPatch{ExternalID: entitlements.OptionalString{Set: true, Value: &held}}); err != nil {
 		t.Fatal(err)
 	}
 	ext := "org:" + uniq("b") + "@eu"
