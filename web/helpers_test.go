@@ -114,11 +114,7 @@ func (b *bundle) key(t testing.TB, tenantID string) credentials.IssuedKey {
 
 func (b *bundle) mint(t testing.TB, tenantID string) string {
 	t.Helper()
-	u, _, err := b.web.MintLink(b.ctx, tenantID)
-	if err != nil {
-		t.Fatalf("mint link: %v", err)
-	}
-	return u
+	return b.Mint(t, b.web, tenantID)
 }
 
 var apiJSON = webtest.APIJSON

@@ -73,11 +73,7 @@ func setup(t testing.TB, opts ...setupOpts) *bundle {
 // mint makes a single-use dashboard login link for the tenant.
 func (b *bundle) mint(t testing.TB, tenantID string) string {
 	t.Helper()
-	u, _, err := b.web.MintLink(b.Ctx, tenantID)
-	if err != nil {
-		t.Fatalf("mint link: %v", err)
-	}
-	return u
+	return b.Mint(t, b.web, tenantID)
 }
 
 // event stores a failed Stripe event as the webhook intake would, received

@@ -210,6 +210,17 @@ func (w *World) Key(t testing.TB, tenantID string) credentials.IssuedKey {
 	return k
 }
 
+// Mint makes a single-use dashboard login link for the tenant with the
+// pages' links (*web.Web).
+func (w *World) Mint(t testing.TB, links httpapi.DashboardLinks, tenantID string) string {
+	t.Helper()
+	u, _, err := links.MintLink(w.Ctx, tenantID)
+	if err != nil {
+		t.Fatalf("mint link: %v", err)
+	}
+	return u
+}
+
 // PlanOf is the tenant's plan as stored.
 func (w *World) PlanOf(t testing.TB, tenantID string) string {
 	t.Helper()
