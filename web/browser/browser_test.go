@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -237,8 +238,17 @@ func savePNG(t *testing.T, name string, png []byte) {
 // this test's plans alone.
 func (b *bundle) ownPlansOnly(t testing.TB, keys ...string) {
 	t.Helper()
-	if _, err := b.Pool.Exec(b.Ctx, `UPDATE plans SET public = false WHERE key <> ALL($1)`, keys); err != nil {
+	plans, err := b.Ents.ListPlans(b.Ctx)
+	if err != nil {
 		t.Fatal(err)
+	}
+	internal := func(in *entitlements.PlanInput) error { in.Public = ptr(false); return nil }
+	for _, p := range plans {
+		if p.Public && !slices.Contains(keys, p.Key) {
+			if _, err := b.Ents.PatchPlan(b.Ctx, p.Key, internal); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
 
