@@ -36,21 +36,14 @@ func ptr[T any](v T) *T { return &v }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
-// setupOpts change the world of one test.
-type setupOpts struct {
-	// stripeBase, when set, configures billing against stripe-mock there
-	// (webtest.Options.StripeBase), and the dashboard's plan changes and
-	// top-ups go through it.
-	stripeBase string
+func setup(t testing.TB) *bundle {
+	t.Helper()
+	return setupWith(t, webtest.Options{})
 }
 
-func setup(t testing.TB, opts ...setupOpts) *bundle {
+func setupWith(t testing.TB, o webtest.Options) *bundle {
 	t.Helper()
-	var o setupOpts
-	if len(opts) > 0 {
-		o = opts[0]
-	}
-	w := webtest.New(t, webtest.Options{StripeBase: o.stripeBase})
+	w := webtest.New(t, o)
 	var upgrades web.Upgrader // as cmd/api: self-serve plan changes need Stripe
 	var topups web.TopupBuyer // and so does buying credits
 	if w.Stripe {

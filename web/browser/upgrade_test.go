@@ -12,6 +12,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/tollgatehq/tollgate/internal/stripemock"
+	"github.com/tollgatehq/tollgate/web/webtest"
 )
 
 // In Chromium: the tenant sees the plans it may pick next to its own,
@@ -23,7 +24,7 @@ import (
 func TestBrowserPlanChangeGoesToCheckout(t *testing.T) {
 	chrome := newChrome(t)
 	rec := stripemock.NewRecorder(t, stripemock.Start(t))
-	b := setup(t, setupOpts{stripeBase: rec.URL})
+	b := setupWith(t, webtest.Options{StripeBase: rec.URL})
 	gold, staff := b.OfferPlans(t)
 	tn := b.Tenant(t, "Umbrella Labs", b.Free)
 	key := b.Key(t, tn.ID)
