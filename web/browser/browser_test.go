@@ -238,14 +238,14 @@ func savePNG(t *testing.T, name string, png []byte) {
 // this test's plans alone.
 func (b *bundle) ownPlansOnly(t testing.TB, keys ...string) {
 	t.Helper()
-	plans, err := b.Ents.ListPlans(b.Ctx)
+	plans, err := b.Cat.ListPlans(b.Ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	internal := func(in *entitlements.PlanInput) error { in.Public = ptr(false); return nil }
+	internal := func(in *catalogue.PlanInput) error { in.Public = ptr(false); return nil }
 	for _, p := range plans {
 		if p.Public && !slices.Contains(keys, p.Key) {
-			if _, err := b.Ents.PatchPlan(b.Ctx, p.Key, internal); err != nil {
+			if _, err := b.Cat.PatchPlan(b.Ctx, p.Key, internal); err != nil {
 				t.Fatal(err)
 			}
 		}
