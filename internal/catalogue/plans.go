@@ -9,11 +9,9 @@ import (
 	"maps"
 	"math"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -774,37 +772,21 @@ func rateCols(r *RateInput) (*float64, *int64) {
 	return r.PerSecond, r.Burst
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
+// sortedKeys are m's keys in order.
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
+// uniqueSorted is in sorted, each value once: a new slice, never nil
+// (stored in a NOT NULL array column, shown as []).
 func uniqueSorted(in []string) []string {
-	out := make([]string, 0, len(in))
-	seen := make(map[string]bool, len(in))
-	for _, s := range in {
-		if !seen[s] {
-			seen[s] = true
-			out = append(out, s)
-		}
-	}
-	sort.Strings(out)
-	return out
+	out := append([]string{}, in...)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
-// cleanText is valid UTF-8 without control characters (Postgres refuses NUL).
-func cleanText(s string) bool {
-	return utf8.ValidString(s) && !strings.ContainsFunc(s, unicode.IsControl)
-}
-
-// token is cleanText without spaces: ids and names such as Stripe's.
-func token(s string) bool {
-	return cleanText(s) && !strings.ContainsFunc(s, unicode.IsSpace)
-}
+var (
+	cleanText = apperr.CleanText
+	token     = apperr.Token
+)
 
 // rolloverOf is the stored form of a quota's rollover (nil: none).
 func rolloverOf(in *RolloverInput) *Rollover {

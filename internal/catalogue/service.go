@@ -2,15 +2,12 @@ package catalogue
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/tollgatehq/tollgate/internal/apperr"
+	"github.com/tollgatehq/tollgate/internal/postgres"
 )
 
 // Options configure a Service. Every field has a usable zero value.
@@ -89,45 +86,13 @@ func committed(ctx context.Context, t Touched) {
 	}
 }
 
-// errDryRun ends a preview's transaction with a rollback.
-var errDryRun = errors.New("catalogue: dry run")
-
-// dryRun runs fn in a transaction that is rolled back whatever fn returns.
+// dryRun runs fn in a transaction that is rolled back (postgres.DryRun).
 func (s *Service) dryRun(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if err := fn(tx); err != nil {
-			return err
-		}
-		return errDryRun
-	})
-	if errors.Is(err, errDryRun) {
-		return nil
-	}
-	return err
+	return postgres.DryRun(ctx, s.db, fn)
 }
 
-// pgError turns constraint violations into errors a client can act on,
-// naming the field, so that a race lost on a unique index is a 409, not a 500.
-func pgError(err error) error {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return err
-	}
-	field := fieldOfConstraint(pe.ConstraintName, pe.ColumnName)
-	switch pe.Code {
-	case "23505": // unique_violation
-		return &apperr.Error{Code: apperr.Conflict, Message: field + " is already taken",
-			Fields: []apperr.FieldError{{Field: field, Message: "already exists"}}}
-	case "23503": // foreign_key_violation
-		if strings.Contains(pe.ConstraintName, "plan") {
-			field = "plan"
-		}
-		return apperr.Invalidf(field, "refers to something that does not exist")
-	case "23514", "23502", "22001", "22003", "22P02", "22021": // check, not null, too long, out of range, bad text, bad encoding
-		return apperr.Invalidf(field, "is not acceptable: %s", pe.Message)
-	}
-	return err
-}
+// pgError names the field of a constraint violation (postgres.ConstraintError).
+func pgError(err error) error { return postgres.ConstraintError(err, fieldOfConstraint) }
 
 func fieldOfConstraint(constraint, column string) string {
 	switch constraint {

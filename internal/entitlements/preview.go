@@ -2,11 +2,11 @@ package entitlements
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tollgatehq/tollgate/internal/postgres"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -15,21 +15,9 @@ import (
 // transaction that is always rolled back: the preview can never disagree with
 // the change, because it is the change, undone. Nothing is published.
 
-// errDryRun ends a preview's transaction with a rollback.
-var errDryRun = errors.New("entitlements: dry run")
-
-// dryRun runs fn in a transaction that is rolled back whatever fn returns.
+// dryRun runs fn in a transaction that is rolled back (postgres.DryRun).
 func (s *Service) dryRun(ctx context.Context, fn func(tx pgx.Tx) error) error {
-	err := pgx.BeginFunc(ctx, s.db, func(tx pgx.Tx) error {
-		if err := fn(tx); err != nil {
-			return err
-		}
-		return errDryRun
-	})
-	if errors.Is(err, errDryRun) {
-		return nil
-	}
-	return err
+	return postgres.DryRun(ctx, s.db, fn)
 }
 
 // Effect is a tenant's snapshot before and after a change that has not been

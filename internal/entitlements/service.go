@@ -2,19 +2,17 @@ package entitlements
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/tollgatehq/tollgate/internal/apperr"
 	"github.com/tollgatehq/tollgate/internal/limitstore"
+	"github.com/tollgatehq/tollgate/internal/postgres"
 	"github.com/tollgatehq/tollgate/limiter"
 )
 
@@ -114,28 +112,8 @@ func (s *Service) publishAll(ctx context.Context, snaps []limiter.Snapshot) {
 	_ = g.Wait()
 }
 
-// pgError turns constraint violations into errors a client can act on,
-// naming the field, so that a race lost on a unique index is a 409, not a 500.
-func pgError(err error) error {
-	var pe *pgconn.PgError
-	if !errors.As(err, &pe) {
-		return err
-	}
-	field := fieldOfConstraint(pe.ConstraintName, pe.ColumnName)
-	switch pe.Code {
-	case "23505": // unique_violation
-		return &apperr.Error{Code: apperr.Conflict, Message: field + " is already taken",
-			Fields: []apperr.FieldError{{Field: field, Message: "already exists"}}}
-	case "23503": // foreign_key_violation
-		if strings.Contains(pe.ConstraintName, "plan") {
-			field = "plan"
-		}
-		return apperr.Invalidf(field, "refers to something that does not exist")
-	case "23514", "23502", "22001", "22003", "22P02", "22021": // check, not null, too long, out of range, bad text, bad encoding
-		return apperr.Invalidf(field, "is not acceptable: %s", pe.Message)
-	}
-	return err
-}
+// pgError names the field of a constraint violation (postgres.ConstraintError).
+func pgError(err error) error { return postgres.ConstraintError(err, fieldOfConstraint) }
 
 func fieldOfConstraint(constraint, column string) string {
 	switch constraint {
