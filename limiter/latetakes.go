@@ -89,7 +89,11 @@ func (l *Limiter) afterLateTakes(ctx context.Context, pl *plan, req *Request, d 
 	if d.Allowed || req.Peek || !l.late.wait(ctx, pl.tenant, epoch, l.hardWait()) || ctx.Err() != nil {
 		return d
 	}
-	again, err := l.decide(ctx, pl, req, nil)
+	// The first decision counted its refusal already: the second one's
+	// is not counted again (as a refused lease take is not).
+	redo := *req
+	redo.leaseTake = true
+	again, err := l.decide(ctx, pl, &redo, nil)
 	if err != nil {
 		fellBack(err, nil) // the refusal stands; a late take of this try is given back too
 		return d
