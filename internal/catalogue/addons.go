@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -55,16 +56,16 @@ func (in *AddonInput) prices(priceID string) []string {
 // Validate names every bad field.
 func (in *AddonInput) Validate(priceID string) error {
 	var v apperr.Validation
-	if priceID == "" || len(priceID) > 200 || !token(priceID) {
+	if priceID == "" || len(priceID) > 200 || !apperr.Token(priceID) {
 		v.Add("stripe_price_id", "must be a Stripe price id without spaces")
 	}
-	if l := len(in.Name); l < 1 || l > maxNameLen || !cleanText(in.Name) {
+	if l := len(in.Name); l < 1 || l > maxNameLen || !apperr.CleanText(in.Name) {
 		v.Add("name", "must be 1-%d printable characters", maxNameLen)
 	}
 	if len(in.Quotas) > maxQuotas {
 		v.Add("quotas", "must have at most %d meters", maxQuotas)
 	}
-	for _, m := range sortedKeys(in.Quotas) {
+	for _, m := range slices.Sorted(maps.Keys(in.Quotas)) {
 		if !meterRe.MatchString(m) {
 			v.Add("quotas."+m, "meter name must match [a-z0-9_.-]{1,64}")
 			continue
@@ -77,7 +78,7 @@ func (in *AddonInput) Validate(priceID string) error {
 		v.Add("features", "must have at most %d entries", maxFeatures)
 	}
 	for i, f := range in.Features {
-		if f == "" || len(f) > maxFeatureLen || !token(f) {
+		if f == "" || len(f) > maxFeatureLen || !apperr.Token(f) {
 			v.Add(fmt.Sprintf("features[%d]", i), "must be 1-%d characters without spaces", maxFeatureLen)
 		}
 	}

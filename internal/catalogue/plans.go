@@ -268,14 +268,14 @@ func (in *PlanInput) Validate() error {
 	if !ValidPlanKey(in.Key) {
 		v.Add("key", "must match [a-z0-9_-]{1,64}")
 	}
-	if !cleanText(in.Name) {
+	if !apperr.CleanText(in.Name) {
 		v.Add("name", "must be UTF-8 text without control characters")
 	} else if n := len([]rune(in.Name)); n > maxNameLen {
 		v.Add("name", "must be at most %d characters", maxNameLen)
 	} else if strings.TrimSpace(in.Name) == "" && in.Name != "" {
 		v.Add("name", "must not be blank")
 	}
-	if len(in.StripePriceID) > 255 || !token(in.StripePriceID) {
+	if len(in.StripePriceID) > 255 || !apperr.Token(in.StripePriceID) {
 		v.Add("stripe_price_id", "must be a Stripe price id such as price_123")
 	}
 	validatePrices(&v, in.prices(), in.StripeProductID)
@@ -299,7 +299,7 @@ func (in *PlanInput) Validate() error {
 	if len(in.Quotas) > maxQuotas {
 		v.Add("quotas", "must have at most %d meters", maxQuotas)
 	}
-	for _, meter := range sortedKeys(in.Quotas) {
+	for _, meter := range slices.Sorted(maps.Keys(in.Quotas)) {
 		q := in.Quotas[meter]
 		field := "quotas." + meter
 		if !meterRe.MatchString(meter) {
@@ -319,7 +319,7 @@ func (in *PlanInput) Validate() error {
 			v.Add(field+".mode", `must be "hard" or "soft"`)
 		}
 		ValidateNotify(&v, field+".notify", q.Notify)
-		if len(q.StripeMeterEvent) > 100 || !token(q.StripeMeterEvent) {
+		if len(q.StripeMeterEvent) > 100 || !apperr.Token(q.StripeMeterEvent) {
 			v.Add(field+".stripe_meter_event", "must be a Stripe meter event name without spaces")
 		}
 		if q.StripeReport != "" && q.StripeReport != ReportOverage && q.StripeReport != ReportTotal {
@@ -346,7 +346,7 @@ func (in *PlanInput) Validate() error {
 		v.Add("features", "must have at most %d entries", maxFeatures)
 	}
 	for i, f := range in.Features {
-		if f == "" || len(f) > maxFeatureLen || !token(f) {
+		if f == "" || len(f) > maxFeatureLen || !apperr.Token(f) {
 			v.Add(fmt.Sprintf("features[%d]", i), "must be 1-%d characters without spaces", maxFeatureLen)
 		}
 	}
@@ -724,7 +724,7 @@ UPDATE plans SET name = $2, stripe_price_id = nullif($3, ''), rate_per_second = 
 }
 
 func insertQuotas(ctx context.Context, tx pgx.Tx, in PlanInput) error {
-	for _, m := range sortedKeys(in.Quotas) {
+	for _, m := range slices.Sorted(maps.Keys(in.Quotas)) {
 		q := in.Quotas[m]
 		_, err := tx.Exec(ctx, `
 INSERT INTO plan_quotas (plan_key, meter, quota_limit, mode, stripe_meter_event, stripe_report, per_seat, notify, rollover,
@@ -772,9 +772,6 @@ func rateCols(r *RateInput) (*float64, *int64) {
 	return r.PerSecond, r.Burst
 }
 
-// sortedKeys are m's keys in order.
-func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
-
 // uniqueSorted is in sorted, each value once: a new slice, never nil
 // (stored in a NOT NULL array column, shown as []).
 func uniqueSorted(in []string) []string {
@@ -782,11 +779,6 @@ func uniqueSorted(in []string) []string {
 	slices.Sort(out)
 	return slices.Compact(out)
 }
-
-var (
-	cleanText = apperr.CleanText
-	token     = apperr.Token
-)
 
 // rolloverOf is the stored form of a quota's rollover (nil: none).
 func rolloverOf(in *RolloverInput) *Rollover {

@@ -32,14 +32,14 @@ func validatePrices(v *apperr.Validation, prices []string, product string) {
 	for i, p := range prices {
 		field := fmt.Sprintf("stripe_price_ids[%d]", i)
 		switch {
-		case p == "" || len(p) > 255 || !token(p):
+		case p == "" || len(p) > 255 || !apperr.Token(p):
 			v.Add(field, "must be a Stripe price id such as price_123")
 		case seen[p]:
 			v.Add(field, "%s is listed twice", p)
 		}
 		seen[p] = true
 	}
-	if len(product) > 255 || !token(product) {
+	if len(product) > 255 || !apperr.Token(product) {
 		v.Add("stripe_product_id", "must be a Stripe product id such as prod_123")
 	}
 }

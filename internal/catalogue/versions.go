@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -75,7 +77,7 @@ func PlanAt(ctx context.Context, q postgres.Querier, cur Plan, v int64) (Plan, e
 // savePriceVersions pins prices of the plan to versions.
 func savePriceVersions(ctx context.Context, tx pgx.Tx, key string, pins map[string]int64, current int64) error {
 	var v apperr.Validation
-	for _, price := range sortedKeys(pins) {
+	for _, price := range slices.Sorted(maps.Keys(pins)) {
 		if n := pins[price]; n < 1 || n > current {
 			v.Add("price_versions."+price, "must be a version of the plan, 1 to %d", current)
 		}
@@ -86,7 +88,7 @@ func savePriceVersions(ctx context.Context, tx pgx.Tx, key string, pins map[stri
 	if _, err := tx.Exec(ctx, `UPDATE catalogue_prices SET plan_version = NULL WHERE plan_key = $1`, key); err != nil {
 		return fmt.Errorf("save price versions: %w", err)
 	}
-	for _, price := range sortedKeys(pins) {
+	for _, price := range slices.Sorted(maps.Keys(pins)) {
 		tag, err := tx.Exec(ctx, `UPDATE catalogue_prices SET plan_version = $3 WHERE plan_key = $1 AND stripe_price_id = $2`, key, price, pins[price])
 		if err != nil {
 			return fmt.Errorf("save price versions: %w", err)

@@ -3,6 +3,8 @@ package entitlements
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -310,7 +312,7 @@ func (e *explainer) lostAddons(items []addonItem) {
 		return
 	}
 	for _, it := range items {
-		for _, m := range sortedKeys(it.quotas) {
+		for _, m := range slices.Sorted(maps.Keys(it.quotas)) {
 			qty := it.qty
 			e.add(QuotaPolicy(m), Source{Kind: SourceAddon, StripePriceID: it.price, Name: it.name, Quantity: &qty, Ignored: true,
 				Detail: fmt.Sprintf("add-on %s (%s) × %s not applied: add-ons come with paid access only", it.name, it.price, numfmt.Int(it.qty))})
@@ -380,7 +382,7 @@ func (e *explainer) limits(snap limiter.Snapshot, in inputs) []Limit {
 			meters[m] = true
 		}
 	}
-	for _, m := range sortedKeys(meters) {
+	for _, m := range slices.Sorted(maps.Keys(meters)) {
 		l := e.limit(QuotaPolicy(m), m)
 		if q, ok := snap.Quotas[m]; ok {
 			n := q.Limit

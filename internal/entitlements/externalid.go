@@ -68,7 +68,7 @@ func (p *TenantPatch) Validate() error {
 			v.Add("name", "must not be blank")
 		case len([]rune(name)) > maxNameLen:
 			v.Add("name", "must be at most %d characters", maxNameLen)
-		case !cleanText(name):
+		case !apperr.CleanText(name):
 			v.Add("name", "must be UTF-8 text without control characters")
 		}
 	}

@@ -115,30 +115,21 @@ func (s *Service) publishAll(ctx context.Context, snaps []limiter.Snapshot) {
 // pgError names the field of a constraint violation (postgres.ConstraintError).
 func pgError(err error) error { return postgres.ConstraintError(err, fieldOfConstraint) }
 
+// fieldOfConstraint names the field of a constraint on entitlements'
+// tables (tenants, quota_overrides); the catalogue maps its own.
 func fieldOfConstraint(constraint, column string) string {
 	switch constraint {
-	case "plans_pkey":
-		return "key"
-	case "plans_stripe_price_id_key":
-		return "stripe_price_id"
 	case "tenants_stripe_customer_id_key":
 		return "stripe_customer_id"
 	case "tenants_external_id_key", "tenants_external_id_check":
 		return "external_id"
 	case "tenants_plan_key_fkey":
 		return "plan"
-	case "plan_quotas_pkey":
-		return "quotas"
 	}
 	// Postgres names check constraints <table>_<column>_check.
-	for _, col := range []string{"stripe_price_id", "stripe_customer_id", "rate_per_second", "rate_burst", "concurrency", "quota_limit", "name", "key", "meter", "mode"} {
+	for _, col := range []string{"stripe_customer_id", "quota_limit", "name", "meter", "mode"} {
 		if strings.Contains(constraint, "_"+col+"_") {
-			switch col {
-			case "rate_per_second":
-				return "rate.per_second"
-			case "rate_burst":
-				return "rate.burst"
-			case "quota_limit":
+			if col == "quota_limit" {
 				return "quotas"
 			}
 			return col

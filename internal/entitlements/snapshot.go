@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -309,7 +311,7 @@ func keepOwnLimits(snap *limiter.Snapshot, own catalogue.Plan, why *explainer) {
 		why.kept(PolicyConcurrency, own, numfmt.Int(snap.Concurrency)+" requests at once", &snap.Concurrency)
 	}
 	keepOwnWindows(snap, own, why)
-	for _, m := range sortedKeys(own.Quotas) {
+	for _, m := range slices.Sorted(maps.Keys(own.Quotas)) {
 		if _, ok := snap.Quotas[m]; ok {
 			continue
 		}
@@ -399,7 +401,7 @@ SELECT i.price_id, coalesce(i.product_id, ''), i.quantity, s.id, s.status, s.gra
 // its features.
 func applyAddons(quotas map[string]limiter.Quota, features *[]string, items []addonItem, why *explainer) {
 	for _, it := range items {
-		for _, m := range sortedKeys(it.quotas) {
+		for _, m := range slices.Sorted(maps.Keys(it.quotas)) {
 			extra := it.quotas[m]
 			q, ok := quotas[m]
 			if ok {

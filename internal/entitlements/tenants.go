@@ -53,13 +53,13 @@ func (in *TenantInput) Validate() error {
 		v.Add("name", "is required")
 	case len([]rune(name)) > maxNameLen:
 		v.Add("name", "must be at most %d characters", maxNameLen)
-	case !cleanText(name):
+	case !apperr.CleanText(name):
 		v.Add("name", "must be UTF-8 text without control characters")
 	}
 	if in.Plan != "" && !catalogue.ValidPlanKey(in.Plan) {
 		v.Add("plan", "must be a plan key [a-z0-9_-]{1,64}")
 	}
-	if c := in.StripeCustomerID; c != "" && (len(c) > 255 || !token(c)) {
+	if c := in.StripeCustomerID; c != "" && (len(c) > 255 || !apperr.Token(c)) {
 		v.Add("stripe_customer_id", "must be a Stripe customer id such as cus_123")
 	}
 	if e := in.ExternalID; e != "" && !ValidExternalID(e) {
@@ -212,7 +212,7 @@ func (s *Service) ListTenants(ctx context.Context, q ListQuery) (Page, error) {
 	if q.Limit < 1 || q.Limit > 200 {
 		return Page{}, apperr.Invalidf("limit", "must be between 1 and 200")
 	}
-	if len(q.Q) > 200 || !cleanText(q.Q) {
+	if len(q.Q) > 200 || !apperr.CleanText(q.Q) {
 		return Page{}, apperr.Invalidf("q", "must be at most 200 characters of UTF-8 text")
 	}
 	if q.ExternalID != "" && !ValidExternalID(q.ExternalID) {
