@@ -91,15 +91,8 @@ func TestShortTimeoutCountsEverything(t *testing.T) {
 // the tenant's Redis counter once Redis answers (and so reach Postgres by
 // the worker's flush), as refusals are.
 func TestFailModeAdmissionsReachRedis(t *testing.T) {
-	srv := startPrivate(t)
+	srv, rdb, st, s := privateQuota(t, "counted", 100)
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { rdb.Close() })
-	st := newStore(rdb, "")
-	s := snapshot("counted", func(s *limiter.Snapshot) {
-		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 100, Mode: limiter.ModeHard}}
-	})
-	put(t, st, s)
 	l := newLimiter(t, rdb, limiter.Options{
 		Timeout: 50 * time.Millisecond, Cooldown: 20 * time.Millisecond,
 		FailMode: limiter.FailModes{Quota: limiter.FailLocal},
@@ -281,15 +274,8 @@ func TestAdaptiveConcurrencyBoundedByMaxInFlight(t *testing.T) {
 // late and Redis took the unit, the unit is given back, so that a client
 // retrying it is not charged twice.
 func TestLostDecisionIsGivenBack(t *testing.T) {
-	srv := startPrivate(t)
+	srv, rdb, st, s := privateQuota(t, "lost", 100)
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { rdb.Close() })
-	st := newStore(rdb, "")
-	s := snapshot("lost", func(s *limiter.Snapshot) {
-		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 100, Mode: limiter.ModeHard}}
-	})
-	put(t, st, s)
 	var subscribed atomic.Bool
 	l := newLimiter(t, rdb, limiter.Options{Timeout: 50 * time.Millisecond, FailMode: limiter.FailModes{Quota: limiter.FailLocal},
 		Hooks: limiter.Hooks{OnInvalidation: func(tenant string, all bool) {

@@ -23,6 +23,22 @@ func startPrivate(t *testing.T) *redisproc.Server {
 	return redisproc.StartServer(t)
 }
 
+// privateQuota is a private redis-server (one a test may stop or kill),
+// a client on it with context timeouts, the server's store, and tenant's
+// snapshot with a hard quota of limit requests, written to Redis.
+func privateQuota(t *testing.T, tenant string, limit int64) (*redisproc.Server, *redis.Client, *store, limiter.Snapshot) {
+	t.Helper()
+	srv := startPrivate(t)
+	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
+	t.Cleanup(func() { rdb.Close() })
+	st := newStore(rdb, "")
+	s := snapshot(tenant, func(s *limiter.Snapshot) {
+		s.Quotas = map[string]limiter.Quota{"requests": {Limit: limit, Mode: limiter.ModeHard}}
+	})
+	put(t, st, s)
+	return srv, rdb, st, s
+}
+
 func TestRedisFailure(t *testing.T) {
 	for _, c := range []struct {
 		name        string

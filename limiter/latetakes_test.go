@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/tollgatehq/tollgate/limiter"
 	"github.com/tollgatehq/tollgate/limiter/limitertest"
 )
@@ -23,15 +22,8 @@ import (
 func TestRetryAfterALostDecisionIsNotRefusedForItsUnits(t *testing.T) {
 	for _, mode := range []limiter.FailMode{limiter.FailLocal, limiter.FailClosed} {
 		t.Run(string(mode), func(t *testing.T) {
-			srv := startPrivate(t)
+			srv, rdb, st, s := privateQuota(t, "one", 2)
 			ctx := context.Background()
-			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-			t.Cleanup(func() { rdb.Close() })
-			st := newStore(rdb, "")
-			s := snapshot("one", func(s *limiter.Snapshot) {
-				s.Quotas = map[string]limiter.Quota{"requests": {Limit: 2, Mode: limiter.ModeHard}}
-			})
-			put(t, st, s)
 			l := newLimiter(t, rdb, limiter.Options{Timeout: 30 * time.Millisecond, FailMode: limiter.FailModes{Quota: mode}})
 			// One unit taken: the snapshot and script cached, a connection open.
 			if d, err := l.Allow(ctx, "one", limiter.Request{Cost: 1}); err != nil || !d.Allowed {

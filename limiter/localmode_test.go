@@ -154,15 +154,8 @@ func TestLocalModeHoldsQuotasThroughRedisDeath(t *testing.T) {
 
 // A budget held locally: 4 left and 2 instances give exactly 2.
 func TestLocalModeQuotaBudgetIsLeftOverInstances(t *testing.T) {
-	srv := startPrivate(t)
+	srv, rdb, st, s := privateQuota(t, "little", 10)
 	ctx := context.Background()
-	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
-	t.Cleanup(func() { rdb.Close() })
-	st := newStore(rdb, "")
-	s := snapshot("little", func(s *limiter.Snapshot) {
-		s.Quotas = map[string]limiter.Quota{"requests": {Limit: 10, Mode: limiter.ModeHard}}
-	})
-	put(t, st, s)
 	l := newLimiter(t, rdb, limiter.Options{
 		Timeout: 50 * time.Millisecond, Cooldown: time.Hour, ExpectedInstances: 2,
 		FailMode: limiter.FailModes{Quota: limiter.FailLocal},
